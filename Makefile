@@ -1,0 +1,44 @@
+# quotaflow: two entry points, both idempotent on a fresh machine.
+#   make demo   set up, then run the main job on embedded defaults
+#   make test   set up, then run every test
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+
+.PHONY: demo test setup lint typecheck conformance bench clean
+
+setup: $(STAMP) $(NODE_STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+$(NODE_STAMP): package.json
+	npm install --no-audit --no-fund --silent
+	@touch $(NODE_STAMP)
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+conformance: setup
+	$(BIN)/python -m quotaflow.conformance ../shared/kafka-reference/vectors
+
+test: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+demo: setup
+	$(BIN)/python -m quotaflow.demo
+
+bench: setup
+	$(BIN)/python bench/admin.py
+	$(BIN)/python bench/engine.py
+
+clean:
+	rm -rf $(VENV) node_modules build *.egg-info
