@@ -1,0 +1,1 @@
+"""The ``quotaflow`` command line."""

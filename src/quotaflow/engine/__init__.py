@@ -1,0 +1,1 @@
+"""Engine: Kafka-exact metering and throttling. Pure code: no I/O, no asyncio; time is an argument."""

@@ -1,0 +1,157 @@
+"""Kafka's windowed ``Rate`` over a ``WindowedSum`` (SPEC §2.2–§2.3) and the throttle formulas (SPEC §3).
+
+Kafka 3.8+ semantics: up to ``samples + 1`` samples (one overlapping), purge by each sample's last event time,
+the window padded to ``samples - 1`` whole windows, at least 1 ms. One instance is the whole per-quota-id state;
+time is always an argument. This is the single implementation the gateway, the CLIs and the pipeline's reference
+path use; :mod:`quotaflow.engine.kernel` holds the array twin for bulk work, tested against this one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+LONG_MAX: Final = 9223372036854775807
+LONG_MIN: Final = -9223372036854775808
+
+
+def java_round(x: float) -> int:
+    """``Math.round(double)``: half-up, NaN → 0, saturating at the long range (``+Inf`` → ``Long.MAX_VALUE``)."""
+    if math.isnan(x):
+        return 0
+    if x >= 9.223372036854775807e18:
+        return LONG_MAX
+    if x <= -9.223372036854775808e18:
+        return LONG_MIN
+    return math.floor(x + 0.5)
+
+
+def to_int32(x: int) -> int:
+    """Scala ``.toInt`` / Java ``(int)`` on a long: keep the low 32 bits, signed."""
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x & 0x80000000 else x
+
+
+def java_div(a: int, b: int) -> int:
+    """Java integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def throttle_time(value: float, bound: float, window_ms: int) -> int:
+    """``QuotaUtils.throttleTime``: ``round((O - T) / T * W)``; a zero bound gives ``Long.MAX_VALUE`` as Java's
+    ``x / 0.0 = +Infinity`` does."""
+    if bound == 0.0:
+        diff = value - bound
+        return LONG_MAX if diff > 0 else (0 if diff == 0 or math.isnan(diff) else LONG_MIN)
+    return java_round((value - bound) / bound * window_ms)
+
+
+def bounded_throttle_time(value: float, bound: float, window_ms: int, max_ms: int) -> int:
+    """``QuotaUtils.boundedThrottleTime``: ``min(throttleTime, max)``."""
+    return min(throttle_time(value, bound, window_ms), max_ms)
+
+
+class Rate:
+    """One ``Rate(WindowedSum)`` metric with its ``MetricConfig`` (window, samples, upper-bound quota)."""
+
+    __slots__ = ("_current", "_last", "_max", "_n", "_purge_age", "_start", "_value", "bound", "samples", "window_ms")
+
+    def __init__(self, samples: int, window_ms: int, bound: float | None = None) -> None:
+        if samples < 1:
+            raise ValueError("The number of samples must be at least 1.")
+        self.samples = samples
+        self.window_ms = window_ms
+        self.bound = bound  # None: no quota on this metric (recorded, never violated)
+        self._purge_age = samples * window_ms
+        self._max = samples + 1
+        self._value: list[float] = []
+        self._start: list[int] = []
+        self._last: list[int] = []
+        self._n = 0  # samples appended so far (≤ samples + 1)
+        self._current = 0
+
+    # -- recording ---------------------------------------------------------------------------------------------
+    def record(self, value: float, now_ms: int) -> None:
+        """``SampledStat.record``: roll to the next sample when the current one is complete; never purges."""
+        if self._n == 0:
+            self._append(now_ms)
+            self._current = 0
+        cur = self._current
+        if now_ms - self._start[cur] >= self.window_ms:
+            cur = (cur + 1) % self._max
+            self._current = cur
+            if cur >= self._n:
+                self._append(now_ms)
+            else:
+                self._value[cur] = 0.0
+                self._start[cur] = now_ms
+        self._value[cur] += value
+        self._last[cur] = now_ms
+
+    def _append(self, now_ms: int) -> None:
+        self._value.append(0.0)
+        self._start.append(now_ms)
+        self._last.append(now_ms)
+        self._n += 1
+
+    # -- reading (purges: a read can change later results, as in Kafka) -------------------------------------------
+    def purge(self, now_ms: int) -> None:
+        """Reset every sample whose last event is at least ``samples * window`` old (start becomes ``now``)."""
+        age = self._purge_age
+        last = self._last
+        for i in range(self._n):
+            if now_ms - last[i] >= age:
+                self._value[i] = 0.0
+                self._start[i] = now_ms
+                last[i] = now_ms
+
+    def total(self, now_ms: int) -> float:
+        """``WindowedSum.measure``: purge, then the sum over all samples in list order."""
+        self.purge(now_ms)
+        total = 0.0
+        for v in self._value:
+            total += v
+        return total
+
+    def window_size(self, now_ms: int) -> int:
+        """``Rate.windowSize``: elapsed since the oldest sample, padded to ``samples - 1`` whole windows, ≥ 1 ms."""
+        self.purge(now_ms)
+        if self._n == 0:
+            self._append(now_ms)  # SampledStat.oldest creates a sample when there is none
+        elapsed = now_ms - min(self._start)
+        full = java_div(elapsed, self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return max(elapsed, 1)
+
+    def measure(self, now_ms: int) -> float:
+        """``Rate.measure`` in units per second."""
+        total = self.total(now_ms)
+        return total / (self.window_size(now_ms) / 1000.0)
+
+    # -- quota ---------------------------------------------------------------------------------------------------
+    def record_and_check(self, value: float, now_ms: int) -> float | None:
+        """Record, then check the quota (``Sensor.record`` with checkQuotas). Returns the measured rate when it
+        violates the bound (the value stays recorded), else None."""
+        self.record(value, now_ms)
+        bound = self.bound
+        if bound is None:
+            return None
+        rate = self.measure(now_ms)
+        return rate if not rate <= bound else None
+
+    def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
+        """Record with the quota check; on violation ``throttleTime`` (bounded by ``max_ms`` when given), else 0."""
+        rate = self.record_and_check(value, now_ms)
+        if rate is None:
+            return 0
+        assert self.bound is not None
+        window = self.window_size(now_ms)
+        if max_ms is None:
+            return throttle_time(rate, self.bound, window)
+        return bounded_throttle_time(rate, self.bound, window, max_ms)
+
+    @property
+    def num_samples(self) -> int:
+        return self._n

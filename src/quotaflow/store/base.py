@@ -1,0 +1,81 @@
+"""The ``QuotaStore`` interface: durable quota entities, an append-only change log, and SASL credentials.
+
+Every change gets a monotonically increasing sequence number, so engines and gateways poll ``changes_since(seq)``
+and apply changes incrementally. ``alter`` applies the given per-entity changes atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from quotaflow.core.entities import QuotaEntity
+
+Values: TypeAlias = dict[str, float]
+# One entity's change: key -> new value, or None to remove the key.
+EntityChange: TypeAlias = tuple[QuotaEntity, Mapping[str, float | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One applied key change. ``value`` None means the key was removed."""
+
+    seq: int
+    ts_ms: int
+    entity: QuotaEntity
+    key: str
+    value: float | None
+
+    @property
+    def path(self) -> str:
+        return self.entity.path
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every stored entity with its values, as of change ``seq``."""
+
+    seq: int
+    entities: dict[QuotaEntity, Values]
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A SASL/PLAIN credential: salted slow hash (PBKDF2-HMAC-SHA512)."""
+
+    user: str
+    salt: bytes
+    iterations: int
+    hash: bytes
+
+
+class QuotaStore(Protocol):
+    def snapshot(self) -> Snapshot:
+        """All entities and values, consistent with one change-log sequence number."""
+        ...
+
+    def get(self, entity: QuotaEntity) -> Values:
+        """The values of one entity (empty when it does not exist)."""
+        ...
+
+    def alter(self, changes: Sequence[EntityChange]) -> int:
+        """Apply each entity's changes all-or-nothing (the whole call is one transaction); return the last seq.
+        Entities whose last key is removed disappear. Validation is the caller's job (``quotaflow.admin``)."""
+        ...
+
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        """Changes with sequence number > ``seq`` in order."""
+        ...
+
+    def last_seq(self) -> int: ...
+
+    def put_credential(self, credential: Credential) -> None: ...
+
+    def get_credential(self, user: str) -> Credential | None: ...
+
+    def delete_credential(self, user: str) -> bool: ...
+
+    def list_credentials(self) -> list[str]: ...
+
+    def close(self) -> None: ...
