@@ -1,7 +1,7 @@
 # quotaflow: two entry points, both idempotent on a fresh machine.
 #   make demo   set up, then run the main job on embedded defaults
 #   make test   set up, then run every test
-PY      ?= python3.11
+PY      ?= $(shell command -v python3.11 || command -v python3)
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
