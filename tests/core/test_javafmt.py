@@ -1,0 +1,24 @@
+"""Java Double.toString, as kafka-configs.sh prints quota values (SPEC §10)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from quotaflow.core.javafmt import java_double_str, plain_number
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(1024.0, "1024.0"), (12.3, "12.3"), (1e7, "1.0E7"), (20000.0, "20000.0"), (9999999.0, "9999999.0"),
+     (0.001, "0.001"), (1e-4, "1.0E-4"), (123456789.0, "1.23456789E8"), (-2.5, "-2.5"), (math.nan, "NaN"),
+     (math.inf, "Infinity"), (0.0, "0.0")],
+)
+def test_java_double_str(value: float, text: str) -> None:
+    assert java_double_str(value) == text
+
+
+def test_plain_number() -> None:
+    assert plain_number(2000000.0) == "2000000"
+    assert plain_number(12.3) == "12.3"
