@@ -1,0 +1,35 @@
+"""Versioned SQLite schema: migration N brings a database from ``user_version`` N-1 to N.
+
+Append new migrations at the end; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: quota values keyed by entity path, the append-only change log, SASL/PLAIN credentials
+    """
+    CREATE TABLE quotas (
+        path  TEXT NOT NULL,
+        key   TEXT NOT NULL,
+        value REAL NOT NULL,          -- NaN is kept as the text 'NaN' (SQLite turns a NaN REAL into NULL)
+        PRIMARY KEY (path, key)
+    ) WITHOUT ROWID;
+    CREATE TABLE changes (
+        seq   INTEGER PRIMARY KEY AUTOINCREMENT,   -- AUTOINCREMENT: a seq is never reused
+        ts_ms INTEGER NOT NULL,
+        path  TEXT NOT NULL,
+        key   TEXT NOT NULL,
+        value REAL                   -- NULL: the key was removed
+    );
+    CREATE TABLE credentials (
+        user       TEXT PRIMARY KEY,
+        salt       BLOB NOT NULL,
+        iterations INTEGER NOT NULL,
+        hash       BLOB NOT NULL
+    );
+    """,
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -1,0 +1,219 @@
+"""The SQLite quota store: one file, safe for several processes (WAL, busy timeout, ``BEGIN IMMEDIATE``).
+
+Each ``alter`` call is one transaction, so a crash (even SIGKILL) leaves every entity all-or-nothing, and the
+change log is always exactly the history of the data. Entities are stored under their KIP-55 / KIP-612 path
+(``users/<sanitized>/clients/<client>``), which is canonical and parses back to the entity.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Final
+
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import StoreError
+from quotaflow.store.base import Change, Credential, EntityChange, Snapshot, Values
+from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
+
+BUSY_TIMEOUT_MS: Final = 30_000
+_NAN: Final = "NaN"
+
+
+def _encode(value: float) -> float | str:
+    return _NAN if math.isnan(value) else value
+
+
+def _decode(value: float | int | str) -> float:
+    return float(value)
+
+
+@lru_cache(maxsize=1 << 16)
+def _entity(path: str) -> QuotaEntity:
+    return QuotaEntity.from_path(path)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SqliteStore:
+    """:class:`~quotaflow.store.base.QuotaStore` over one SQLite file. Thread-safe (one connection, one lock)."""
+
+    def __init__(self, path: str | Path, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.path = Path(path)
+        self._clock_ms = clock_ms
+        self._lock = threading.RLock()
+        try:
+            if self.path.parent != Path(""):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open quota store {self.path}: {e}") from e
+
+    # -- schema -----------------------------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"quota store {self.path} has schema version {version}, newer than this quotaflow "
+                    f"({SCHEMA_VERSION})"
+                )
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[number - 1].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    # -- transactions ---------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``BEGIN IMMEDIATE`` takes the write lock up front so writers queue, not fail."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction, so several queries see the same committed state."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
+    # -- quotas ---------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self._read() as db:
+            seq = self._last_seq(db)
+            rows = db.execute("SELECT path, key, value FROM quotas ORDER BY path").fetchall()
+        entities: dict[QuotaEntity, Values] = {}
+        current_path = None
+        current: Values = {}
+        for path, key, value in rows:
+            if path != current_path:
+                current_path = path
+                current = entities.setdefault(_entity(path), {})
+            current[key] = _decode(value)
+        return Snapshot(seq, entities)
+
+    def get(self, entity: QuotaEntity) -> Values:
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM quotas WHERE path = ?", (entity.path,)).fetchall()
+        return {k: _decode(v) for k, v in rows}
+
+    def alter(self, changes: Sequence[EntityChange]) -> int:
+        """Apply every change in one transaction. A set equal to the stored value and the removal of an absent
+        key are no-ops and are not logged, so the log holds exactly the effective changes."""
+        ts = self._clock_ms()
+        with self._write() as db:
+            for entity, ops in changes:
+                path = entity.path
+                current = dict(db.execute("SELECT key, value FROM quotas WHERE path = ?", (path,)).fetchall())
+                for key, value in ops.items():
+                    old = current.get(key)
+                    if value is None:
+                        if old is None:
+                            continue
+                        db.execute("DELETE FROM quotas WHERE path = ? AND key = ?", (path, key))
+                        current.pop(key)
+                    else:
+                        if old is not None and _same(_decode(old), value):
+                            continue
+                        db.execute(
+                            "INSERT INTO quotas (path, key, value) VALUES (?, ?, ?) "
+                            "ON CONFLICT (path, key) DO UPDATE SET value = excluded.value",
+                            (path, key, _encode(value)),
+                        )
+                        current[key] = value
+                    db.execute(
+                        "INSERT INTO changes (ts_ms, path, key, value) VALUES (?, ?, ?, ?)",
+                        (ts, path, key, None if value is None else _encode(value)),
+                    )
+            return self._last_seq(db)
+
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        sql = "SELECT seq, ts_ms, path, key, value FROM changes WHERE seq > ? ORDER BY seq"
+        params: tuple[int, ...] = (seq,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (seq, limit)
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [Change(s, ts, _entity(p), k, None if v is None else _decode(v)) for s, ts, p, k, v in rows]
+
+    def last_seq(self) -> int:
+        with self._lock:
+            return self._last_seq(self._db)
+
+    @staticmethod
+    def _last_seq(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+        return int(row[0]) if row else 0
+
+    # -- credentials ------------------------------------------------------------------------------------------
+
+    def put_credential(self, credential: Credential) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO credentials (user, salt, iterations, hash) VALUES (?, ?, ?, ?) ON CONFLICT (user) "
+                "DO UPDATE SET salt = excluded.salt, iterations = excluded.iterations, hash = excluded.hash",
+                (credential.user, credential.salt, credential.iterations, credential.hash),
+            )
+
+    def get_credential(self, user: str) -> Credential | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT user, salt, iterations, hash FROM credentials WHERE user = ?", (user,)
+            ).fetchone()
+        return None if row is None else Credential(row[0], bytes(row[1]), int(row[2]), bytes(row[3]))
+
+    def delete_credential(self, user: str) -> bool:
+        with self._write() as db:
+            return db.execute("DELETE FROM credentials WHERE user = ?", (user,)).rowcount > 0
+
+    def list_credentials(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT user FROM credentials ORDER BY user").fetchall()]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _same(a: float, b: float) -> bool:
+    """Java ``Double.equals`` semantics for "set equal to current": NaN equals NaN."""
+    return a == b or (math.isnan(a) and math.isnan(b))
