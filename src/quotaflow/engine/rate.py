@@ -155,3 +155,16 @@ class Rate:
     @property
     def num_samples(self) -> int:
         return self._n
+
+    # -- state hand-off with the array kernel ------------------------------------------------------------------
+    def export_state(self) -> tuple[list[float], list[int], list[int], int]:
+        """(values, start times, last-event times, current index), in Kafka's list order."""
+        return list(self._value), list(self._start), list(self._last), self._current
+
+    def import_state(self, values: list[float], starts: list[int], lasts: list[int], current: int) -> None:
+        """Replace the samples (the inverse of :meth:`export_state`)."""
+        if not len(values) == len(starts) == len(lasts) <= self._max:
+            raise ValueError("inconsistent or oversized sample state")
+        self._value, self._start, self._last = list(values), list(starts), list(lasts)
+        self._n = len(values)
+        self._current = current
