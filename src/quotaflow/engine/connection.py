@@ -1,0 +1,347 @@
+"""KIP-612 connection quotas: Kafka's ``ConnectionQuotas`` (SPEC §7) as pure state, time passed in.
+
+Three creation-rate levels share one :class:`~quotaflow.engine.rate.Rate` kernel: broker-wide
+(``max.connection.creation.rate``), per listener (``listener.name.<l>.max.connection.creation.rate``) and per client
+IP (``connection_creation_rate`` on ip entities, override else default; unset means never recorded). Broker and
+listener violations become an *acceptor delay* (the connection is accepted later, never dropped); a per-IP
+violation rolls the connection back out of every rate and raises :class:`ConnectionThrottledError` (the socket is
+held for the bounded throttle and then closed). Connection *counts* (``max.connections``, per listener and per IP)
+are kept here too, because the acceptor must wait for a free slot exactly like it waits for a rate delay.
+
+The acceptor drives it in two steps, as Kafka's ``inc`` does around its wait::
+
+    delay = q.record_connection_and_get_throttle_ms(listener, now)   # acceptor sleeps ``delay``
+    ... also wait while not q.connection_slot_available(listener) ...
+    q.record_ip_connection_maybe_throttle(listener, ip, now2)        # may raise ConnectionThrottledError
+    q.inc_count(listener, ip)                                        # may raise TooManyConnectionsError
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from quotaflow.core.errors import ConnectionThrottledError, InvalidConfigurationError, TooManyConnectionsError
+from quotaflow.core.keys import INT_MAX
+from quotaflow.engine.metrics import MetricSample
+from quotaflow.engine.rate import Rate, to_int32
+
+GROUP: Final = "socket-server-metrics"
+ACCEPTOR_GROUP: Final = "Acceptor"
+IP_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
+# The broker's MetricConfig defaults (metrics.num.samples, metrics.sample.window.ms) used by the throttle-time Avgs.
+METRIC_SAMPLES: Final = 2
+METRIC_WINDOW_MS: Final = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionQuotaConfig:
+    """The static and reloadable broker settings the connection quotas read (server.properties names in docs)."""
+
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
+    max_connection_creation_rate: int = INT_MAX
+    listener_rates: Mapping[str, int] = field(default_factory=dict)
+    max_connections: int = INT_MAX
+    listener_max_connections: Mapping[str, int] = field(default_factory=dict)
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    inter_broker_listener: str | None = None
+
+
+class Avg:
+    """Kafka's ``Avg`` SampledStat: windowed sum / windowed event count; NaN with no events.
+
+    Built from two ``Rate`` kernels recorded at identical times, so both roll and purge identically and no
+    windowing logic is duplicated."""
+
+    __slots__ = ("_count", "_sum")
+
+    def __init__(self, samples: int = METRIC_SAMPLES, window_ms: int = METRIC_WINDOW_MS) -> None:
+        self._sum = Rate(samples, window_ms)
+        self._count = Rate(samples, window_ms)
+
+    def record(self, value: float, now_ms: int) -> None:
+        self._sum.record(value, now_ms)
+        self._count.record(1.0, now_ms)
+
+    def measure(self, now_ms: int) -> float:
+        count = self._count.total(now_ms)
+        return math.nan if count == 0 else self._sum.total(now_ms) / count
+
+
+@dataclass(slots=True)
+class _IpSensor:
+    rate: Rate
+    last_record_ms: int
+
+
+@dataclass(slots=True)
+class _Listener:
+    rate: Rate
+    throttle: Avg = field(default_factory=Avg)
+    ip_throttle: Avg = field(default_factory=Avg)
+    blocked: Rate | None = None
+    blocked_total_ms: int = 0
+    max_connections: int = INT_MAX
+    count: int = 0
+
+
+def scala_double_to_int(value: float) -> int:
+    """Scala ``Double.toInt``: truncate toward zero, saturate at the Int range, NaN → 0 (KRaft quota values)."""
+    if math.isnan(value):
+        return 0
+    if value >= INT_MAX:
+        return INT_MAX
+    if value <= -INT_MAX - 1:
+        return -INT_MAX - 1
+    return int(value)
+
+
+class ConnectionQuotas:
+    """Broker / listener / IP connection-creation rates and connection counts of one broker."""
+
+    def __init__(self, config: ConnectionQuotaConfig | None = None) -> None:
+        cfg = config or ConnectionQuotaConfig()
+        self.samples = cfg.quota_window_num
+        self.window_ms = cfg.quota_window_size_seconds * 1000
+        self.max_throttle_ms = self.window_ms  # boundedThrottleTime cap: one quota window
+        self.inter_broker_listener = cfg.inter_broker_listener
+        self.broker_rate = self._rate(float(cfg.max_connection_creation_rate))
+        self._listeners: dict[str, _Listener] = {}
+        self._listener_rate_cfg: dict[str, int] = dict(cfg.listener_rates)
+        self._ip_default = INT_MAX
+        self._ip_overrides: dict[str, int] = {}
+        self._ip_sensors: dict[str, _IpSensor] = {}
+        self.max_connections = cfg.max_connections
+        self.max_connections_per_ip = cfg.max_connections_per_ip
+        self.max_connections_per_ip_overrides: dict[str, int] = dict(cfg.max_connections_per_ip_overrides)
+        self._listener_max_cfg: dict[str, int] = dict(cfg.listener_max_connections)
+        self._counts: dict[str, int] = {}
+        self.total_count = 0
+
+    def _rate(self, bound: float | None) -> Rate:
+        return Rate(self.samples, self.window_ms, bound)
+
+    # -- listeners ------------------------------------------------------------------------------------------------
+    def add_listener(self, listener: str, rate: int | None = None, max_connections: int | None = None) -> None:
+        """Register a listener; its rate sensor starts unlimited, then takes the listener-prefixed config."""
+        state = _Listener(rate=self._rate(float(INT_MAX)), blocked=self._rate(None))
+        self._listeners[listener] = state
+        if rate is not None:
+            self._listener_rate_cfg[listener] = rate
+        if max_connections is not None:
+            self._listener_max_cfg[listener] = max_connections
+        state.rate.bound = float(self._listener_rate_cfg.get(listener, INT_MAX))
+        state.max_connections = self._listener_max_cfg.get(listener, INT_MAX)
+
+    def remove_listener(self, listener: str) -> None:
+        self._listeners.pop(listener, None)
+
+    @property
+    def listeners(self) -> list[str]:
+        return list(self._listeners)
+
+    def is_protected(self, listener: str) -> bool:
+        """``protectedListener``: the inter-broker listener, and only when more than one listener exists."""
+        return listener == self.inter_broker_listener and len(self._listeners) > 1
+
+    def _listener(self, listener: str) -> _Listener:
+        try:
+            return self._listeners[listener]
+        except KeyError:
+            raise KeyError(f"listener {listener!r} is not registered") from None
+
+    # -- reconfiguration (SPEC §7.3) -------------------------------------------------------------------------------
+    def update_broker_max_connection_rate(self, rate: int) -> None:
+        """``updateBrokerMaxConnectionRate``: replace the bound, keep the samples."""
+        if rate < 0:
+            raise InvalidConfigurationError(f"Invalid value {rate} for configuration max.connection.creation.rate")
+        self.broker_rate.bound = float(rate)
+
+    def update_listener_max_connection_rate(self, listener: str, rate: int | None) -> None:
+        """``ListenerConnectionQuota.reconfigure``; None (unset) means unlimited; values ≤ 0 are rejected."""
+        if rate is not None and rate <= 0:
+            raise InvalidConfigurationError(f"Invalid max.connection.creation.rate {rate}")
+        if rate is None:
+            self._listener_rate_cfg.pop(listener, None)
+        else:
+            self._listener_rate_cfg[listener] = rate
+        state = self._listeners.get(listener)
+        if state is not None:
+            state.rate.bound = float(INT_MAX if rate is None else rate)
+
+    def connection_rate_for_ip(self, ip: str) -> int:
+        return self._ip_overrides.get(ip, self._ip_default)
+
+    def update_ip_connection_rate_quota(self, ip: str | None, rate: int | None) -> None:
+        """``updateIpConnectionRateQuota``: ip None is the default entity, rate None removes the quota."""
+        if ip is not None:
+            if rate is None:
+                self._ip_overrides.pop(ip, None)
+            else:
+                self._ip_overrides[ip] = rate
+            sensor = self._ip_sensors.get(ip)
+            if sensor is not None:
+                sensor.rate.bound = float(self.connection_rate_for_ip(ip))
+        else:
+            self._ip_default = INT_MAX if rate is None else rate
+            for addr, sensor in self._ip_sensors.items():
+                q = float(self.connection_rate_for_ip(addr))
+                if sensor.rate.bound != q:
+                    sensor.rate.bound = q
+
+    def update_max_connections(self, maximum: int) -> None:
+        self.max_connections = maximum
+
+    def update_listener_max_connections(self, listener: str, maximum: int | None) -> None:
+        if maximum is None:
+            self._listener_max_cfg.pop(listener, None)
+        else:
+            self._listener_max_cfg[listener] = maximum
+        state = self._listeners.get(listener)
+        if state is not None:
+            state.max_connections = INT_MAX if maximum is None else maximum
+
+    def update_max_connections_per_ip(self, default: int, overrides: Mapping[str, int]) -> None:
+        self.max_connections_per_ip = default
+        self.max_connections_per_ip_overrides = dict(overrides)
+
+    def reconfigure(self, cfg: ConnectionQuotaConfig) -> None:
+        """Apply the dynamic settings of a reloaded broker config (the window settings are static, as in Kafka)."""
+        self.inter_broker_listener = cfg.inter_broker_listener
+        self.update_broker_max_connection_rate(cfg.max_connection_creation_rate)
+        for listener in set(self._listener_rate_cfg) | set(cfg.listener_rates):
+            if self._listener_rate_cfg.get(listener) != cfg.listener_rates.get(listener):
+                self.update_listener_max_connection_rate(listener, cfg.listener_rates.get(listener))
+        self.update_max_connections(cfg.max_connections)
+        for listener in set(self._listener_max_cfg) | set(cfg.listener_max_connections):
+            self.update_listener_max_connections(listener, cfg.listener_max_connections.get(listener))
+        self.update_max_connections_per_ip(cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides)
+
+    # -- the per-connection algorithm (SPEC §7.2) --------------------------------------------------------------
+    def _record_and_throttle(self, rate: Rate, now_ms: int) -> int:
+        return to_int32(rate.record_and_throttle(1.0, now_ms, self.max_throttle_ms))
+
+    def record_connection_and_get_throttle_ms(self, listener: str, now_ms: int) -> int:
+        """Step 2: record into the broker (unless protected) and listener rates; the acceptor delay in ms."""
+        state = self._listener(listener)
+        floor = 0 if self.is_protected(listener) else self._record_and_throttle(self.broker_rate, now_ms)
+        throttle = max(floor, self._record_and_throttle(state.rate, now_ms))
+        if throttle > 0:
+            state.throttle.record(float(throttle), now_ms)
+        return max(throttle, 0)
+
+    def connection_slot_available(self, listener: str) -> bool:
+        """Count limits: the listener's ``max.connections``, then broker-wide unless the listener is protected."""
+        state = self._listener(listener)
+        if state.count >= state.max_connections:
+            return False
+        return self.is_protected(listener) or self.total_count < self.max_connections
+
+    def record_acceptor_blocked(self, listener: str, blocked_ms: int, now_ms: int) -> None:
+        """Account acceptor blocking (rate delay and slot waits) for the blocked-time percentage."""
+        state = self._listener(listener)
+        assert state.blocked is not None
+        state.blocked.record(float(blocked_ms), now_ms)
+        state.blocked_total_ms += blocked_ms
+
+    def record_ip_connection_maybe_throttle(self, listener: str, ip: str, now_ms: int) -> None:
+        """Step 4: per-IP rate at ``now_ms`` (after the acceptor's wait); on violation roll back and raise."""
+        q = self.connection_rate_for_ip(ip)
+        if q == INT_MAX:
+            return
+        state = self._listener(listener)
+        sensor = self._ip_sensors.get(ip)
+        if sensor is None or now_ms - sensor.last_record_ms > IP_SENSOR_EXPIRATION_MS:
+            sensor = self._ip_sensors[ip] = _IpSensor(self._rate(float(q)), now_ms)
+        sensor.last_record_ms = now_ms
+        throttle = self._record_and_throttle(sensor.rate, now_ms)
+        if throttle > 0:
+            sensor.rate.record(-1.0, now_ms)
+            state.rate.record(-1.0, now_ms)
+            if not self.is_protected(listener):
+                self.broker_rate.record(-1.0, now_ms)
+            state.ip_throttle.record(float(throttle), now_ms)
+            raise ConnectionThrottledError(ip, now_ms, throttle)
+
+    def max_connections_for_ip(self, ip: str) -> int:
+        return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
+
+    def inc_count(self, listener: str, ip: str) -> None:
+        """Step 5: count the connection; over the per-IP count limit it stays counted and the error is raised (the
+        caller closes the socket and calls :meth:`dec`)."""
+        state = self._listener(listener)
+        count = self._counts.get(ip, 0)
+        self._counts[ip] = count + 1
+        self.total_count += 1
+        state.count += 1
+        maximum = self.max_connections_for_ip(ip)
+        if count >= maximum:
+            raise TooManyConnectionsError(ip, maximum)
+
+    def inc(self, listener: str, ip: str, now_ms: int) -> int:
+        """Kafka's ``inc`` for a caller that does not wait (the MockTime unit tests): record the broker/listener
+        rates, check the IP rate at the same instant, count. Returns the acceptor delay it would have waited."""
+        delay = self.record_connection_and_get_throttle_ms(listener, now_ms)
+        self.record_ip_connection_maybe_throttle(listener, ip, now_ms + delay)
+        self.inc_count(listener, ip)
+        return delay
+
+    def dec(self, listener: str, ip: str) -> None:
+        count = self._counts.get(ip)
+        if count is None:
+            raise ValueError(f"Attempted to decrease connection count for address with no connections, address: /{ip}")
+        if count == 1:
+            del self._counts[ip]
+        else:
+            self._counts[ip] = count - 1
+        self.total_count -= 1
+        state = self._listeners.get(listener)
+        if state is not None:
+            state.count -= 1
+
+    def get(self, ip: str) -> int:
+        """Open connections from ``ip``."""
+        return self._counts.get(ip, 0)
+
+    def listener_count(self, listener: str) -> int:
+        return self._listener(listener).count
+
+    # -- metrics (SPEC §7.1) -------------------------------------------------------------------------------------
+    def ip_rate_bound(self, ip: str) -> float | None:
+        """The bound of the IP's rate metric, None when the metric does not exist (never recorded)."""
+        sensor = self._ip_sensors.get(ip)
+        return None if sensor is None else sensor.rate.bound
+
+    def expire_sensors(self, now_ms: int) -> None:
+        """Drop IP sensors idle for more than an hour (Kafka's ExpireSensorTask), bounding memory under storms."""
+        stale = [ip for ip, s in self._ip_sensors.items() if now_ms - s.last_record_ms > IP_SENSOR_EXPIRATION_MS]
+        for ip in stale:
+            del self._ip_sensors[ip]
+
+    def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
+        """Kafka's names and tags. Per-listener and per-IP rates share ``connection-accept-rate``; both carry the
+        ``listener`` and ``ip`` labels (one empty) so a Prometheus family has one label set."""
+        self.expire_sensors(now_ms)
+        yield MetricSample("broker-connection-accept-rate", GROUP, (), self.broker_rate.measure(now_ms),
+                           "broker-wide accepted connections per second")
+        for name, state in self._listeners.items():
+            yield MetricSample("connection-accept-rate", GROUP, (("listener", name), ("ip", "")),
+                               state.rate.measure(now_ms), "accepted connections per second")
+        for ip, sensor in self._ip_sensors.items():
+            yield MetricSample("connection-accept-rate", GROUP, (("listener", ""), ("ip", ip)),
+                               sensor.rate.measure(now_ms), "accepted connections per second")
+        for name, state in self._listeners.items():
+            tags = (("listener", name),)
+            yield MetricSample("connection-accept-throttle-time", GROUP, tags, state.throttle.measure(now_ms),
+                               "average acceptor delay (ms) of broker/listener-throttled connections")
+            yield MetricSample("ip-connection-accept-throttle-time", GROUP, tags, state.ip_throttle.measure(now_ms),
+                               "average hold (ms) of IP-throttled connections")
+        for name, state in self._listeners.items():
+            assert state.blocked is not None
+            blocked = state.blocked.measure(now_ms) / 10.0  # ms blocked per second → percent of time
+            yield MetricSample("AcceptorBlockedPercent", ACCEPTOR_GROUP, (("listener", name),), min(blocked, 100.0),
+                               "percent of time the acceptor was blocked on connection quotas")
