@@ -8,7 +8,9 @@ import sys
 import click
 
 # subcommand name -> "module:attribute" of a click command. Add a line when a subcommand lands.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "report": "quotaflow.cli.report:report",
+}
 
 
 class LazyGroup(click.Group):
