@@ -89,6 +89,11 @@ class _Listener:
     count: int = 0
 
 
+def _by_name(per_listener: Mapping[str, int]) -> dict[str, int]:
+    """Listener-keyed settings by lower-case name: ``listener.name.<l>.`` prefixes are lower case in Kafka."""
+    return {name.lower(): value for name, value in per_listener.items()}
+
+
 def scala_double_to_int(value: float) -> int:
     """Scala ``Double.toInt``: truncate toward zero, saturate at the Int range, NaN → 0 (KRaft quota values)."""
     if math.isnan(value):
@@ -111,14 +116,14 @@ class ConnectionQuotas:
         self.inter_broker_listener = cfg.inter_broker_listener
         self.broker_rate = self._rate(float(cfg.max_connection_creation_rate))
         self._listeners: dict[str, _Listener] = {}
-        self._listener_rate_cfg: dict[str, int] = dict(cfg.listener_rates)
+        self._listener_rate_cfg: dict[str, int] = _by_name(cfg.listener_rates)
         self._ip_default = INT_MAX
         self._ip_overrides: dict[str, int] = {}
         self._ip_sensors: dict[str, _IpSensor] = {}
         self.max_connections = cfg.max_connections
         self.max_connections_per_ip = cfg.max_connections_per_ip
         self.max_connections_per_ip_overrides: dict[str, int] = dict(cfg.max_connections_per_ip_overrides)
-        self._listener_max_cfg: dict[str, int] = dict(cfg.listener_max_connections)
+        self._listener_max_cfg: dict[str, int] = _by_name(cfg.listener_max_connections)
         self._counts: dict[str, int] = {}
         self.total_count = 0
 
@@ -130,12 +135,13 @@ class ConnectionQuotas:
         """Register a listener; its rate sensor starts unlimited, then takes the listener-prefixed config."""
         state = _Listener(rate=self._rate(float(INT_MAX)), blocked=self._rate(None))
         self._listeners[listener] = state
+        key = listener.lower()
         if rate is not None:
-            self._listener_rate_cfg[listener] = rate
+            self._listener_rate_cfg[key] = rate
         if max_connections is not None:
-            self._listener_max_cfg[listener] = max_connections
-        state.rate.bound = float(self._listener_rate_cfg.get(listener, INT_MAX))
-        state.max_connections = self._listener_max_cfg.get(listener, INT_MAX)
+            self._listener_max_cfg[key] = max_connections
+        state.rate.bound = float(self._listener_rate_cfg.get(key, INT_MAX))
+        state.max_connections = self._listener_max_cfg.get(key, INT_MAX)
 
     def remove_listener(self, listener: str) -> None:
         self._listeners.pop(listener, None)
@@ -147,6 +153,11 @@ class ConnectionQuotas:
     def is_protected(self, listener: str) -> bool:
         """``protectedListener``: the inter-broker listener, and only when more than one listener exists."""
         return listener == self.inter_broker_listener and len(self._listeners) > 1
+
+    def _named(self, listener: str) -> list[_Listener]:
+        """Listeners whose name matches case-insensitively (config prefixes are lower case, as Kafka's)."""
+        key = listener.lower()
+        return [state for name, state in self._listeners.items() if name.lower() == key]
 
     def _listener(self, listener: str) -> _Listener:
         try:
@@ -166,11 +177,10 @@ class ConnectionQuotas:
         if rate is not None and rate <= 0:
             raise InvalidConfigurationError(f"Invalid max.connection.creation.rate {rate}")
         if rate is None:
-            self._listener_rate_cfg.pop(listener, None)
+            self._listener_rate_cfg.pop(listener.lower(), None)
         else:
-            self._listener_rate_cfg[listener] = rate
-        state = self._listeners.get(listener)
-        if state is not None:
+            self._listener_rate_cfg[listener.lower()] = rate
+        for state in self._named(listener):
             state.rate.bound = float(INT_MAX if rate is None else rate)
 
     def connection_rate_for_ip(self, ip: str) -> int:
@@ -198,11 +208,10 @@ class ConnectionQuotas:
 
     def update_listener_max_connections(self, listener: str, maximum: int | None) -> None:
         if maximum is None:
-            self._listener_max_cfg.pop(listener, None)
+            self._listener_max_cfg.pop(listener.lower(), None)
         else:
-            self._listener_max_cfg[listener] = maximum
-        state = self._listeners.get(listener)
-        if state is not None:
+            self._listener_max_cfg[listener.lower()] = maximum
+        for state in self._named(listener):
             state.max_connections = INT_MAX if maximum is None else maximum
 
     def update_max_connections_per_ip(self, default: int, overrides: Mapping[str, int]) -> None:
@@ -213,12 +222,13 @@ class ConnectionQuotas:
         """Apply the dynamic settings of a reloaded broker config (the window settings are static, as in Kafka)."""
         self.inter_broker_listener = cfg.inter_broker_listener
         self.update_broker_max_connection_rate(cfg.max_connection_creation_rate)
-        for listener in set(self._listener_rate_cfg) | set(cfg.listener_rates):
-            if self._listener_rate_cfg.get(listener) != cfg.listener_rates.get(listener):
-                self.update_listener_max_connection_rate(listener, cfg.listener_rates.get(listener))
+        rates, maxes = _by_name(cfg.listener_rates), _by_name(cfg.listener_max_connections)
+        for listener in set(self._listener_rate_cfg) | set(rates):
+            if self._listener_rate_cfg.get(listener) != rates.get(listener):
+                self.update_listener_max_connection_rate(listener, rates.get(listener))
         self.update_max_connections(cfg.max_connections)
-        for listener in set(self._listener_max_cfg) | set(cfg.listener_max_connections):
-            self.update_listener_max_connections(listener, cfg.listener_max_connections.get(listener))
+        for listener in set(self._listener_max_cfg) | set(maxes):
+            self.update_listener_max_connections(listener, maxes.get(listener))
         self.update_max_connections_per_ip(cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides)
 
     # -- the per-connection algorithm (SPEC §7.2) --------------------------------------------------------------
