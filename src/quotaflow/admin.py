@@ -1,0 +1,347 @@
+"""The control-plane API over a quota store: describe, alter and resolve client quotas (KIP-546).
+
+* :meth:`Admin.describe` selects entities with a :class:`~quotaflow.core.filters.QuotaFilter` (SPEC §8.4).
+* :meth:`Admin.alter` applies alterations with KRaft's exact per-entity validation and duplicate rules (SPEC §8.3);
+  every entity is all-or-nothing and the whole call is one store transaction.
+* :meth:`Admin.resolve` answers the question KIP-546 proposed and Kafka never shipped: for a (user, client-id) pair,
+  which quota applies for each key, who supplied it (precedence level 1-8, SPEC §4.1), what it overrides, and the
+  quota-id (metric tags, SPEC §4.2) that decides who shares the bucket. :class:`QuotaIndex` does the same for many
+  pairs over one snapshot.
+
+Anything that offers ``describe`` / ``alter`` / ``resolve`` / ``resolve_ip`` is an :class:`AdminBackend`; the CLIs
+talk to that protocol, so a store-backed :class:`Admin` and a wire client are interchangeable.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeAlias
+
+from quotaflow.core.entities import DEFAULT, Name, Part, QuotaEntity
+from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, KafkaError
+from quotaflow.core.filters import QuotaFilter
+from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
+from quotaflow.core.precedence import ClientKey, all_matches, entity_bit, quota_tags
+from quotaflow.core.sanitize import sanitize
+from quotaflow.core.validation import (
+    HostResolver,
+    RawEntity,
+    config_keys_for_entity,
+    java_map_order,
+    render_raw_entity,
+    resolves,
+    validate_entity,
+    validate_quota_key_value,
+)
+from quotaflow.store.base import EntityChange, QuotaStore, Snapshot, Values
+
+EntityKey: TypeAlias = frozenset[tuple[str | None, str | None]]
+
+
+# -- alter --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaOp:
+    """One ``OpData``: set ``key`` to ``value``, or remove it when ``value`` is None."""
+
+    key: str | None
+    value: float | None = None
+
+    @property
+    def remove(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class Alteration:
+    """One ``EntryData``: an entity (type -> name, None = default) and its ops, in request order."""
+
+    entity: RawEntity
+    ops: tuple[QuotaOp, ...]
+
+    @classmethod
+    def of(
+        cls, entity: QuotaEntity | RawEntity, ops: Mapping[str, float | None] | Iterable[QuotaOp]
+    ) -> Alteration:
+        """Convenience constructor: ``Alteration.of(QuotaEntity(user="u"), {"producer_byte_rate": 1e6})``."""
+        source: Mapping[str, str | None] | RawEntity = entity.to_wire() if isinstance(entity, QuotaEntity) else entity
+        wire: dict[str | None, str | None] = dict(source.items())
+        op_list = tuple(QuotaOp(k, v) for k, v in ops.items()) if isinstance(ops, Mapping) else tuple(ops)
+        return cls(wire, op_list)
+
+
+@dataclass(frozen=True, slots=True)
+class AlterResult:
+    """The response entry for one distinct entity: success is code 0 with a null message."""
+
+    entity: RawEntity
+    error: ApiError
+
+    @property
+    def ok(self) -> bool:
+        return self.error.is_success
+
+
+def _entity_key(entity: RawEntity) -> EntityKey:
+    return frozenset(entity.items())
+
+
+# -- describe -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedEntity:
+    entity: QuotaEntity
+    values: Values
+
+
+# -- resolve ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """A configured entity that applies to the query, at its precedence level."""
+
+    level: int
+    entity: QuotaEntity
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedQuota:
+    """The quota one key resolves to. ``value`` None means unlimited (no configured entity supplies it)."""
+
+    key: str
+    value: float | None
+    entity: QuotaEntity | None
+    level: int | None
+    overridden: tuple[Contribution, ...]
+    quota_id: dict[str, str] | None  # the metric tags naming the shared bucket; None: the key is not tracked
+
+    @property
+    def unlimited(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Every quota key for one client (user, client-id) or one ip, as of store change ``seq``."""
+
+    entity: QuotaEntity
+    seq: int
+    quotas: dict[str, ResolvedQuota] = field(default_factory=dict)
+
+
+# quotaLimit(tags) only consults these levels for each shape of the tag pair (SPEC §4.2)
+_LEVELS_FOR_TAGS: dict[tuple[bool, bool], frozenset[int]] = {
+    (True, True): frozenset({1, 2, 4, 5}),
+    (True, False): frozenset({3, 6}),
+    (False, True): frozenset({7, 8}),
+    (False, False): frozenset(),
+}
+
+
+class QuotaIndex:
+    """Per-key override maps and ``quotaTypesEnabled`` masks built once from a snapshot; resolves are lookups.
+
+    Overrides are keyed by the *sanitized* user, as Kafka's quota managers key them. The mask for a key follows
+    Kafka 4.1's reference counting: a bit is set iff some stored entity of that shape holds that key.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.seq = snapshot.seq
+        self._overrides: dict[str, dict[ClientKey, tuple[float, QuotaEntity]]] = {k: {} for k in CLIENT_QUOTA_KEYS}
+        self._masks: dict[str, int] = dict.fromkeys(CLIENT_QUOTA_KEYS, 0)
+        self._ips: dict[Name, tuple[float, QuotaEntity]] = {}
+        for entity, values in snapshot.entities.items():
+            if entity.ip is not None:
+                if CONNECTION_CREATION_RATE in values:
+                    self._ips[_ip_key(entity.ip)] = (values[CONNECTION_CREATION_RATE], entity)
+                continue
+            user: Part = sanitize(entity.user) if isinstance(entity.user, str) else entity.user
+            ckey: ClientKey = (user, entity.client_id)
+            bit = entity_bit(entity.user, entity.client_id)
+            for key, value in values.items():
+                if key in self._overrides:
+                    self._overrides[key][ckey] = (value, entity)
+                    self._masks[key] |= bit
+
+    def mask(self, key: str) -> int:
+        """``quotaTypesEnabled`` of the quota manager that enforces ``key``."""
+        return self._masks[key]
+
+    def resolve(self, user: str, client_id: str) -> Resolution:
+        """For a connection with principal ``user`` (raw) and ``client_id``: the effective quota of every key."""
+        san = sanitize(user)
+        out = Resolution(QuotaEntity(user=user, client_id=client_id), self.seq)
+        for key in sorted(CLIENT_QUOTA_KEYS):
+            overrides, mask = self._overrides[key], self._masks[key]
+            matches = [
+                Contribution(m.level, m.value[1], m.value[0]) for m in all_matches(overrides, san, client_id)
+            ]
+            tag_user, tag_client = quota_tags(overrides, mask, san, client_id)
+            # what Kafka enforces is quotaLimit(tags); for non-empty names it is the most specific match
+            allowed = _LEVELS_FOR_TAGS[(bool(tag_user), bool(tag_client))]
+            winner = next((c for c in matches if c.level in allowed), None)
+            out.quotas[key] = ResolvedQuota(
+                key=key,
+                value=None if winner is None else winner.value,
+                entity=None if winner is None else winner.entity,
+                level=None if winner is None else winner.level,
+                overridden=tuple(c for c in matches if c is not winner),
+                quota_id=None if mask == 0 else {"user": tag_user, "client-id": tag_client},
+            )
+        return out
+
+    def resolve_ip(self, ip: str) -> Resolution:
+        """KIP-612: the ip's own entity (level 1), else the default ip (level 2), else unlimited."""
+        matches = [
+            Contribution(level, found[1], found[0])
+            for level, found in ((1, self._ips.get(_ip_key(ip))), (2, self._ips.get(DEFAULT)))
+            if found is not None
+        ]
+        winner = matches[0] if matches else None
+        resolved = ResolvedQuota(
+            key=CONNECTION_CREATION_RATE,
+            value=None if winner is None else winner.value,
+            entity=None if winner is None else winner.entity,
+            level=None if winner is None else winner.level,
+            overridden=tuple(matches[1:]),
+            quota_id={"ip": ip},
+        )
+        return Resolution(QuotaEntity(ip=ip), self.seq, {CONNECTION_CREATION_RATE: resolved})
+
+
+def _ip_key(ip: Name) -> Name:
+    """Compare ips as addresses when they parse (``::0001`` is ``::1``), else as given."""
+    if ip is DEFAULT or not isinstance(ip, str):
+        return ip
+    try:
+        return str(ipaddress.ip_address(ip))
+    except ValueError:
+        return ip
+
+
+# -- the API ------------------------------------------------------------------------------------------------------
+
+
+class AdminBackend(Protocol):
+    """What the CLIs need; implemented over a store by :class:`Admin` and over the wire by a client."""
+
+    def describe(self, quota_filter: QuotaFilter) -> list[DescribedEntity]: ...
+
+    def alter(self, alterations: Sequence[Alteration], validate_only: bool = False) -> list[AlterResult]: ...
+
+    def resolve(self, user: str, client_id: str) -> Resolution: ...
+
+    def resolve_ip(self, ip: str) -> Resolution: ...
+
+    def close(self) -> None: ...
+
+
+class Admin:
+    """:class:`AdminBackend` over a :class:`~quotaflow.store.base.QuotaStore`."""
+
+    def __init__(self, store: QuotaStore, *, resolver: HostResolver = resolves) -> None:
+        self.store = store
+        self._resolver = resolver
+
+    def describe(self, quota_filter: QuotaFilter) -> list[DescribedEntity]:
+        """Entities matching the filter with all their values, ordered by entity path.
+
+        Raises the whole-request error (``InvalidRequestError`` / ``UnsupportedVersionError``) for a bad filter.
+        """
+        quota_filter.validate()
+        snapshot = self.store.snapshot()
+        found = [DescribedEntity(e, dict(v)) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
+        return sorted(found, key=lambda d: d.entity.path)
+
+    def plan(self, alterations: Sequence[Alteration]) -> tuple[list[AlterResult], list[EntityChange]]:
+        """Validate as ``ClientQuotaControlManager.alterClientQuotas``: the per-entity results and the changes
+        to apply. A duplicate key, or an entity seen before in the request, ends as "Ignoring duplicate entity";
+        for a duplicate entity the first occurrence's changes still apply."""
+        results: dict[EntityKey, AlterResult] = {}
+        changes: list[EntityChange] = []
+        for alteration in alterations:
+            ekey = _entity_key(alteration.entity)
+            ops: dict[str | None, float | None] = {}
+            for op in alteration.ops:
+                if op.key in ops:
+                    message = (
+                        f"Duplicate quota key {op.key} not updating quota for this entity "
+                        f"{render_raw_entity(alteration.entity)}"
+                    )
+                    results[ekey] = AlterResult(alteration.entity, ApiError(InvalidRequestError.errno, message))
+                else:
+                    ops[op.key] = op.value
+            if ekey in results:
+                message = f"Ignoring duplicate entity {render_raw_entity(alteration.entity)}"
+                results[ekey] = AlterResult(alteration.entity, ApiError(InvalidRequestError.errno, message))
+                continue
+            try:
+                change = self._plan_entity(alteration.entity, ops)
+            except KafkaError as e:
+                results[ekey] = AlterResult(alteration.entity, e.to_api_error())
+                continue
+            results[ekey] = AlterResult(alteration.entity, SUCCESS)
+            if change[1]:
+                changes.append(change)
+        return list(results.values()), changes
+
+    def _plan_entity(self, entries: RawEntity, ops: Mapping[str | None, float | None]) -> EntityChange:
+        validate_entity(entries)
+        allowed = config_keys_for_entity(entries, self._resolver)
+        entity = QuotaEntity.from_wire({k: v for k, v in entries.items() if k is not None})
+        records: dict[str, float | None] = {}
+        for key in java_map_order(ops):
+            value = ops[key]
+            if value is None:
+                if key is not None:  # removals are not validated; removing an absent key is a no-op
+                    records[key] = None
+                continue
+            validate_quota_key_value(allowed, key, value)
+            assert key is not None
+            records[key] = value
+        return (entity, records)
+
+    def alter(self, alterations: Sequence[Alteration], validate_only: bool = False) -> list[AlterResult]:
+        """Validate and apply; one result per distinct entity, in order of first appearance.
+
+        The store skips sets equal to the current value and removals of absent keys, so neither is logged.
+        With ``validate_only`` the results are the same and nothing is written.
+        """
+        results, changes = self.plan(alterations)
+        if changes and not validate_only:
+            self.store.alter(changes)
+        return results
+
+    def index(self) -> QuotaIndex:
+        """A resolver over the current snapshot, for resolving many clients at once."""
+        return QuotaIndex(self.store.snapshot())
+
+    def resolve(self, user: str, client_id: str) -> Resolution:
+        return self.index().resolve(user, client_id)
+
+    def resolve_ip(self, ip: str) -> Resolution:
+        return self.index().resolve_ip(ip)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+__all__ = [
+    "DEFAULT",
+    "Admin",
+    "AdminBackend",
+    "AlterResult",
+    "Alteration",
+    "Contribution",
+    "DescribedEntity",
+    "QuotaIndex",
+    "QuotaOp",
+    "Resolution",
+    "ResolvedQuota",
+]
