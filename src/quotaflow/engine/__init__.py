@@ -1,1 +1,80 @@
-"""Engine: Kafka-exact metering and throttling. Pure code: no I/O, no asyncio; time is an argument."""
+"""Engine: Kafka-exact metering and throttling. Pure code: no I/O, no asyncio; time is an argument.
+
+Per request: :class:`ClientQuotaManager` (one per :class:`QuotaType`), :mod:`.throttle` to combine managers,
+:func:`apply_changes` for live quota updates. In bulk: :func:`decide_groups` over a :class:`KernelState`.
+"""
+
+from quotaflow.engine.client_quota import (
+    INACTIVE_SENSOR_EXPIRATION_MS,
+    NANOS_TO_PERCENT,
+    ClientQuotaManager,
+    QuotaId,
+    QuotaTypesTracking,
+    nanos_to_percent,
+)
+from quotaflow.engine.controller_mutation import (
+    ControllerMutationQuota,
+    MutationThrottledError,
+    PermissiveControllerMutationQuota,
+    StrictControllerMutationQuota,
+    UnboundedControllerMutationQuota,
+    is_strict,
+)
+from quotaflow.engine.exempt import CLUSTER_ACTION_API_KEYS, EXEMPT_THROTTLE_API_KEYS, is_request_quota_exempt
+from quotaflow.engine.kernel import (
+    MODE_CHECK,
+    MODE_NOCHECK,
+    MODE_SKIP,
+    KernelState,
+    WindowReading,
+    decide_groups,
+    read_window,
+)
+from quotaflow.engine.metrics import MetricSample, MetricSource, PrometheusCollector
+from quotaflow.engine.quota_type import QuotaType
+from quotaflow.engine.rate import Rate, bounded_throttle_time, java_round, throttle_time, to_int32
+from quotaflow.engine.stats import Avg, CumulativeSum
+from quotaflow.engine.throttle import ThrottleDecision, combine, fetch_throttle, produce_throttle, request_throttle
+from quotaflow.engine.token_bucket import TokenBucket
+
+__all__ = [
+    "CLUSTER_ACTION_API_KEYS",
+    "EXEMPT_THROTTLE_API_KEYS",
+    "INACTIVE_SENSOR_EXPIRATION_MS",
+    "MODE_CHECK",
+    "MODE_NOCHECK",
+    "MODE_SKIP",
+    "NANOS_TO_PERCENT",
+    "Avg",
+    "ClientQuotaManager",
+    "ControllerMutationQuota",
+    "CumulativeSum",
+    "KernelState",
+    "MetricSample",
+    "MetricSource",
+    "MutationThrottledError",
+    "PermissiveControllerMutationQuota",
+    "PrometheusCollector",
+    "QuotaId",
+    "QuotaType",
+    "QuotaTypesTracking",
+    "Rate",
+    "StrictControllerMutationQuota",
+    "ThrottleDecision",
+    "TokenBucket",
+    "UnboundedControllerMutationQuota",
+    "WindowReading",
+    "bounded_throttle_time",
+    "combine",
+    "decide_groups",
+    "fetch_throttle",
+    "is_request_quota_exempt",
+    "is_strict",
+    "java_round",
+    "nanos_to_percent",
+    "produce_throttle",
+    "read_window",
+    "request_throttle",
+    "throttle_time",
+    "to_int32",
+]

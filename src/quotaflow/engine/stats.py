@@ -1,0 +1,57 @@
+"""The other metrics-library stats quota managers use: ``Avg`` (throttle-time), ``CumulativeSum`` (queue-size).
+
+``Avg`` is a sampled stat with exactly ``Rate``'s windowing (samples + 1, purge by last event) whose reading is
+sum / event count over the kept samples, NaN when there are no events (SPEC §2.2, Kafka ``Avg.combine``).
+"""
+
+from __future__ import annotations
+
+from quotaflow.engine.rate import Rate
+
+
+class Avg(Rate):
+    """Kafka ``Avg`` over a ``SampledStat``; defaults are ``MetricConfig``'s (2 samples × 30 s)."""
+
+    __slots__ = ("_count",)
+
+    def __init__(self, samples: int = 2, window_ms: int = 30_000) -> None:
+        super().__init__(samples, window_ms, None)
+        self._count: list[int] = []
+
+    def record(self, value: float, now_ms: int) -> None:
+        n_before, cur_before = self.num_samples, self._current
+        super().record(value, now_ms)
+        cur = self._current
+        while len(self._count) < self.num_samples:
+            self._count.append(0)
+        if n_before == 0 or cur != cur_before:  # a new or reset sample
+            self._count[cur] = 0
+        self._count[cur] += 1
+
+    def purge(self, now_ms: int) -> None:
+        age = self._purge_age
+        for i, last in enumerate(self._last):
+            if now_ms - last >= age:
+                self._count[i] = 0
+        super().purge(now_ms)
+
+    def measure(self, now_ms: int) -> float:
+        """Average of the recorded values still in the window; NaN when there are none."""
+        total = self.total(now_ms)
+        count = sum(self._count)
+        return total / count if count else float("nan")
+
+
+class CumulativeSum:
+    """Kafka ``CumulativeSum``: a running total that never expires."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def record(self, value: float = 1.0) -> None:
+        self.total += value
+
+    def measure(self) -> float:
+        return self.total
