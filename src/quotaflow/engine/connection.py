@@ -326,6 +326,9 @@ class ConnectionQuotas:
         sensor = self._ip_sensors.get(ip)
         return None if sensor is None else sensor.rate.bound
 
+    def listener_rate_bound(self, listener: str) -> float | None:
+        return self._listener(listener).rate.bound
+
     def expire_sensors(self, now_ms: int) -> None:
         """Drop IP sensors idle for more than an hour (Kafka's ExpireSensorTask), bounding memory under storms."""
         stale = [ip for ip, s in self._ip_sensors.items() if now_ms - s.last_record_ms > IP_SENSOR_EXPIRATION_MS]

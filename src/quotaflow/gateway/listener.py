@@ -1,0 +1,339 @@
+"""The gateway's front door: named asyncio listeners that enforce KIP-612 connection quotas on real sockets.
+
+Each listener has one acceptor task, like Kafka's Acceptor thread. It accepts one socket, asks the engine
+(:class:`~quotaflow.engine.connection.ConnectionQuotas`) for the broker/listener delay and *sleeps* for it (and
+while no connection slot is free). It does not accept again meanwhile, so new connections wait in the OS listen
+backlog. Then the per-IP check runs: an IP-throttled socket is held for its throttle time and closed, never handed
+to the handler. An admitted socket is counted, wrapped in asyncio streams and handed to the handler; the count is
+released when the handler's connection closes.
+
+:class:`ConnectionQuotaReloader` applies quota-store changes (``connection_creation_rate`` on ip entities) and
+server.properties edits while the listeners run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeAlias
+
+from quotaflow.brokerconfig import BrokerConfigWatcher
+from quotaflow.core.entities import DEFAULT
+from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
+from quotaflow.core.keys import CONNECTION_CREATION_RATE
+from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas, scala_double_to_int
+from quotaflow.store.base import QuotaStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKLOG: Final = 512
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptedConnection:
+    listener: str
+    client_ip: str
+    client_port: int
+    accepted_ms: int
+
+
+Handler: TypeAlias = Callable[[asyncio.StreamReader, asyncio.StreamWriter, AcceptedConnection], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class ListenerStats:
+    """Per-listener counters of what the acceptor did (for tests, logs and the demo)."""
+
+    accepted: int = 0
+    ip_throttled: int = 0
+    too_many: int = 0
+    blocked_ms: int = 0
+
+
+class QuotaListener:
+    """Accepts connections on named listeners, enforcing the connection quotas before the handler sees them."""
+
+    def __init__(
+        self,
+        listeners: dict[str, tuple[str, int]],
+        quotas: ConnectionQuotas,
+        handler: Handler,
+        *,
+        inter_broker_listener: str | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        backlog: int = DEFAULT_BACKLOG,
+    ) -> None:
+        if not listeners:
+            raise ValueError("at least one listener is required")
+        self._bind = dict(listeners)
+        self.quotas = quotas
+        self._handler = handler
+        self._clock_ms = clock_ms
+        self._backlog = backlog
+        if inter_broker_listener is not None:
+            quotas.inter_broker_listener = inter_broker_listener
+        for name in listeners:
+            if name not in quotas.listeners:
+                quotas.add_listener(name)
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.stats: dict[str, ListenerStats] = {name: ListenerStats() for name in listeners}
+        self._sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._held: dict[socket.socket, asyncio.TimerHandle] = {}
+        self._slot_freed = asyncio.Condition()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for name, (host, port) in self._bind.items():
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((host, port))
+                sock.listen(self._backlog)
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                await self.close()
+                raise
+            self._sockets.append(sock)
+            bound = sock.getsockname()
+            self.addresses[name] = (bound[0], bound[1])
+            self._acceptors.append(loop.create_task(self._accept_loop(name, sock), name=f"acceptor-{name}"))
+
+    async def close(self) -> None:
+        """Stop accepting, close held sockets, cancel the handlers' connections and wait for them."""
+        for task in self._acceptors:
+            task.cancel()
+        await asyncio.gather(*self._acceptors, return_exceptions=True)
+        self._acceptors.clear()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+        for sock, timer in list(self._held.items()):
+            timer.cancel()
+            sock.close()
+        self._held.clear()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- reconfiguration without restart --------------------------------------------------------------------------
+    def update_ip_connection_rate_quota(self, ip: str | None, rate: int | None) -> None:
+        self.quotas.update_ip_connection_rate_quota(ip, rate)
+
+    def reconfigure(self, config: ConnectionQuotaConfig) -> None:
+        self.quotas.reconfigure(config)
+        self._notify_slots()
+
+    # -- the acceptor ------------------------------------------------------------------------------------------
+    async def _accept_loop(self, listener: str, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(sock)
+            except OSError as e:  # e.g. EMFILE: back off instead of spinning
+                log.warning("accept on %s failed: %s", listener, e)
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                await self._admit(listener, conn, str(addr[0]), int(addr[1]))
+            except asyncio.CancelledError:
+                conn.close()
+                raise
+            except Exception:
+                log.exception("admitting a connection on %s failed", listener)
+                conn.close()
+
+    async def _admit(self, listener: str, conn: socket.socket, ip: str, port: int) -> None:
+        quotas = self.quotas
+        start = self._clock_ms()
+        delay = quotas.record_connection_and_get_throttle_ms(listener, start)
+        if delay > 0 or not quotas.connection_slot_available(listener):
+            t0 = time.monotonic()
+            await self._wait_for_slot(listener, start + delay)
+            blocked = round((time.monotonic() - t0) * 1000)
+            quotas.record_acceptor_blocked(listener, blocked, self._clock_ms())
+            self.stats[listener].blocked_ms += blocked
+        now = self._clock_ms()
+        try:
+            quotas.record_ip_connection_maybe_throttle(listener, ip, now)
+        except ConnectionThrottledError as e:
+            self.stats[listener].ip_throttled += 1
+            self._hold_then_close(conn, e.throttle_ms)
+            return
+        try:
+            quotas.inc_count(listener, ip)
+        except TooManyConnectionsError as e:
+            log.info("%s", e)
+            self.stats[listener].too_many += 1
+            quotas.dec(listener, ip)
+            conn.close()
+            return
+        self.stats[listener].accepted += 1
+        task = asyncio.get_running_loop().create_task(self._serve(conn, AcceptedConnection(listener, ip, port, now)))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _wait_for_slot(self, listener: str, until_ms: int) -> None:
+        """Sleep until ``until_ms`` and then until a connection slot is free (woken by every close)."""
+        while True:
+            remaining = until_ms - self._clock_ms()
+            if remaining > 0:
+                await asyncio.sleep(remaining / 1000)
+                continue
+            if self.quotas.connection_slot_available(listener):
+                return
+            async with self._slot_freed:  # woken by a close or a reconfiguration; re-check at least every 500 ms
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._slot_freed.wait(), 0.5)
+
+    def _hold_then_close(self, conn: socket.socket, throttle_ms: int) -> None:
+        """Keep the throttled socket open for its throttle time, then close it (it is never accepted)."""
+
+        def close() -> None:
+            self._held.pop(conn, None)
+            conn.close()
+
+        self._held[conn] = asyncio.get_running_loop().call_later(throttle_ms / 1000, close)
+
+    async def _serve(self, conn: socket.socket, accepted: AcceptedConnection) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn)
+        except OSError as e:
+            log.info("connection from %s closed before it was served: %s", accepted.client_ip, e)
+            conn.close()
+            self._release(accepted)
+            return
+        try:
+            await self._handler(reader, writer, accepted)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            log.exception("handler failed for %s:%d on %s", accepted.client_ip, accepted.client_port,
+                          accepted.listener)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._release(accepted)
+
+    def _release(self, accepted: AcceptedConnection) -> None:
+        self.quotas.dec(accepted.listener, accepted.client_ip)
+        self._notify_slots()
+
+    def _notify_slots(self) -> None:
+        async def notify() -> None:
+            async with self._slot_freed:
+                self._slot_freed.notify_all()
+
+        with contextlib.suppress(RuntimeError):  # no running loop (closing)
+            asyncio.get_running_loop().create_task(notify())
+
+
+def ip_entity_address(name: str) -> str | None:
+    """An ip entity name as the address key the acceptor sees; None for a hostname (resolve it first)."""
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return None
+
+
+class ConnectionQuotaReloader:
+    """Polls a quota store's change log and a server.properties file; applies changes to the live quotas.
+
+    As Kafka's ClientQuotaMetadataManager: ip entity names are resolved to addresses, values are converted with
+    ``.toInt``, keys other than ``connection_creation_rate`` on ip entities are ignored.
+    """
+
+    def __init__(
+        self,
+        quotas: ConnectionQuotas,
+        *,
+        store: QuotaStore | None = None,
+        config_path: str | Path | None = None,
+        interval_s: float = 0.25,
+        on_reconfigure: Callable[[ConnectionQuotaConfig], None] | None = None,
+    ) -> None:
+        self.quotas = quotas
+        self._store = store
+        self._watcher = BrokerConfigWatcher(Path(config_path)) if config_path is not None else None
+        self._interval = interval_s
+        self._on_reconfigure = on_reconfigure or quotas.reconfigure
+        self._seq: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.applied = 0  # ip quota changes applied so far
+
+    async def start(self) -> None:
+        await self.poll_once()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="connection-quota-reloader")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("connection quota reload failed")
+
+    async def poll_once(self) -> None:
+        if self._watcher is not None:
+            config = self._watcher.poll()
+            if config is not None:
+                self._on_reconfigure(config)
+        if self._store is None:
+            return
+        if self._seq is None:
+            snapshot = self._store.snapshot()
+            for entity, values in snapshot.entities.items():
+                if entity.ip is not None and entity.user is None and entity.client_id is None:
+                    for key, value in values.items():
+                        await self._apply(entity.ip, key, value)
+            self._seq = snapshot.seq
+            return
+        for change in self._store.changes_since(self._seq):
+            self._seq = change.seq
+            entity = change.entity
+            if entity.ip is not None and entity.user is None and entity.client_id is None:
+                await self._apply(entity.ip, change.key, change.value)
+
+    async def _apply(self, ip: object, key: str, value: float | None) -> None:
+        if key != CONNECTION_CREATION_RATE:
+            log.warning("Ignoring unexpected quota key %s for ip entity", key)
+            return
+        rate = None if value is None else scala_double_to_int(value)
+        if ip is DEFAULT:
+            self.quotas.update_ip_connection_rate_quota(None, rate)
+            self.applied += 1
+            return
+        name = str(ip)
+        address = ip_entity_address(name)
+        if address is None:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+                address = str(infos[0][4][0])
+            except (OSError, IndexError):
+                log.warning("Unable to resolve address %s", name)
+                return
+        self.quotas.update_ip_connection_rate_quota(address, rate)
+        self.applied += 1
