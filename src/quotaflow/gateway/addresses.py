@@ -1,0 +1,51 @@
+"""Broker-address rewriting: clients must only ever learn the gateway's addresses, never the upstream's.
+
+Metadata (brokers), FindCoordinator (v0–3 host/port, v4+ coordinators) and DescribeCluster (brokers) carry broker
+addresses. Each upstream node id maps to one gateway address. With one upstream broker every node id maps to the
+address of the listener the client is connected to; with N brokers the map would hold one gateway port per upstream
+node (docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kafka.protocol.api_key import ApiKey
+
+REWRITTEN_APIS: Final = frozenset({ApiKey.Metadata, ApiKey.FindCoordinator, ApiKey.DescribeCluster})
+
+
+@dataclass(frozen=True, slots=True)
+class AddressMap:
+    """Upstream node id -> the gateway (host, port) a client must use for it."""
+
+    default: tuple[str, int]
+    by_node: Mapping[int, tuple[str, int]] = field(default_factory=dict)
+
+    def __call__(self, node_id: int) -> tuple[str, int]:
+        return self.by_node.get(node_id, self.default)
+
+
+def _rewrite_node(obj: Any, node_attr: str, address_of: AddressMap) -> None:
+    node_id = int(getattr(obj, node_attr))
+    if node_id < 0:  # "no coordinator" / error placeholders carry node -1 and no usable address
+        return
+    obj.host, obj.port = address_of(node_id)
+
+
+def rewrite_addresses(message: Any, api_key: int, address_of: AddressMap) -> None:
+    """Rewrite every broker address in a decoded response, in place."""
+    if api_key == ApiKey.Metadata:
+        for broker in message.brokers:
+            _rewrite_node(broker, "node_id", address_of)
+    elif api_key == ApiKey.DescribeCluster:
+        for broker in message.brokers:
+            _rewrite_node(broker, "broker_id", address_of)
+    elif api_key == ApiKey.FindCoordinator:
+        if message.API_VERSION >= 4:
+            for coordinator in message.coordinators:
+                _rewrite_node(coordinator, "node_id", address_of)
+        else:
+            _rewrite_node(message, "node_id", address_of)

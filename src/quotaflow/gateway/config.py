@@ -1,0 +1,79 @@
+"""Gateway settings, under Kafka's broker config names where Kafka has one.
+
+``--config FILE`` is a Java-style properties file (``key=value``, ``#`` comments). Keys the gateway itself reads are
+typed here; the connection-quota keys (``max.connection.creation.rate``, ``listener.name.<l>.max.connection.creation
+.rate``, ...) are passed on untouched to the listener.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from quotaflow.core.errors import CommandError
+
+SOCKET_REQUEST_MAX_BYTES: Final = "socket.request.max.bytes"
+CONNECTIONS_MAX_IDLE_MS: Final = "connections.max.idle.ms"
+QUOTA_WINDOW_NUM: Final = "quota.window.num"
+QUOTA_WINDOW_SIZE_SECONDS: Final = "quota.window.size.seconds"
+QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
+MAX_IN_FLIGHT: Final = "quotaflow.max.in.flight.requests"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    socket_request_max_bytes: int = 100 * 1024 * 1024  # Kafka's default (104857600)
+    connections_max_idle_ms: int = 600_000  # Kafka's default (10 minutes)
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
+    store_poll_ms: int = 250  # quota changes apply within a second
+    max_in_flight: int = 256  # pipelined requests read ahead per connection before reading pauses
+    admin_principals: frozenset[str] = frozenset()
+    extra: Mapping[str, str] = field(default_factory=dict)  # everything else: the listener's connection quotas
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], **overrides: object) -> GatewayConfig:
+        typed = {
+            SOCKET_REQUEST_MAX_BYTES: "socket_request_max_bytes",
+            CONNECTIONS_MAX_IDLE_MS: "connections_max_idle_ms",
+            QUOTA_WINDOW_NUM: "quota_window_num",
+            QUOTA_WINDOW_SIZE_SECONDS: "quota_window_size_seconds",
+            QUOTA_POLL_MS: "store_poll_ms",
+            MAX_IN_FLIGHT: "max_in_flight",
+        }
+        values: dict[str, object] = {}
+        extra: dict[str, str] = {}
+        for key, raw in props.items():
+            if key in typed:
+                try:
+                    number = int(raw)
+                except ValueError as e:
+                    raise CommandError(f"Invalid value {raw} for configuration {key}: Not a number of type INT") from e
+                if number < 1:
+                    raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be at least 1")
+                values[typed[key]] = number
+            else:
+                extra[key] = raw
+        values["extra"] = extra
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A Java-style properties file: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
+    props: dict[str, str] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise CommandError(f"cannot read config file {path}: {e}") from e
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise CommandError(f"invalid line in {path}: {line!r} (expected key=value)")
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props

@@ -1,0 +1,381 @@
+"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling.
+
+Three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
+pipeline requests and match responses by order and correlation id):
+
+* ``_read_client``: reads a frame, decides (forward raw / answer locally / fail), queues a ``Pending``; forwarded
+  frames are written to the upstream unchanged, so correlation ids are preserved.
+* ``_read_upstream``: reads upstream responses and completes the oldest forwarded ``Pending``.
+* ``_write_client``: takes each ``Pending`` in order, applies quotas (KIP-219: answer at once with
+  ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be rewritten, writes.
+
+Thread time (``time.thread_time_ns``) is measured around every synchronous step a request takes on the event
+loop, plus work done for it in executor threads, and fed to the request quota (SPEC §5; docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.core.errors import InvalidRequestError, KafkaError
+from quotaflow.gateway import protocol, versions
+from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
+
+if TYPE_CHECKING:
+    from quotaflow.gateway.server import Gateway
+
+log = logging.getLogger(__name__)
+
+SASL_AUTHENTICATION_FAILED: Final = 58
+UNSUPPORTED_SASL_MECHANISM: Final = 33
+ILLEGAL_SASL_STATE: Final = 34
+_RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
+
+
+class ConnectionClosed(Exception):
+    """Stop serving this connection (protocol violation, oversize frame, peer gone)."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """One request on its way through the gateway."""
+
+    header: protocol.RequestHeader
+    request_bytes: int
+    received_ms: int
+    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far
+    acks: int | None = None
+    local: bytes | None = None  # a response the gateway made itself
+    upstream: asyncio.Future[bytes] | None = None
+    close_after: bool = False
+    exempt: bool = False
+    decisions: dict[str, int] = field(default_factory=dict)
+
+
+class ClientConnection:
+    def __init__(self, gateway: Gateway, listener: str, client_ip: str, client_port: int,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.gateway = gateway
+        self.listener = listener
+        self.client_ip = client_ip
+        self.client_port = client_port
+        self.reader = reader
+        self.writer = writer
+        self.principal = ANONYMOUS
+        self.last_active = time.monotonic()
+        self.muted_until = 0.0  # monotonic seconds; reading resumes after this
+        self._queue: asyncio.Queue[Pending | None] = asyncio.Queue(gateway.config.max_in_flight)
+        self._awaiting: deque[Pending] = deque()
+        self._upstream_reader: asyncio.StreamReader | None = None
+        self._upstream_writer: asyncio.StreamWriter | None = None
+        self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
+        self._closing = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        try:
+            try:
+                self._upstream_reader, self._upstream_writer = await asyncio.open_connection(
+                    *self.gateway.upstream, limit=self.gateway.stream_limit)
+            except OSError as e:
+                log.warning("upstream %s:%s unreachable for %s: %s", *self.gateway.upstream, self.client_ip, e)
+                return
+            tasks = [asyncio.ensure_future(t) for t in (self._read_client(), self._read_upstream(),
+                                                          self._write_client())]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for task in done:
+                exc = task.exception() if not task.cancelled() else None
+                if exc is not None and not isinstance(exc, ConnectionClosed | ConnectionError |
+                                                      asyncio.IncompleteReadError):
+                    log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
+        finally:
+            self._fail_awaiting()
+            self.close()
+            await self._wait_closed()
+
+    def close(self) -> None:
+        """Close both sockets now (idempotent; safe from other tasks, e.g. the idle reaper)."""
+        self._closing = True
+        self.writer.close()
+        if self._upstream_writer is not None:
+            self._upstream_writer.close()
+
+    async def _wait_closed(self) -> None:
+        for w in (self.writer, self._upstream_writer):
+            if w is not None:
+                with contextlib.suppress(Exception):
+                    await w.wait_closed()
+
+    def _fail_awaiting(self) -> None:
+        while self._awaiting:
+            fut = self._awaiting.popleft().upstream
+            if fut is not None and not fut.done():
+                fut.set_exception(ConnectionClosed("upstream connection closed"))
+
+    # -- client -> gateway ----------------------------------------------------------------------------------
+
+    async def _read_frame(self, reader: asyncio.StreamReader, limit: int) -> bytes:
+        size = protocol.SIZE.unpack(await reader.readexactly(4))[0]
+        if size < 0 or size > limit:
+            raise ConnectionClosed(f"frame of {size} bytes exceeds socket.request.max.bytes ({limit})")
+        return await reader.readexactly(size)
+
+    async def _read_client(self) -> None:
+        limit = self.gateway.config.socket_request_max_bytes
+        while not self._closing:
+            wait = self.muted_until - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            frame = await self._read_frame(self.reader, limit)
+            start = time.thread_time_ns()
+            self.last_active = time.monotonic()
+            pending = self._on_request(frame)
+            pending.thread_ns += time.thread_time_ns() - start
+            if pending.upstream is None and pending.local is None:
+                pending = await self._answer_locally(frame, pending)
+            await self._queue.put(pending)
+            if pending.close_after:
+                return
+
+    def _on_request(self, frame: bytes) -> Pending:
+        now_ms = time.time_ns() // 1_000_000
+        if self._sasl_state == "handshaken-v0":
+            header = protocol.RequestHeader(ApiKey.SaslAuthenticate, _RAW_SASL, -1, None, 0)
+            return Pending(header, len(frame), now_ms)
+        try:
+            header = protocol.parse_request_header(frame)
+        except InvalidRequestError as e:
+            raise ConnectionClosed(str(e)) from e
+        pending = Pending(header, len(frame), now_ms)
+        key = header.api_key
+        if key in _LOCAL_APIS:
+            return pending  # answered by _answer_locally
+        if key == ApiKey.ApiVersions and header.api_version > versions.APIVERSIONS_MAX:
+            pending.local = versions.unsupported_version_response(header.correlation_id)
+            return pending
+        if key == ApiKey.Produce:
+            try:
+                pending.acks = protocol.produce_acks(frame, header)
+            except InvalidRequestError as e:
+                raise ConnectionClosed(str(e)) from e
+            if pending.acks == 0:
+                self._forward(frame)
+                self._produce_acks0(pending)
+                return pending
+        self._forward(frame)
+        pending.upstream = asyncio.get_running_loop().create_future()
+        self._awaiting.append(pending)
+        return pending
+
+    def _forward(self, frame: bytes) -> None:
+        assert self._upstream_writer is not None
+        self._upstream_writer.write(protocol.SIZE.pack(len(frame)))
+        self._upstream_writer.write(frame)
+
+    def _produce_acks0(self, pending: Pending) -> None:
+        """acks=0: no response, but the byte-rate throttle still mutes the connection (SPEC §4.6)."""
+        throttle = self.gateway.enforcement.produce(self.principal, pending.header.client_id, pending.request_bytes,
+                                                    pending.received_ms)
+        pending.exempt = True  # request quota: acks=0 produce is exempt (SPEC §5)
+        pending.decisions["throttle_ms_produce"] = throttle
+        pending.local = b""  # nothing to send; the writer still logs it and applies the mute
+        self._mute(throttle)
+
+    # -- answered by the gateway itself -----------------------------------------------------------------------
+
+    async def _answer_locally(self, frame: bytes, pending: Pending) -> Pending:
+        header = pending.header
+        try:
+            if header.api_version == _RAW_SASL:
+                return await self._raw_sasl(frame, pending)
+            request = protocol.decode_request(frame, header)
+            if header.api_key == ApiKey.SaslHandshake:
+                return self._sasl_handshake(request, pending)
+            if header.api_key == ApiKey.SaslAuthenticate:
+                return await self._sasl_authenticate(request, pending)
+            response, executor_ns = await self.gateway.quota_admin.handle(header.api_key, header.api_version,
+                                                                           request, self.principal)
+            pending.thread_ns += executor_ns
+            pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+        except InvalidRequestError as e:
+            raise ConnectionClosed(str(e)) from e
+        return pending
+
+    def _sasl_handshake(self, request: Any, pending: Pending) -> Pending:
+        version = pending.header.api_version
+        cls = protocol.response_class(ApiKey.SaslHandshake, version)
+        if self._sasl_state != "none":
+            error = ILLEGAL_SASL_STATE
+            pending.close_after = True
+        elif request.mechanism != PLAIN:
+            error = UNSUPPORTED_SASL_MECHANISM
+        else:
+            error = 0
+            self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
+        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=[PLAIN]), version,
+                                                 pending.header.correlation_id)
+        return pending
+
+    async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
+        def run() -> tuple[str | None, str | None, int]:
+            start = time.thread_time_ns()
+            try:
+                from quotaflow.gateway.sasl import authenticate_plain
+
+                return authenticate_plain(self.gateway.store, token), None, time.thread_time_ns() - start
+            except SaslAuthenticationError as e:
+                return None, str(e), time.thread_time_ns() - start
+
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
+        principal, _error, ns = await self._check_plain(token)
+        pending.thread_ns += ns
+        if principal is None:
+            raise ConnectionClosed("SASL/PLAIN authentication failed")  # v0 has no error response: close
+        self.principal = principal
+        self._sasl_state = "authenticated"
+        pending.local = protocol.SIZE.pack(0)  # PLAIN's server token is empty
+        return pending
+
+    async def _sasl_authenticate(self, request: Any, pending: Pending) -> Pending:
+        version = pending.header.api_version
+        cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
+        message: str | None
+        if self._sasl_state != "handshaken":
+            error, message = ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request"
+        else:
+            principal, message, ns = await self._check_plain(bytes(request.auth_bytes))
+            pending.thread_ns += ns
+            if principal is None:
+                error = SASL_AUTHENTICATION_FAILED
+            else:
+                error, message = 0, None
+                self.principal = principal
+                self._sasl_state = "authenticated"
+        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": b""}
+        # (message is None on success)
+        if version >= 1:
+            fields["session_lifetime_ms"] = 0
+        pending.close_after = error != 0
+        pending.local = protocol.encode_response(cls(**fields), version, pending.header.correlation_id)
+        return pending
+
+    # -- upstream -> gateway ----------------------------------------------------------------------------------
+
+    async def _read_upstream(self) -> None:
+        assert self._upstream_reader is not None
+        while True:
+            frame = await self._read_frame(self._upstream_reader, 1 << 31)
+            if not self._awaiting:
+                raise ConnectionClosed("upstream sent a response nobody asked for")
+            pending = self._awaiting.popleft()
+            if protocol.response_correlation_id(frame) != pending.header.correlation_id:
+                raise ConnectionClosed("upstream response out of order")
+            assert pending.upstream is not None
+            pending.upstream.set_result(frame)
+
+    # -- gateway -> client ------------------------------------------------------------------------------------
+
+    async def _write_client(self) -> None:
+        while True:
+            pending = await self._queue.get()
+            if pending is None:
+                return
+            frame = await pending.upstream if pending.upstream is not None else pending.local
+            assert frame is not None
+            start = time.thread_time_ns()
+            out = self._respond(pending, frame) if pending.upstream is not None else frame
+            if out:
+                self.writer.write(out)
+            self.last_active = time.monotonic()
+            pending.thread_ns += time.thread_time_ns() - start
+            self._settle(pending, len(out) if pending.upstream is not None else len(frame))
+            await self.writer.drain()
+            if pending.close_after:
+                raise ConnectionClosed("closing after the response, as Kafka does")
+
+    def _respond(self, pending: Pending, frame: bytes) -> bytes:
+        """The bytes to send for an upstream response: quotas applied, addresses rewritten, correlation id kept."""
+        header = pending.header
+        key, version = header.api_key, header.api_version
+        enforcement = self.gateway.enforcement
+        now_ms = time.time_ns() // 1_000_000
+        throttle = 0
+        fetch_throttled = False
+        if key == ApiKey.Produce:
+            bw = enforcement.produce(self.principal, header.client_id, pending.request_bytes, now_ms)
+            pending.decisions["throttle_ms_produce"] = bw
+            throttle = bw
+        elif key == ApiKey.Fetch:
+            req = self._request_throttle(pending, now_ms)
+            bw = enforcement.fetch(self.principal, header.client_id, len(frame), now_ms)
+            pending.decisions["throttle_ms_fetch"] = bw
+            throttle = max(bw, req)
+            if throttle > 0:
+                enforcement.unrecord_fetch(self.principal, header.client_id, len(frame), now_ms)
+                fetch_throttled = True
+        if key != ApiKey.Fetch:
+            throttle = max(throttle, self._request_throttle(pending, now_ms))
+        pending.decisions["throttle_ms"] = throttle
+        if throttle > 0:
+            self._mute(throttle)
+        if fetch_throttled:
+            return protocol.empty_fetch_response(frame, version, throttle)
+        if key == ApiKey.ApiVersions:
+            return versions.rewrite_response(frame, version)
+        if key in REWRITTEN_APIS or throttle > 0:
+            return self._rewrite(frame, key, version, throttle)
+        return protocol.SIZE.pack(len(frame)) + frame
+
+    def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
+        if protocol.max_known_version(key) is None:
+            return protocol.SIZE.pack(len(frame)) + frame
+        message = protocol.decode_response(frame, key, version)
+        if key in REWRITTEN_APIS:
+            rewrite_addresses(message, key, self.gateway.address_map(self.listener))
+        if throttle > 0 and protocol._has_throttle_field(message):
+            message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
+        return protocol.encode_response(message, version, protocol.response_correlation_id(frame))
+
+    def _request_throttle(self, pending: Pending, now_ms: int) -> int:
+        """request_percentage on the gateway's own thread time for this request (SPEC §5)."""
+        header = pending.header
+        elapsed = pending.thread_ns + 0
+        if pending.exempt or self.gateway.enforcement.is_exempt(header.api_key):
+            self.gateway.enforcement.record_exempt(elapsed, now_ms)
+            return 0
+        throttle = self.gateway.enforcement.request(self.principal, header.client_id, elapsed, now_ms)
+        pending.decisions["throttle_ms_request"] = throttle
+        return throttle
+
+    def _mute(self, throttle_ms: int) -> None:
+        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
+
+    def _settle(self, pending: Pending, response_bytes: int) -> None:
+        """After the response is written: locally answered requests are charged too, then the event is logged."""
+        now_ms = time.time_ns() // 1_000_000
+        if pending.upstream is None and pending.header.api_version != _RAW_SASL and pending.acks != 0:
+            throttle = self._request_throttle(pending, now_ms)
+            pending.decisions["throttle_ms"] = throttle
+            if throttle > 0:
+                self._mute(throttle)
+        self.gateway.on_request(self, pending, response_bytes, now_ms)
+
+
+_LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
+                                ApiKey.AlterClientQuotas})
+_ = KafkaError  # errors from handlers surface as KafkaError subclasses in quota_admin

@@ -1,0 +1,217 @@
+"""Kafka wire protocol glue over kafka-python 3.0.12's schema-driven message classes.
+
+Every request and response body the gateway reads or writes is decoded and encoded by kafka-python's generated
+``ApiMessage`` classes (built from Kafka's own JSON message definitions); quotaflow keeps no schema tables. The only
+bytes parsed by hand are the four fields every request header v1/v2 starts with (api key, version, correlation id,
+client id: fixed positions in both versions) and, for Produce, the walk to ``acks``: both on the hot path, where a
+full decode would cost more than forwarding the bytes.
+
+Header rules: request header v2 (tagged fields) iff the request version is flexible, else v1; response header v1
+iff the response version is flexible, else v0, except ApiVersions whose response header is always v0 (KIP-511).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer
+import kafka.protocol.sasl  # noqa: F401  (registers the SASL message classes)
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage
+
+from quotaflow.core.errors import InvalidRequestError
+
+_HEADER: Final = struct.Struct(">hhih")
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+SIZE: Final = _INT32
+
+
+def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
+    requests: dict[int, type[ApiMessage]] = {}
+    responses: dict[int, type[ApiMessage]] = {}
+    todo = list(ApiMessage.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if getattr(cls, "_class_version", None) is not None or getattr(cls, "_json", None) is None:
+            continue  # a per-version wrapper, or an abstract base
+        key = int(cls.API_KEY)
+        (requests if cls.is_request() else responses)[key] = cls
+    return requests, responses
+
+
+REQUESTS, RESPONSES = _message_classes()
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return str(ApiKey(api_key).name)
+    except ValueError:
+        return f"Unknown({api_key})"
+
+
+def max_known_version(api_key: int) -> int | None:
+    """The highest version kafka-python can decode for both request and response, or None if it cannot."""
+    req, resp = REQUESTS.get(api_key), RESPONSES.get(api_key)
+    if req is None or resp is None:
+        return None
+    return min(int(req.max_version), int(resp.max_version))
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    cls = REQUESTS.get(api_key)
+    return bool(cls is not None and cls.flexible_version_q(version))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The request-header fields that sit at fixed offsets in v1 and v2."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    end: int  # offset just after client_id (tagged header fields follow when flexible)
+
+
+def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
+    """Raise ``InvalidRequestError`` if the frame is too short for its header."""
+    if len(frame) < 10:
+        raise InvalidRequestError(f"request frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, n = _HEADER.unpack_from(frame, 0)
+    if n < 0:
+        return RequestHeader(api_key, api_version, correlation_id, None, 10)
+    if 10 + n > len(frame):
+        raise InvalidRequestError("client_id runs past the end of the request frame")
+    try:
+        client_id = bytes(frame[10 : 10 + n]).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidRequestError("client_id is not UTF-8") from e
+    return RequestHeader(api_key, api_version, correlation_id, client_id, 10 + n)
+
+
+def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise InvalidRequestError("truncated or oversized unsigned varint")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def body_offset(frame: bytes | memoryview, header: RequestHeader) -> int:
+    """Where the request body starts: after client_id, and after the header's tagged fields when flexible."""
+    pos = header.end
+    if is_flexible(header.api_key, header.api_version):
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    if pos > len(frame):
+        raise InvalidRequestError("request header runs past the end of the frame")
+    return pos
+
+
+def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
+    """``acks`` of a Produce request: skip ``transactional_id`` (v3+) and read the int16 that follows."""
+    pos = body_offset(frame, header)
+    if header.api_version >= 3:
+        if is_flexible(header.api_key, header.api_version):
+            n, pos = _uvarint(frame, pos)
+            pos += max(n - 1, 0)
+        else:
+            (n,) = _INT16.unpack_from(frame, pos)
+            pos += 2 + max(n, 0)
+    if pos + 2 > len(frame):
+        raise InvalidRequestError("Produce request too short for acks")
+    acks: int = _INT16.unpack_from(frame, pos)[0]
+    return acks
+
+
+def decode_request(frame: bytes, header: RequestHeader) -> Any:
+    """The decoded request body (a kafka-python ``ApiMessage``). Raise ``InvalidRequestError`` when it cannot be."""
+    cls = REQUESTS.get(header.api_key)
+    if cls is None or not 0 <= header.api_version <= cls.max_version:
+        raise InvalidRequestError(f"cannot decode {api_name(header.api_key)} v{header.api_version}")
+    try:
+        return cls.decode(frame, version=header.api_version, header=True)
+    except Exception as e:  # kafka-python raises assorted errors on malformed input
+        raise InvalidRequestError(f"malformed {api_name(header.api_key)} v{header.api_version} request: {e}") from e
+
+
+def response_class(api_key: int, version: int) -> Any:
+    cls = RESPONSES.get(api_key)
+    if cls is None or not 0 <= version <= cls.max_version:
+        raise InvalidRequestError(f"cannot encode {api_name(api_key)} v{version} responses")
+    return cls[version]
+
+
+def decode_response(frame: bytes, api_key: int, version: int) -> Any:
+    """A response frame (without the size prefix) from the upstream, header included."""
+    return RESPONSES[api_key].decode(frame, version=version, header=True)
+
+
+def encode_response(message: Any, version: int, correlation_id: int) -> bytes:
+    """The framed response (size prefix, header, body) for ``message`` at ``version``."""
+    message._header = None  # a decoded message carries the upstream's header; the version setter would touch it
+    message.API_VERSION = version
+    message.with_header(correlation_id=correlation_id)
+    return bytes(message.encode(header=True, framed=True))
+
+
+def response_correlation_id(frame: bytes | memoryview) -> int:
+    cid: int = _INT32.unpack_from(frame, 0)[0]
+    return cid
+
+
+def set_throttle(frame: bytes, api_key: int, version: int, throttle_ms: int) -> bytes | None:
+    """Re-encode a response with ``throttle_time_ms = max(upstream's, throttle_ms)``; returns the framed bytes, or
+    None when this response version has no throttle field (or kafka-python cannot decode it): the connection is
+    still muted, the client just is not told."""
+    if max_known_version(api_key) is None:
+        return None
+    try:
+        message = decode_response(frame, api_key, version)
+    except Exception:
+        return None
+    if not _has_throttle_field(message):
+        return None
+    message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)
+    return encode_response(message, version, response_correlation_id(frame))
+
+
+def _has_throttle_field(message: Any) -> bool:
+    field = message._struct.fields.get("throttle_time_ms")
+    return field is not None and bool(field.for_version_q(message.API_VERSION))
+
+
+def throttle_of(frame: bytes, api_key: int, version: int) -> int:
+    """The upstream's own ``throttle_time_ms`` in a response (0 when absent or undecodable)."""
+    try:
+        message = decode_response(frame, api_key, version)
+    except Exception:
+        return 0
+    return int(message.throttle_time_ms) if _has_throttle_field(message) else 0
+
+
+def empty_fetch_response(frame: bytes, version: int, throttle_ms: int) -> bytes:
+    """SPEC §4.6: a throttled fetch is answered with no data (error NONE, same fetch session), throttle attached."""
+    upstream = decode_response(frame, ApiKey.Fetch, version)
+    fields: dict[str, Any] = {"throttle_time_ms": max(throttle_ms, int(getattr(upstream, "throttle_time_ms", 0))),
+                              "responses": []}
+    if version >= 7:
+        fields["error_code"] = 0
+        fields["session_id"] = upstream.session_id
+    message = response_class(ApiKey.Fetch, version)(**fields)
+    return encode_response(message, version, response_correlation_id(frame))

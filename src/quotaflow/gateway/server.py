@@ -1,0 +1,286 @@
+"""The gateway: named listeners in front of one upstream broker, quotas from the store, usage events out.
+
+``Gateway`` is the programmatic entry point (``await start()`` / ``await stop()``, bound ``addresses``); tests, the
+demo and the bench use it in-process, or through ``GatewayThread`` from synchronous code, or as the
+``quotaflow gateway`` subprocess. Every client connection gets its own upstream connection
+(:mod:`quotaflow.gateway.connection`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from quotaflow.admin import Admin
+from quotaflow.gateway.addresses import AddressMap
+from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.connection import ClientConnection, Pending
+from quotaflow.gateway.enforcement import Enforcement
+from quotaflow.gateway.quota_admin import QuotaAdminHandler
+from quotaflow.store import open_store
+from quotaflow.store.base import QuotaStore
+
+log = logging.getLogger(__name__)
+
+STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What the gateway needs to know about an accepted socket (the listener's ``AcceptedConnection`` shape)."""
+
+    listener: str
+    client_ip: str
+    client_port: int
+    accepted_ms: int
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class Gateway:
+    def __init__(
+        self,
+        upstream: tuple[str, int] | str,
+        listeners: Mapping[str, tuple[str, int] | str],
+        store: QuotaStore | str | Path,
+        *,
+        config: GatewayConfig | None = None,
+        admin_principals: frozenset[str] | None = None,
+        event_log: str | Path | None = None,
+        metrics_port: int | None = None,
+        inter_broker_listener: str | None = None,
+        broker: str = "gateway",
+    ) -> None:
+        self.upstream = parse_hostport(upstream) if isinstance(upstream, str) else upstream
+        self.listen = {name: parse_hostport(a) if isinstance(a, str) else a for name, a in listeners.items()}
+        if not self.listen:
+            raise ValueError("at least one listener is required")
+        self._owns_store = isinstance(store, str | Path)
+        self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
+        self.config = config or GatewayConfig()
+        self.admin_principals = admin_principals
+        self.event_log_dir = Path(event_log) if event_log is not None else None
+        self.metrics_port = metrics_port
+        self.inter_broker_listener = inter_broker_listener
+        self.broker = broker
+        self.stream_limit = STREAM_LIMIT
+        self.enforcement = Enforcement(self.config)
+        self.quota_admin = QuotaAdminHandler(Admin(self.store), admin_principals)
+        self.addresses: dict[str, tuple[str, int]] = {}
+        self.metrics_address: tuple[str, int] | None = None
+        self.connections: set[ClientConnection] = set()
+        self._servers: list[asyncio.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._conn_tasks: set[asyncio.Task[None]] = set()
+        self._event_log: Any = None
+        self._metrics: Any = None
+        self._seq = 0
+        self._store_seq = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        snapshot = await loop.run_in_executor(None, self.store.snapshot)
+        self.enforcement.load(snapshot)
+        self._store_seq = snapshot.seq
+        if self.event_log_dir is not None:
+            from quotaflow.gateway.eventlog import EventLog
+
+            self._event_log = EventLog(self.event_log_dir, broker=self.broker)
+        for name, (host, port) in self.listen.items():
+            server = await asyncio.start_server(functools.partial(self._accept, name), host, port,
+                                                limit=self.stream_limit)
+            self._servers.append(server)
+            sock = server.sockets[0].getsockname()
+            self.addresses[name] = (sock[0], sock[1])
+        self._tasks.append(asyncio.create_task(self._poll_store()))
+        self._tasks.append(asyncio.create_task(self._reap_idle()))
+        log.info("gateway up: %s -> upstream %s:%s", self.addresses, *self.upstream)
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in self._tasks:
+            task.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        pending = [*self._tasks, *self._conn_tasks]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+        self._servers.clear()
+        self._tasks.clear()
+        if self._event_log is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._event_log.close)
+            self._event_log = None
+        if self._owns_store:
+            self.store.close()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
+    # -- connections ----------------------------------------------------------------------------------------
+
+    def _accept(self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("", 0)
+        accepted = Accepted(listener, str(peer[0]), int(peer[1]), time.time_ns() // 1_000_000)
+        task = asyncio.ensure_future(self.handle(accepted, reader, writer))
+        self._conn_tasks.add(task)
+        task.add_done_callback(self._conn_tasks.discard)
+
+    async def handle(self, accepted: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one accepted connection until it closes (the listener's handler)."""
+        conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer)
+        self.connections.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            self.connections.discard(conn)
+
+    def address_map(self, listener: str) -> AddressMap:
+        """One upstream broker: every node id is reached through the listener the client used."""
+        return AddressMap(self.addresses[listener])
+
+    # -- usage events ---------------------------------------------------------------------------------------
+
+    def on_request(self, conn: ClientConnection, pending: Pending, response_bytes: int, now_ms: int) -> None:
+        if self._event_log is None:
+            return
+        h = pending.header
+        d = pending.decisions
+        self._seq += 1
+        self._event_log.request({
+            "ts_ms": now_ms, "broker": self.broker, "listener": conn.listener, "user": conn.principal,
+            "client_id": h.client_id or "", "client_ip": conn.client_ip, "api_key": h.api_key,
+            "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
+            "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns, "network_thread_ns": 0,
+            "acks": pending.acks, "is_follower": False, "seq": self._seq,
+            "throttle_ms_produce": d.get("throttle_ms_produce", 0), "throttle_ms_fetch": d.get("throttle_ms_fetch", 0),
+            "throttle_ms_request": d.get("throttle_ms_request", 0), "throttle_ms": d.get("throttle_ms", 0),
+        })
+
+    # -- background -----------------------------------------------------------------------------------------
+
+    async def _poll_store(self) -> None:
+        """Quota changes apply within a second, without restart: feed the change log to the managers."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.store_poll_ms / 1000)
+            try:
+                changes = await loop.run_in_executor(None, self.store.changes_since, self._store_seq)
+            except Exception:
+                log.exception("polling the quota store failed; retrying")
+                continue
+            if changes:
+                self.enforcement.apply_changes(changes)
+                self._store_seq = changes[-1].seq
+
+    async def _reap_idle(self) -> None:
+        """Close connections idle for longer than connections.max.idle.ms (Kafka's Selector does the same)."""
+        idle_s = self.config.connections_max_idle_ms / 1000
+        period = min(1.0, max(idle_s / 10, 0.01))
+        while True:
+            await asyncio.sleep(period)
+            cutoff = time.monotonic() - idle_s
+            for conn in list(self.connections):
+                if conn.last_active < cutoff:
+                    log.info("closing idle connection from %s:%s", conn.client_ip, conn.client_port)
+                    conn.close()
+
+
+class GatewayThread:
+    """A ``Gateway`` on its own event loop in a daemon thread, for synchronous callers (tests, bench, demo).
+
+    ``with GatewayThread(...) as gw: gw.address("PLAINTEXT")``; stops cleanly on exit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args = args
+        self._kwargs = kwargs
+        self.gateway: Gateway | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> GatewayThread:
+        self._loop = new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="quotaflow-gateway", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        try:
+            self.gateway = Gateway(*self._args, **self._kwargs)
+            self._loop.run_until_complete(self.gateway.start())
+        except BaseException as e:
+            self._error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the gateway's loop and return its result."""
+        assert self._loop is not None
+        async def run() -> Any:
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(30)
+
+    def address(self, listener: str | None = None) -> tuple[str, int]:
+        assert self.gateway is not None
+        return self.gateway.addresses[listener or next(iter(self.gateway.addresses))]
+
+    def bootstrap(self, listener: str | None = None) -> str:
+        host, port = self.address(listener)
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        if self._loop is None or self.gateway is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(30)
+        self._loop.close()
+        self._loop = None
+
+    def __enter__(self) -> GatewayThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (faster sockets), else asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop

@@ -1,0 +1,67 @@
+"""ApiVersions at the gateway: what the client is told it may send.
+
+The advertised set is the upstream's, cut to what the gateway can decode (kafka-python's generated classes), with
+the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
+store, and SaslHandshake (17) / SaslAuthenticate (36), terminated here. KIP-511: a client asking for a newer
+ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body listing the ApiVersions range, and retries
+with a version from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.core.errors import UnsupportedVersionError
+from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_version
+
+# Served by the gateway itself, whatever the upstream supports: key -> (min, max).
+GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.DescribeClientQuotas: (0, 1),
+    ApiKey.AlterClientQuotas: (0, 1),
+    ApiKey.SaslHandshake: (0, 1),
+    ApiKey.SaslAuthenticate: (0, 2),
+}
+APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
+
+
+def merge(upstream: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """(key, min, max) triples to advertise, sorted by key."""
+    merged: dict[int, tuple[int, int]] = {}
+    for key, lo, hi in upstream:
+        known = max_known_version(key)
+        if known is None or key in GATEWAY_APIS:
+            continue
+        hi = min(hi, known)
+        if lo <= hi:
+            merged[key] = (lo, hi)
+    merged.update(GATEWAY_APIS)
+    return [(k, lo, hi) for k, (lo, hi) in sorted(merged.items())]
+
+
+def _api_version(cls: Any, key: int, lo: int, hi: int) -> Any:
+    return cls.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+
+
+def rewrite_response(upstream_frame: bytes, version: int) -> bytes:
+    """The upstream's ApiVersions response with the merged version list (same header, same correlation id)."""
+    cls = RESPONSES[ApiKey.ApiVersions]
+    message = cls.decode(upstream_frame, version=version, header=True)
+    correlation_id = message.header.correlation_id
+    if message.error_code != 0:
+        # the upstream already answered with a v0 fallback body; keep it, capped to what the gateway decodes
+        fallback = cls[0](error_code=message.error_code,
+                          api_keys=[_api_version(cls, ApiKey.ApiVersions, 0, APIVERSIONS_MAX)])
+        return encode_response(fallback, 0, correlation_id)
+    triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys])
+    message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
+    return encode_response(message, version, correlation_id)
+
+
+def unsupported_version_response(correlation_id: int) -> bytes:
+    """KIP-511: UNSUPPORTED_VERSION in a v0 body that names the ApiVersions versions the gateway does speak."""
+    cls = RESPONSES[ApiKey.ApiVersions]
+    message = cls[0](error_code=UnsupportedVersionError.errno,
+                     api_keys=[_api_version(cls, ApiKey.ApiVersions, 0, APIVERSIONS_MAX)])
+    return encode_response(message, 0, correlation_id)

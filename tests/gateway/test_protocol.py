@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest
+
+from quotaflow.core.errors import InvalidRequestError
+from quotaflow.gateway import protocol
+
+
+def _produce(version: int, acks: int, txn: str | None) -> bytes:
+    t = ProduceRequest.TopicProduceData
+    req = ProduceRequest[version](
+        transactional_id=txn, acks=acks, timeout_ms=1000,
+        topic_data=[t(name="t", partition_data=[t.PartitionProduceData(index=0, records=b"x" * 10)])],
+    )
+    req.with_header(correlation_id=42, client_id="my-client")
+    return bytes(req.encode(header=True))
+
+
+@pytest.mark.parametrize("version", [3, 7, 8, 9, 11])
+@pytest.mark.parametrize("acks", [-1, 0, 1])
+@pytest.mark.parametrize("txn", [None, "tx-1"])
+def test_header_and_acks_match_kafka_python(version: int, acks: int, txn: str | None) -> None:
+    frame = _produce(version, acks, txn)
+    header = protocol.parse_request_header(frame)
+    assert (header.api_key, header.api_version, header.correlation_id) == (0, version, 42)
+    assert header.client_id == "my-client"
+    assert protocol.produce_acks(frame, header) == acks
+    decoded = protocol.decode_request(frame, header)
+    assert decoded.acks == acks and decoded.transactional_id == txn
+
+
+def test_null_client_id_and_short_frames() -> None:
+    req = ApiVersionsRequest[0]()
+    req.with_header(correlation_id=7, client_id=None)
+    header = protocol.parse_request_header(bytes(req.encode(header=True)))
+    assert header.client_id is None and header.correlation_id == 7
+    with pytest.raises(InvalidRequestError):
+        protocol.parse_request_header(b"\x00\x03\x00")
+    with pytest.raises(InvalidRequestError):
+        protocol.parse_request_header(b"\x00\x03\x00\x01\x00\x00\x00\x01\x00\x09ab")  # client_id past the end
+
+
+def test_decode_rejects_unknown_versions_and_garbage() -> None:
+    header = protocol.RequestHeader(ApiKey.Metadata, 999, 1, None, 10)
+    with pytest.raises(InvalidRequestError):
+        protocol.decode_request(b"\x00" * 20, header)
+    frame = _produce(9, 1, None)[:25]
+    with pytest.raises(InvalidRequestError):
+        protocol.decode_request(frame, protocol.parse_request_header(frame))
+
+
+def _metadata_frame(version: int, throttle: int) -> bytes:
+    b = MetadataResponse.MetadataResponseBroker
+    msg = MetadataResponse[version](throttle_time_ms=throttle, brokers=[b(node_id=1, host="h", port=9, rack=None)],
+                                    cluster_id="c", controller_id=1, topics=[])
+    return protocol.encode_response(msg, version, 99)[4:]
+
+
+@pytest.mark.parametrize("version", [3, 9, 12])
+def test_set_throttle_takes_the_max(version: int) -> None:
+    frame = _metadata_frame(version, 50)
+    out = protocol.set_throttle(frame, ApiKey.Metadata, version, 200)
+    assert out is not None and protocol.SIZE.unpack(out[:4])[0] == len(out) - 4
+    assert protocol.throttle_of(out[4:], ApiKey.Metadata, version) == 200
+    assert protocol.response_correlation_id(out[4:]) == 99
+    lower = protocol.set_throttle(frame, ApiKey.Metadata, version, 10)
+    assert lower is not None and protocol.throttle_of(lower[4:], ApiKey.Metadata, version) == 50
+
+
+def test_set_throttle_without_field() -> None:
+    assert protocol.set_throttle(_metadata_frame(0, 0), ApiKey.Metadata, 0, 100) is None
+
+
+@pytest.mark.parametrize("version", [4, 7, 12, 16])
+def test_empty_fetch_response_keeps_session(version: int) -> None:
+    fields = {"throttle_time_ms": 5, "responses": []}
+    if version >= 7:
+        fields |= {"error_code": 0, "session_id": 1234}
+    upstream = protocol.encode_response(FetchResponse[version](**fields), version, 3)[4:]
+    out = protocol.empty_fetch_response(upstream, version, 700)
+    decoded = protocol.decode_response(out[4:], ApiKey.Fetch, version)
+    assert decoded.throttle_time_ms == 700 and decoded.responses == []
+    assert decoded.header.correlation_id == 3
+    if version >= 7:
+        assert decoded.session_id == 1234

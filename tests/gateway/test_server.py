@@ -1,0 +1,123 @@
+"""The gateway in front of a real tansu (loopback): forwarding, local answers, framing limits, idle close."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+
+from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.server import GatewayThread
+from quotaflow.tansu import Tansu
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def gateway(tansu: Tansu, tmp_path: Path) -> Iterator[GatewayThread]:
+    config = GatewayConfig(socket_request_max_bytes=1 << 20, connections_max_idle_ms=1500)
+    with GatewayThread(tansu.bootstrap, {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", config=config) as gw:
+        yield gw
+
+
+class Wire:
+    """A raw Kafka connection for byte-level checks."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.sock = socket.create_connection(address, timeout=10)
+        self.cid = 0
+
+    def send(self, request: Any, version: int) -> None:
+        self.cid += 1
+        request.with_header(correlation_id=self.cid, client_id="wire")
+        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+
+    def recv(self) -> bytes:
+        size = struct.unpack(">i", self._exactly(4))[0]
+        return self._exactly(size)
+
+    def _exactly(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return buf
+
+    def closed(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, TimeoutError):
+            return False
+
+
+def test_produce_and_consume_through_gateway(gateway: GatewayThread) -> None:
+    topic = f"gw-{time.time_ns()}"
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap(), acks="all", linger_ms=5)
+    for i in range(200):
+        producer.send(topic, f"m{i}".encode())
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=gateway.bootstrap(), auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000)
+    values = sorted(int(m.value[1:]) for m in consumer)
+    consumer.close()
+    assert values == list(range(200))
+
+
+def test_api_versions_and_metadata_show_only_the_gateway(gateway: GatewayThread, tansu: Tansu) -> None:
+    wire = Wire(gateway.address())
+    wire.send(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3)
+    av = ApiVersionsResponse.decode(wire.recv(), version=3, header=True)
+    keys = {a.api_key: (a.min_version, a.max_version) for a in av.api_keys}
+    assert av.header.correlation_id == 1 and av.error_code == 0
+    assert keys[ApiKey.DescribeClientQuotas] == (0, 1) and keys[ApiKey.AlterClientQuotas] == (0, 1)
+    wire.send(MetadataRequest[12](topics=None, allow_auto_topic_creation=False), 12)
+    md = MetadataResponse.decode(wire.recv(), version=12, header=True)
+    assert md.header.correlation_id == 2
+    assert {(b.host, b.port) for b in md.brokers} == {gateway.address()}
+
+
+def test_kip511_newer_api_versions(gateway: GatewayThread) -> None:
+    wire = Wire(gateway.address())
+    header = struct.pack(">hhih", ApiKey.ApiVersions, 99, 5, 1) + b"x" + b"\x00" + b"\x01\x00\x01\x00\x00"
+    wire.sock.sendall(struct.pack(">i", len(header)) + header)
+    av = ApiVersionsResponse.decode(wire.recv(), version=0, header=True)
+    assert av.error_code == 35 and av.header.correlation_id == 5
+    assert [a.api_key for a in av.api_keys] == [ApiKey.ApiVersions]
+
+
+def test_oversized_frame_closes_only_that_connection(gateway: GatewayThread) -> None:
+    bad, good = Wire(gateway.address()), Wire(gateway.address())
+    bad.sock.sendall(struct.pack(">i", (1 << 20) + 1))
+    assert bad.closed()
+    good.send(ApiVersionsRequest[0](), 0)
+    assert ApiVersionsResponse.decode(good.recv(), version=0, header=True).error_code == 0
+
+
+def test_malformed_frame_closes_only_that_connection(gateway: GatewayThread) -> None:
+    bad, good = Wire(gateway.address()), Wire(gateway.address())
+    frame = struct.pack(">hhih", ApiKey.DescribeClientQuotas, 1, 1, 2) + b"ab" + b"\x00\xff\xff"
+    bad.sock.sendall(struct.pack(">i", len(frame)) + frame)
+    assert bad.closed()
+    good.send(ApiVersionsRequest[0](), 0)
+    assert ApiVersionsResponse.decode(good.recv(), version=0, header=True).error_code == 0
+
+
+def test_idle_connection_closed(gateway: GatewayThread) -> None:
+    wire = Wire(gateway.address())
+    wire.send(ApiVersionsRequest[0](), 0)
+    wire.recv()
+    start = time.monotonic()
+    assert wire.closed(timeout=10)
+    assert 1.3 <= time.monotonic() - start <= 5

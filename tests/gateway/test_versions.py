@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from quotaflow.gateway import protocol, versions
+
+
+def test_merge_caps_drops_and_adds() -> None:
+    upstream = [(0, 0, 99), (3, 0, 12), (48, 0, 0), (17, 0, 1), (9999, 0, 3), (1, 5, 17)]
+    merged = {k: (lo, hi) for k, lo, hi in versions.merge(upstream)}
+    assert merged[0] == (0, protocol.max_known_version(0))  # capped to what kafka-python decodes
+    assert merged[3] == (0, 12)
+    assert merged[48] == (0, 1) and merged[49] == (0, 1)  # the gateway's own, whatever the upstream says
+    assert merged[17] == (0, 1) and merged[36] == (0, 2)
+    assert 9999 not in merged  # unknown to kafka-python: never advertised
+    assert merged[1] == (5, min(17, protocol.max_known_version(1) or 0))
+
+
+def _api_versions_frame(version: int, keys: list[tuple[int, int, int]]) -> bytes:
+    cls = ApiVersionsResponse
+    msg = cls[version](error_code=0, throttle_time_ms=0,
+                       api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in keys])
+    return protocol.encode_response(msg, version, 5)[4:]
+
+
+def test_rewrite_response() -> None:
+    for version in (0, 1, 2, 3):
+        out = versions.rewrite_response(_api_versions_frame(version, [(0, 0, 11), (18, 0, 4)]), version)
+        decoded = ApiVersionsResponse.decode(out[4:], version=version, header=True)
+        keys = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
+        assert decoded.header.correlation_id == 5
+        assert keys[ApiKey.DescribeClientQuotas] == (0, 1) and keys[0] == (0, 11) and keys[18] == (0, 4)
+
+
+def test_kip511_fallback_is_a_v0_body() -> None:
+    out = versions.unsupported_version_response(77)
+    decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
+    assert decoded.error_code == 35 and decoded.header.correlation_id == 77
+    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [
+        (18, 0, versions.APIVERSIONS_MAX)]
