@@ -10,6 +10,7 @@ import click
 # subcommand name -> "module:attribute" of a click command. Add a line when a subcommand lands.
 COMMANDS: dict[str, str] = {
     "report": "quotaflow.cli.report:report",
+    "configs": "quotaflow.cli.configs:configs", "client-quotas": "quotaflow.cli.client_quotas:client_quotas",
     "users": "quotaflow.cli.users:users",
 }
 

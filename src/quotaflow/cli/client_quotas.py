@@ -1,0 +1,206 @@
+"""``quotaflow client-quotas``: the ``kafka-client-quotas.sh`` KIP-546 proposed (Kafka never shipped it).
+
+``--describe`` with exact names, defaults and any-name components (``--strict`` for containsOnly); ``--alter``
+with ``--add`` / ``--delete`` / ``--validate-only``; ``--resolve`` for a (user, client-id) pair or an ip. Text
+output follows KIP-546 (an entity line, then indented ``key=value`` lines; resolve adds the supplying entity);
+``--output json`` prints one JSON document for scripts. See docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import click
+
+from quotaflow.admin import AdminBackend, Alteration, AlterResult, DescribedEntity, QuotaOp, Resolution
+from quotaflow.cli.common import (
+    RawArgsCommand,
+    bootstrap_option,
+    kafka_errors,
+    open_backend,
+    parse_java_double,
+    raw_args,
+    store_option,
+)
+from quotaflow.core.errors import CommandError
+from quotaflow.core.filters import FilterComponent, QuotaFilter
+from quotaflow.core.javafmt import java_double_str
+
+TOOL: Final = "client-quotas"
+_TYPE_ORDER: Final = {"user": 0, "client-id": 1, "ip": 2}
+
+
+def parse_names(text: str | None) -> dict[str, str]:
+    """``type=name,type=name``."""
+    out: dict[str, str] = {}
+    for item in _split(text):
+        entity_type, eq, name = item.partition("=")
+        if not eq:
+            raise CommandError(f"Invalid --names entry '{item}': expected type=name")
+        if entity_type in out:
+            raise CommandError(f"Entity type {entity_type} given more than once")
+        out[entity_type] = name
+    return out
+
+
+def _split(text: str | None) -> list[str]:
+    return [p for p in (text or "").split(",") if p]
+
+
+def parse_add(text: str | None) -> list[tuple[str, float]]:
+    out = []
+    for item in _split(text):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise CommandError(f"Invalid --add entry '{item}': expected key=value")
+        out.append((key, parse_java_double(key, value)))
+    return out
+
+
+def render_entity(entity: Mapping[str, str | None]) -> str:
+    """KIP-546 style ``{user=user-one, client-id=my-client}``; a default part shows as ``<default>``."""
+    ordered = sorted(entity.items(), key=lambda kv: _TYPE_ORDER.get(kv[0], 3))
+    return "{" + ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in ordered) + "}"
+
+
+def describe_filter(names: dict[str, str], defaults: list[str], any_types: list[str], strict: bool) -> QuotaFilter:
+    comps = [FilterComponent.exact(t, n) for t, n in names.items()]
+    comps += [FilterComponent.default(t) for t in defaults]
+    comps += [FilterComponent.any(t) for t in any_types]
+    return QuotaFilter(tuple(comps), strict)
+
+
+def describe_text(found: Sequence[DescribedEntity]) -> str:
+    lines = []
+    for d in found:
+        lines.append(render_entity(d.entity.to_wire()))
+        lines += [f"  {k}={java_double_str(d.values[k])}" for k in sorted(d.values)]
+    return "\n".join(lines)
+
+
+def describe_json(found: Sequence[DescribedEntity]) -> list[dict[str, object]]:
+    return [{"entity": d.entity.to_wire(), "values": dict(sorted(d.values.items()))} for d in found]
+
+
+def resolve_text(res: Resolution) -> str:
+    lines = [render_entity(res.entity.to_wire())]
+    for key in sorted(res.quotas):
+        q = res.quotas[key]
+        if q.value is None or q.entity is None:
+            lines.append(f"  {key}=unlimited")
+        else:
+            lines.append(f"  {key}={java_double_str(q.value)} {render_entity(q.entity.to_wire())}")
+    return "\n".join(lines)
+
+
+def resolve_json(res: Resolution) -> dict[str, object]:
+    quotas: dict[str, object] = {}
+    for key in sorted(res.quotas):
+        q = res.quotas[key]
+        quotas[key] = {
+            "value": q.value,
+            "unlimited": q.unlimited,
+            "entity": None if q.entity is None else q.entity.to_wire(),
+            "level": q.level,
+            "overridden": [{"level": c.level, "entity": c.entity.to_wire(), "value": c.value} for c in q.overridden],
+            "quota_id": q.quota_id,
+        }
+    return {"entity": res.entity.to_wire(), "seq": res.seq, "quotas": quotas}
+
+
+def alter_json(results: Sequence[AlterResult]) -> list[dict[str, object]]:
+    return [
+        {
+            "entity": dict(r.entity),
+            "error": None if r.ok else {"code": r.error.code, "name": r.error.name, "message": r.error.message},
+        }
+        for r in results
+    ]
+
+
+def do_resolve(backend: AdminBackend, names: dict[str, str]) -> Resolution:
+    if set(names) == {"ip"}:
+        return backend.resolve_ip(names["ip"])
+    if set(names) == {"user", "client-id"}:
+        return backend.resolve(names["user"], names["client-id"])
+    raise CommandError("--resolve needs --names user=<user>,client-id=<client-id> or --names ip=<ip>")
+
+
+@click.command("client-quotas", cls=RawArgsCommand, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--describe", "describe", is_flag=True, help="List entities matching the filter and their quotas.")
+@click.option("--resolve", "resolve", is_flag=True, help="Effective quotas for a (user, client-id) pair or an ip.")
+@click.option("--alter", "alter", is_flag=True, help="Set (--add) or remove (--delete) quotas of one entity.")
+@click.option("--names", metavar="TYPE=NAME,...", help="Named entity parts (user, client-id, ip).")
+@click.option("--defaults", metavar="TYPE,...", help="Default entity parts.")
+@click.option("--any", "any_types", metavar="TYPE,...", help="Describe: any name of the type, default included.")
+@click.option("--strict", is_flag=True, help="Describe: only entities with exactly the given types.")
+@click.option("--add", metavar="KEY=VALUE,...", help="Alter: quotas to set.")
+@click.option("--delete", metavar="KEY,...", help="Alter: quotas to remove.")
+@click.option("--validate-only", is_flag=True, help="Alter: validate and report, write nothing.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@store_option
+@bootstrap_option
+def client_quotas(
+    describe: bool,
+    resolve: bool,
+    alter: bool,
+    names: str | None,
+    defaults: str | None,
+    any_types: str | None,
+    strict: bool,
+    add: str | None,
+    delete: str | None,
+    validate_only: bool,
+    output: str,
+    store: str | None,
+    bootstrap_server: str | None,
+) -> None:
+    """Describe, alter and resolve client quotas (KIP-546)."""
+    with kafka_errors(TOOL, raw_args()):
+        if describe + resolve + alter != 1:
+            raise CommandError("Command must include exactly one action: --describe, --resolve, --alter")
+        named = parse_names(names)
+        default_types = _split(defaults)
+        if not describe and (any_types or strict):
+            raise CommandError("--any and --strict can only be used with --describe")
+        if not alter and (add or delete or validate_only):
+            raise CommandError("--add, --delete and --validate-only can only be used with --alter")
+        ops: list[QuotaOp] = []
+        if alter:
+            ops = [QuotaOp(k, v) for k, v in parse_add(add)] + [QuotaOp(k, None) for k in _split(delete)]
+            if not ops:
+                raise CommandError("--alter needs --add and/or --delete")
+        if resolve and default_types:
+            raise CommandError("--resolve takes names only: a client always has a user and a client-id")
+        backend = open_backend(store, bootstrap_server)
+        try:
+            result: object
+            if describe:
+                found = backend.describe(describe_filter(named, default_types, _split(any_types), strict))
+                result = describe_json(found) if output == "json" else describe_text(found)
+            elif resolve:
+                res = do_resolve(backend, named)
+                result = resolve_json(res) if output == "json" else resolve_text(res)
+            else:
+                entity: dict[str | None, str | None] = dict(named.items())
+                entity.update(dict.fromkeys(default_types))
+                results = backend.alter([Alteration(entity, tuple(ops))], validate_only)
+                failed = [r for r in results if not r.ok]
+                if failed:
+                    raise failed[0].error.exception()
+                verb = "Validated (nothing written)" if validate_only else "Altered"
+                result = alter_json(results) if output == "json" else f"{verb} {render_entity(_known(entity))}"
+        finally:
+            backend.close()
+        if isinstance(result, str):
+            if result:
+                click.echo(result)
+        else:
+            click.echo(json.dumps(result, indent=2))
+
+
+def _known(entity: Mapping[str | None, str | None]) -> dict[str, str | None]:
+    return {k: v for k, v in entity.items() if k is not None}
+

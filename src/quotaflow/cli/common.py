@@ -1,0 +1,121 @@
+"""Shared CLI plumbing: where the quotas live (``--store`` / ``--bootstrap-server``) and Kafka-style errors.
+
+Commands talk to an :class:`~quotaflow.admin.AdminBackend`. :func:`open_backend` builds the store-backed
+:class:`~quotaflow.admin.Admin`, or, given ``--bootstrap-server``, the wire client from ``quotaflow.cli.wire``
+(``wire.open_backend(bootstrap: str) -> AdminBackend``) so the same commands manage quotas through a gateway.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import shlex
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Final, NoReturn, TypeVar
+
+import click
+
+from quotaflow.admin import Admin, AdminBackend
+from quotaflow.core.errors import CommandError, KafkaError, QuotaflowError, StoreError
+from quotaflow.store import open_store
+
+F = TypeVar("F", bound=Callable[..., object])
+
+_JAVA_DOUBLE: Final = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)")
+
+# Kafka's Java exception for each error code, so messages read as kafka-configs.sh prints them
+_JAVA_EXCEPTIONS: Final = {
+    -1: "org.apache.kafka.common.errors.UnknownServerException",
+    31: "org.apache.kafka.common.errors.ClusterAuthorizationException",
+    35: "org.apache.kafka.common.errors.UnsupportedVersionException",
+    40: "org.apache.kafka.common.errors.InvalidConfigurationException",
+    42: "org.apache.kafka.common.errors.InvalidRequestException",
+    89: "org.apache.kafka.common.errors.ThrottlingQuotaExceededException",
+}
+
+
+def store_option(f: F) -> F:
+    """``--store PATH`` (else ``$QUOTAFLOW_STORE``, else ``./quotaflow.db``)."""
+    return click.option(
+        "--store",
+        "store",
+        metavar="PATH",
+        default=None,
+        help="SQLite quota store (default: $QUOTAFLOW_STORE or ./quotaflow.db).",
+    )(f)
+
+
+def bootstrap_option(f: F) -> F:
+    """``--bootstrap-server HOST:PORT``: manage quotas through a quotaflow gateway instead of a store file."""
+    return click.option(
+        "--bootstrap-server",
+        "bootstrap_server",
+        metavar="HOST:PORT",
+        default=None,
+        help="Talk to a quotaflow gateway instead of opening the store file.",
+    )(f)
+
+
+def open_backend(store: str | None, bootstrap_server: str | None = None) -> AdminBackend:
+    """The backend the command runs against."""
+    if bootstrap_server is not None:
+        if store is not None:
+            raise CommandError("--store and --bootstrap-server cannot be used together")
+        try:
+            wire = importlib.import_module("quotaflow.cli.wire")
+        except ImportError as e:
+            raise CommandError("--bootstrap-server is not available in this build of quotaflow") from e
+        backend: AdminBackend = wire.open_backend(bootstrap_server)
+        return backend
+    return Admin(open_store(store))
+
+
+def java_exception_line(error: QuotaflowError) -> str:
+    """``<java exception class>: <message>`` as Kafka's tools print a failure."""
+    if isinstance(error, KafkaError):
+        name = _JAVA_EXCEPTIONS.get(error.errno, _JAVA_EXCEPTIONS[-1])
+        return f"{name}: {error}"
+    if isinstance(error, CommandError):
+        return f"java.lang.IllegalArgumentException: {error}"
+    return f"{type(error).__name__}: {error}"
+
+
+def fail(tool: str, args: Sequence[str], error: QuotaflowError) -> NoReturn:
+    """Print the Kafka-style failure on stderr and exit 1."""
+    click.echo(f"Error while executing {tool} command with args '{shlex.join(args)}'", err=True)
+    click.echo(java_exception_line(error), err=True)
+    sys.exit(1)
+
+
+@contextmanager
+def kafka_errors(tool: str, args: Sequence[str]) -> Iterator[None]:
+    """Turn quotaflow errors raised inside the block into a Kafka-style failure (stderr, exit status 1)."""
+    try:
+        yield
+    except (KafkaError, CommandError, StoreError) as e:
+        fail(tool, args, e)
+
+
+class RawArgsCommand(click.Command):
+    """A click command that remembers its raw arguments, for the error header (``args.mkString`` in Kafka)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["quotaflow.raw_args"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def raw_args() -> list[str]:
+    ctx = click.get_current_context()
+    return list(ctx.meta.get("quotaflow.raw_args", []))
+
+
+def parse_java_double(key: str, text: str) -> float:
+    """``Double.parseDouble``, with kafka-configs.sh's message when it fails."""
+    stripped = text.strip()
+    if not _JAVA_DOUBLE.fullmatch(stripped):
+        raise CommandError(f"Cannot parse quota configuration value for {key}: {text}")
+    body = stripped.rstrip("fFdD") if not stripped.endswith("Infinity") else stripped
+    return math.nan if body.lstrip("+-") == "NaN" else float(body)

@@ -1,0 +1,162 @@
+"""``quotaflow configs``: kafka-configs.sh output lines and messages (SPEC §10, ConfigCommandTest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from quotaflow.cli.main import cli
+from quotaflow.store.sqlite import SqliteStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return str(tmp_path / "q.db")
+
+
+def run(store: str, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["configs", "--store", store, *args])
+
+
+def ok(store: str, *args: str) -> str:
+    result = run(store, *args)
+    assert result.exit_code == 0, result.output + result.stderr
+    return result.stdout
+
+
+def seq(store: str) -> int:
+    with SqliteStore(store) as s:
+        return s.last_seq()
+
+
+def test_alter_then_describe_golden(store: str) -> None:
+    assert ok(store, "--alter", "--entity-type", "users", "--entity-name", "user1", "--add-config",
+              "consumer_byte_rate=20000") == "Completed updating config for user user1.\n"
+    assert ok(store, "--describe", "--entity-type", "users", "--entity-name", "user1") == (
+        "Quota configs for user-principal 'user1' are consumer_byte_rate=20000.0\n"
+    )
+    assert ok(store, "--alter", "--user-defaults", "--add-config",
+              "request_percentage=12.3,producer_byte_rate=1e7") == (
+        "Completed updating default config for users in the cluster.\n"
+    )
+    # key order is Java HashMap order, as ConfigCommand prints a HashMap
+    assert ok(store, "--describe", "--entity-type", "users", "--entity-default") == (
+        "Quota configs for the default user-principal are request_percentage=12.3, producer_byte_rate=1.0E7\n"
+    )
+    assert ok(store, "--alter", "--client", "c1", "--user", "u2", "--add-config", "producer_byte_rate=1024") == (
+        "Completed updating config for client c1.\n"
+    )
+    assert ok(store, "--describe", "--user", "u2", "--client", "c1") == (
+        "Quota configs for user-principal 'u2', client-id 'c1' are producer_byte_rate=1024.0\n"
+    )
+    # a bare type is "any name", and describe is strict: user-only entities, default included
+    assert ok(store, "--describe", "--entity-type", "users") == (
+        "Quota configs for the default user-principal are request_percentage=12.3, producer_byte_rate=1.0E7\n"
+        "Quota configs for user-principal 'user1' are consumer_byte_rate=20000.0\n"
+    )
+
+
+def test_ip_configs(store: str) -> None:
+    assert ok(store, "--alter", "--entity-type", "ips", "--entity-name", "1.2.3.4", "--add-config",
+              "connection_creation_rate=100") == "Completed updating config for ip 1.2.3.4.\n"
+    assert ok(store, "--alter", "--ip-defaults", "--add-config", "connection_creation_rate=50") == (
+        "Completed updating default config for ips in the cluster.\n"
+    )
+    assert ok(store, "--describe", "--ip", "1.2.3.4") == (
+        "Quota configs for ip '1.2.3.4' are connection_creation_rate=100.0\n"
+    )
+    assert ok(store, "--describe", "--entity-default", "--entity-type", "ips") == (
+        "Quota configs for the default ip are connection_creation_rate=50.0\n"
+    )
+    assert len(ok(store, "--describe", "--entity-type", "ips").splitlines()) == 2
+    assert ok(store, "--alter", "--ip", "1.2.3.4", "--delete-config", "connection_creation_rate")
+    assert ok(store, "--describe", "--ip", "1.2.3.4") == ""
+
+
+def test_add_and_delete_in_one_alter(store: str) -> None:
+    for user, client in [("test-user-1", "test-client-1"), ("test-user-2", None), (None, "test-client-3")]:
+        parts = (["--user", user] if user else []) + (["--client", client] if client else ["--client-defaults"])
+        ok(store, "--alter", *parts, "--add-config", "request_percentage=50")
+        ok(store, "--alter", *parts, "--add-config", "consumer_byte_rate=20000,producer_byte_rate=10000",
+           "--delete-config", "request_percentage")
+        out = ok(store, "--describe", *parts)
+        assert "consumer_byte_rate=20000.0" in out and "producer_byte_rate=10000.0" in out
+        assert "request_percentage" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--describe", "--alter", "--user", "u"], "Command must include exactly one action: --describe, --alter"),
+        (["--alter", "--user", "u", "--entity-type", "users"],
+         "--entity-{type,name,default} should not be used in conjunction with specific entity flags"),
+        (["--alter", "--user", "u", "--ip", "1.2.3.4", "--add-config", "producer_byte_rate=1"],
+         "Only 'users' and 'clients' entity types may be specified together"),
+        (["--alter", "--entity-type", "users", "--add-config", "producer_byte_rate=1"],
+         "An entity-name or default entity must be specified with --alter of users, clients, brokers or ips"),
+        (["--alter", "--entity-type", "users", "--entity-name", "u", "--entity-type", "clients",
+          "--add-config", "producer_byte_rate=1"],
+         "An entity-name or default entity must be specified with --alter of users, clients, brokers or ips"),
+        (["--alter", "--ip", "not a valid host", "--add-config", "connection_creation_rate=1"],
+         "The entity name for ips must be a valid IP or resolvable host, but it is: not a valid host"),
+        (["--alter", "--ip", "127.0.0.1", "--add-config", "connection_creation_rate=10000,some_config=10"],
+         "Only connection quota configs can be added for 'ips' using --bootstrap-server. "
+         "Unexpected config names: some_config"),
+        (["--alter", "--ip", "127.0.0.1", "--delete-config", "some_config"],
+         "Only connection quota configs can be added for 'ips' using --bootstrap-server. "
+         "Unexpected config names: some_config"),
+        (["--alter", "--client", "c", "--add-config", "some_config=10"],
+         "Only quota configs can be added for 'clients' using --bootstrap-server. "
+         "Unexpected config names: some_config"),
+        (["--alter", "--user", "u", "--add-config", "some_config=10"],
+         "Only quota and SCRAM credential configs can be added for 'users' using --bootstrap-server. "
+         "Unexpected config names: some_config"),
+        (["--alter", "--user", "u", "--add-config", "producer_byte_rate=fast"],
+         "Cannot parse quota configuration value for producer_byte_rate: fast"),
+        (["--alter", "--user", "u", "--add-config", "producer_byte_rate"],
+         'Invalid entity config: all configs to be added must be in the format "key=val".'),
+        (["--alter", "--user", "u"],
+         "At least one of --add-config, --add-config-file, or --delete-config must be specified with --alter"),
+        (["--describe", "--entity-type", "topics"], "Invalid entity-type topics"),
+    ],
+)
+def test_invalid_arguments(store: str, args: list[str], message: str) -> None:
+    result = run(store, *args)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    header, detail = result.stderr.splitlines()
+    assert header.startswith(f"Error while executing config command with args '--store {store} ")
+    assert detail.startswith("java.lang.IllegalArgumentException: " + message)
+    assert seq(store) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--alter", "--user", "u", "--add-config", "producer_byte_rate=1.5"],
+         "org.apache.kafka.common.errors.InvalidRequestException: producer_byte_rate cannot be a fractional value."),
+        (["--alter", "--user", "u", "--add-config", "consumer_byte_rate=0"],
+         "org.apache.kafka.common.errors.InvalidRequestException: Quota consumer_byte_rate must be greater than 0"),
+        (["--alter", "--ip", "1.2.3.4", "--add-config", "connection_creation_rate=2147483648"],
+         "org.apache.kafka.common.errors.InvalidRequestException: Proposed value for connection_creation_rate is too "
+         "large for an INT."),
+        (["--alter", "--user", "u", "--delete-config", "producer_byte_rate,request_percentage"],
+         "org.apache.kafka.common.errors.InvalidConfigurationException: Invalid config(s): "
+         "producer_byte_rate,request_percentage"),
+    ],
+)
+def test_server_side_errors(store: str, args: list[str], line: str) -> None:
+    result = run(store, *args)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[1] == line
+    assert seq(store) == 0
+
+
+def test_error_header_shows_the_arguments(store: str) -> None:
+    result = run(store, "--alter", "--user", "u", "--add-config", "producer_byte_rate=0")
+    assert result.stderr.splitlines()[0] == (
+        f"Error while executing config command with args '--store {store} --alter --user u --add-config "
+        "producer_byte_rate=0'"
+    )
