@@ -36,6 +36,15 @@ from quotaflow.engine.rate import Rate, bounded_throttle_time, java_round, throt
 from quotaflow.engine.stats import Avg, CumulativeSum
 from quotaflow.engine.throttle import ThrottleDecision, combine, fetch_throttle, produce_throttle, request_throttle
 from quotaflow.engine.token_bucket import TokenBucket
+from quotaflow.engine.updates import (
+    IpConnectionRateTarget,
+    QuotaChange,
+    QuotaManagers,
+    apply_change,
+    apply_changes,
+    java_double_to_int,
+    snapshot_changes,
+)
 
 __all__ = [
     "CLUSTER_ACTION_API_KEYS",
@@ -49,13 +58,16 @@ __all__ = [
     "ClientQuotaManager",
     "ControllerMutationQuota",
     "CumulativeSum",
+    "IpConnectionRateTarget",
     "KernelState",
     "MetricSample",
     "MetricSource",
     "MutationThrottledError",
     "PermissiveControllerMutationQuota",
     "PrometheusCollector",
+    "QuotaChange",
     "QuotaId",
+    "QuotaManagers",
     "QuotaType",
     "QuotaTypesTracking",
     "Rate",
@@ -64,17 +76,21 @@ __all__ = [
     "TokenBucket",
     "UnboundedControllerMutationQuota",
     "WindowReading",
+    "apply_change",
+    "apply_changes",
     "bounded_throttle_time",
     "combine",
     "decide_groups",
     "fetch_throttle",
     "is_request_quota_exempt",
     "is_strict",
+    "java_double_to_int",
     "java_round",
     "nanos_to_percent",
     "produce_throttle",
     "read_window",
     "request_throttle",
+    "snapshot_changes",
     "throttle_time",
     "to_int32",
 ]

@@ -1,0 +1,148 @@
+"""Kafka's metrics-library tests (TEST-CASES §1–§2): RateTest, SampledStatTest, MetricsTest, QuotaUtilsTest."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from quotaflow.engine.rate import LONG_MAX, Rate, bounded_throttle_time, java_round, throttle_time, to_int32
+from quotaflow.engine.stats import Avg, CumulativeSum
+
+T = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("samples", "window_sec", "expected"),
+    [(1, 1, 50.05005005), (1, 11, 4.5458678), (11, 1, 4.5458678), (11, 11, 0.41322656)],
+)
+def test_rate_with_no_prior_available_samples(samples: int, window_sec: int, expected: float) -> None:
+    rate = Rate(samples, window_sec * 1000)
+    rate.record(50, T)
+    now = T + window_sec * 1000 - 1
+    value = rate.measure(now)
+    assert not math.isnan(value)
+    assert value == pytest.approx(50 / ((window_sec * 1000 - 1) / 1000 + (samples - 1) * window_sec), rel=1e-9)
+    assert value == pytest.approx(expected, abs=1e-6)
+
+
+def test_rate_is_consistent_after_the_first_window() -> None:
+    rate = Rate(2, 1000)
+    t = T
+    steps = [0, 99] + [100] * 9
+    for step in steps:
+        t += step
+        rate.record(1, t)
+    t += 101
+    for step in steps:
+        t += step
+        rate.record(1, t)
+        value = rate.measure(t)
+        assert 10 <= value <= 11
+        assert rate.measure(t) == value
+
+
+def kept_samples(stat: Rate, now: int) -> int:
+    """A SampledStat whose measure is the number of samples holding events (SampledStatTest's stat)."""
+    stat.purge(now)
+    values, _, _, _ = stat.export_state()
+    return sum(1 for v in values if v > 0)
+
+
+def complete_sample(stat: Rate, t: int) -> int:
+    stat.record(1, t)
+    t += 999
+    stat.record(1, t)
+    return t + 1
+
+
+def test_sample_is_purged_if_it_does_not_overlap() -> None:
+    stat = Rate(2, 1000)
+    t = complete_sample(stat, T)
+    assert kept_samples(stat, t + 2500) == 0
+
+
+def test_sample_is_kept_if_it_overlaps() -> None:
+    stat = Rate(2, 1000)
+    t = complete_sample(stat, T)
+    assert kept_samples(stat, t + 1500) == 1
+
+
+def test_sample_is_kept_if_it_overlaps_and_extra() -> None:
+    stat = Rate(2, 1000)
+    t = complete_sample(stat, T)
+    t = complete_sample(stat, t + 100)
+    t += 100
+    stat.record(1, t)
+    assert kept_samples(stat, t) == 3
+
+
+def test_rate_windowing() -> None:
+    rate = Rate(3, 30_000)
+    rate.record(100, T)
+    rate.record(100, T + 30_000)
+    assert rate.window_size(T + 75_000) == 75_000
+    assert rate.measure(T + 75_000) == pytest.approx(200 / 75)
+    assert rate.measure(T + 75_000 + 90_000) == 0
+
+
+def test_samples_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Rate(0, 1000)
+
+
+def test_strict_quota_with_rate() -> None:
+    """SensorTest.testStrictQuotaEnforcementWithRate: the padded window keeps the rate at 3.0 for 5 s."""
+    rate = Rate(11, 1000, 2.0)
+    rate.record(30, T)
+    assert rate.measure(T) == 3.0
+    assert rate.measure(T + 5000) == 3.0
+    assert not rate.measure(T + 5000) <= rate.bound  # a strict record now would throw
+
+
+def test_cumulative_quota_value_stays_recorded() -> None:
+    total = CumulativeSum()
+    total.record(5)
+    total.record(1)
+    assert total.measure() == 6
+
+
+def test_avg_expires_to_nan() -> None:
+    avg = Avg(2, 100)
+    avg.record(50, T)
+    avg.record(150, T + 10)
+    assert avg.measure(T + 10) == 100
+    assert avg.measure(T + 209) == 100  # one sample, last event at T + 10: kept
+    assert math.isnan(avg.measure(T + 210))
+
+
+# -- QuotaUtilsTest ------------------------------------------------------------------------------------------------
+def fresh_window(samples: int) -> int:
+    return Rate(samples, 1000).window_size(T)
+
+
+@pytest.mark.parametrize("samples", [10, 11])
+def test_throttle_time_observed_equals_quota(samples: int) -> None:
+    assert throttle_time(16.5, 16.5, fresh_window(samples)) == 0
+    assert throttle_time(16.5, 20.4, fresh_window(samples)) < 0
+    assert bounded_throttle_time(18.2, 18.2, fresh_window(samples), 500) == 0
+    assert bounded_throttle_time(16.5, 22.4, fresh_window(samples), 500) < 0
+
+
+def test_throttle_time_above_quota() -> None:
+    assert fresh_window(3) == 2000
+    assert throttle_time(100, 50, fresh_window(3)) == 2000
+    assert bounded_throttle_time(55, 50, fresh_window(2), 500) == 100
+    assert bounded_throttle_time(100, 50, fresh_window(10), 500) == 500
+
+
+def test_zero_bound_is_infinite_not_an_error() -> None:
+    assert throttle_time(1.0, 0.0, 1000) == LONG_MAX
+    assert bounded_throttle_time(1.0, 0.0, 1000, 1000) == 1000
+    assert to_int32(LONG_MAX) == -1
+
+
+def test_java_round_is_half_up() -> None:
+    assert [java_round(x) for x in (0.5, 1.5, 2.5, -0.5, -1.5)] == [1, 2, 3, 0, -1]
+    assert java_round(float("nan")) == 0
+    assert java_round(float("inf")) == LONG_MAX
