@@ -92,10 +92,13 @@ def apply_config(quotas: ConnectionQuotas, event: ConfigEvent) -> None:
         quotas.update_ip_connection_rate_quota(event.ip, event.rate)
 
 
+_IDLE = -(1 << 62)
+
+
 @dataclass(slots=True)
 class _Acceptor:
     queue: deque[int]  # indexes of Connect events, sorted by (arrival, index)
-    free_at: int = -(1 << 62)
+    free_at: int = _IDLE
     pending: int | None = None  # index of the connection whose IP check is due at pending_at
     pending_at: int = 0
     pending_start: int = 0
@@ -103,11 +106,15 @@ class _Acceptor:
 
 
 class AcceptorSimulation:
-    """Replays time-ordered config changes and connects; ``outcomes[i]`` is set for every ``Connect`` at index i."""
+    """Replays time-ordered config changes and connects; ``outcomes[i]`` is set for every ``Connect`` at index i.
+
+    State (the quotas' rates and each acceptor's free time) carries over between :meth:`run` calls, so a stream
+    can be replayed in consecutive time-ordered batches (each batch is drained completely)."""
 
     def __init__(self, quotas: ConnectionQuotas) -> None:
         self.quotas = quotas
         self.now_ms: int | None = None  # time of the last processed event
+        self.free_at: dict[str, int] = {}  # per listener: when its acceptor is next free
 
     def run(self, events: Sequence[Event]) -> list[ConnectOutcome | None]:
         outcomes: list[ConnectOutcome | None] = [None] * len(events)
@@ -117,7 +124,8 @@ class AcceptorSimulation:
             if isinstance(e, Connect):
                 by_listener.setdefault(e.listener, []).append(i)
         acceptors = {
-            name: _Acceptor(deque(sorted(idx, key=lambda i: (events[i].ts_ms, i)))) for name, idx in by_listener.items()
+            name: _Acceptor(deque(sorted(idx, key=lambda i: (events[i].ts_ms, i))), self.free_at.get(name, _IDLE))
+            for name, idx in by_listener.items()
         }
         next_config = 0
         while True:
@@ -137,6 +145,7 @@ class AcceptorSimulation:
                 if best is None or cand < best:
                     best, best_kind = cand, acc
             if best is None:
+                self.free_at.update((name, acc.free_at) for name, acc in acceptors.items())
                 return outcomes
             now, index = best
             self.now_ms = now if self.now_ms is None else max(self.now_ms, now)

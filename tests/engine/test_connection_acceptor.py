@@ -1,0 +1,60 @@
+"""The acceptor replay API the conformance runner and the pipeline's backtests share."""
+
+from __future__ import annotations
+
+from quotaflow.engine.conn_acceptor import (
+    AcceptorSimulation,
+    AddListener,
+    BrokerRate,
+    Connect,
+    ConnectResult,
+    IpRate,
+    simulate,
+)
+from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
+
+T0 = 1_000_000
+
+
+def quotas() -> ConnectionQuotas:
+    return ConnectionQuotas(ConnectionQuotaConfig(quota_window_num=2, inter_broker_listener="REPLICATION"))
+
+
+def test_broker_delay_queues_fifo_and_inter_broker_is_exempt() -> None:
+    events = [
+        AddListener(T0, "EXTERNAL"),
+        AddListener(T0, "REPLICATION"),
+        BrokerRate(T0, 1),
+        Connect(T0, "EXTERNAL", "10.0.0.1"),
+        Connect(T0 + 10, "EXTERNAL", "10.0.0.2"),
+        Connect(T0 + 20, "EXTERNAL", "10.0.0.3"),
+        Connect(T0 + 5, "REPLICATION", "10.0.0.9"),  # out of row order: listeners interleave by time
+    ]
+    out = simulate(quotas(), events)
+    assert out[:3] == [None, None, None]
+    first, second, third, repl = out[3:]
+    assert first is not None and (first.process_ms, first.accept_delay_ms) == (T0, 0)
+    # the 2nd: 2 in a 1010 ms window vs 1/s -> (2/1.01 - 1) * 1010 = 990 ms acceptor delay; the 3rd waits
+    assert second is not None and (second.process_ms, second.accept_delay_ms) == (T0 + 10, 990)
+    assert third is not None and third.process_ms == second.accept_time_ms == T0 + 1000
+    assert repl is not None and (repl.process_ms, repl.accept_delay_ms, repl.accept_time_ms) == (T0 + 5, 0, T0 + 5)
+    assert all(o is not None and o.result is ConnectResult.ACCEPTED and o.close_time_ms is None for o in out[3:])
+
+
+def test_ip_throttle_outcome_and_batches_carry_state() -> None:
+    sim = AcceptorSimulation(quotas())
+    sim.run([AddListener(T0, "EXTERNAL"), IpRate(T0, "10.0.0.1", 1)])
+    (a,) = sim.run([Connect(T0, "EXTERNAL", "10.0.0.1")])
+    (b,) = sim.run([Connect(T0 + 100, "EXTERNAL", "10.0.0.1")])  # the rate remembers the first batch
+    assert a is not None and a.result is ConnectResult.ACCEPTED
+    assert b is not None and b.result is ConnectResult.IP_THROTTLED
+    assert b.ip_throttle_ms == 900 and b.close_time_ms == T0 + 1000  # (2/1.1 - 1) * 1100
+    assert sim.now_ms == T0 + 100
+
+
+def test_acceptor_free_time_carries_across_batches() -> None:
+    sim = AcceptorSimulation(quotas())
+    sim.run([AddListener(T0, "EXTERNAL"), BrokerRate(T0, 1)])
+    sim.run([Connect(T0, "EXTERNAL", "a"), Connect(T0, "EXTERNAL", "b")])
+    (c,) = sim.run([Connect(T0 + 1, "EXTERNAL", "c")])
+    assert c is not None and c.process_ms == T0 + 1000  # waits for the acceptor blocked by the previous batch
