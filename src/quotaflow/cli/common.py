@@ -50,6 +50,15 @@ def store_option(f: F) -> F:
 
 def bootstrap_option(f: F) -> F:
     """``--bootstrap-server HOST:PORT``: manage quotas through a quotaflow gateway instead of a store file."""
+    f = click.option(
+        "--command-config",
+        metavar="FILE",
+        default=None,
+        expose_value=False,
+        callback=lambda ctx, _param, value: ctx.meta.__setitem__("quotaflow.command_config", value),
+        help="With --bootstrap-server: client properties (security.protocol=SASL_PLAINTEXT, sasl.mechanism=PLAIN, "
+        "sasl.jaas.config=..., quotaflow.http.url=http://HOST:PORT for --resolve). See docs/gateway-testing.md.",
+    )(f)
     return click.option(
         "--bootstrap-server",
         "bootstrap_server",
