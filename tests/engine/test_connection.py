@@ -8,7 +8,7 @@ import pytest
 
 from quotaflow.core.errors import ConnectionThrottledError, InvalidConfigurationError, TooManyConnectionsError
 from quotaflow.core.keys import INT_MAX
-from quotaflow.engine.connection import Avg, ConnectionQuotaConfig, ConnectionQuotas, scala_double_to_int
+from quotaflow.engine.connection import Avg, ConnectionQuotaConfig, ConnectionQuotas
 
 T0 = 1_000_000
 EXTERNAL, ADMIN, REPLICATION = "EXTERNAL", "ADMIN", "REPLICATION"
@@ -224,7 +224,3 @@ def test_avg_is_nan_without_events_and_purges() -> None:
     avg.record(20, T0 + 10)
     assert avg.measure(T0 + 10) == 15
     assert math.isnan(avg.measure(T0 + 5000))
-
-
-def test_scala_double_to_int() -> None:
-    assert [scala_double_to_int(v) for v in (2.9, -2.9, 1e12, float("nan"))] == [2, -2, INT_MAX, 0]

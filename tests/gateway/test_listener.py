@@ -31,15 +31,17 @@ class Echo:
             await writer.drain()
 
 
-async def started(quotas: ConnectionQuotas, handler: Echo, names: tuple[str, ...] = ("EXTERNAL",),
-                  **kw: object) -> QuotaListener:
+async def started(
+    quotas: ConnectionQuotas, handler: Echo, names: tuple[str, ...] = ("EXTERNAL",), **kw: object
+) -> QuotaListener:
     listener = QuotaListener({n: (HOST, 0) for n in names}, quotas, handler, **kw)  # type: ignore[arg-type]
     await listener.start()
     return listener
 
 
-async def connect(listener: QuotaListener, name: str = "EXTERNAL", source: str = "127.0.0.1"
-                  ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect(
+    listener: QuotaListener, name: str = "EXTERNAL", source: str = "127.0.0.1"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     host, port = listener.addresses[name]
     return await asyncio.open_connection(host, port, local_addr=(source, 0))
 
@@ -198,6 +200,12 @@ def test_reloader_applies_store_changes_and_config_edits(tmp_path: Path) -> None
             assert quotas.connection_rate_for_ip("127.0.0.2") == 3  # override removed, default 3.9 -> toInt 3
             assert quotas.connection_rate_for_ip("127.0.0.9") == 3
             assert quotas.listener_rate_bound("EXTERNAL") == 9
+            store.alter([(QuotaEntity(ip="localhost"), {CONNECTION_CREATION_RATE: 11.0})])  # resolved, as Kafka
+            store.alter([(QuotaEntity(user="alice"), {"producer_byte_rate": 1024.0})])  # not a connection quota
+            store.alter([(QuotaEntity(ip="no-such-host.invalid"), {CONNECTION_CREATION_RATE: 1.0})])  # logged, skipped
+            await eventually(lambda: quotas.connection_rate_for_ip("127.0.0.1") == 11)
+            await asyncio.sleep(0.2)
+            assert reloader.applied == 4
             config.write_text("max.connection.creation.rate=12\n# edited\n")
             await eventually(lambda: quotas.broker_rate.bound == 12)
         finally:

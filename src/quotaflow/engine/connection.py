@@ -94,17 +94,6 @@ def _by_name(per_listener: Mapping[str, int]) -> dict[str, int]:
     return {name.lower(): value for name, value in per_listener.items()}
 
 
-def scala_double_to_int(value: float) -> int:
-    """Scala ``Double.toInt``: truncate toward zero, saturate at the Int range, NaN → 0 (KRaft quota values)."""
-    if math.isnan(value):
-        return 0
-    if value >= INT_MAX:
-        return INT_MAX
-    if value <= -INT_MAX - 1:
-        return -INT_MAX - 1
-    return int(value)
-
-
 class ConnectionQuotas:
     """Broker / listener / IP connection-creation rates and connection counts of one broker."""
 

@@ -19,16 +19,16 @@ import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeAlias
 
 from quotaflow.brokerconfig import BrokerConfigWatcher
-from quotaflow.core.entities import DEFAULT
+from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
-from quotaflow.core.keys import CONNECTION_CREATION_RATE
-from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas, scala_double_to_int
+from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
+from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
@@ -252,11 +252,30 @@ def ip_entity_address(name: str) -> str | None:
         return None
 
 
+class _AddressedTarget:
+    """Passes ip quotas on under the address the acceptor sees (names resolved beforehand, as Kafka's
+    ``InetAddress.getByName``); an unresolvable name is logged and skipped."""
+
+    def __init__(self, quotas: ConnectionQuotas, addresses: dict[str, str | None]) -> None:
+        self._quotas = quotas
+        self._addresses = addresses
+        self.applied = 0
+
+    def update_ip_connection_rate_quota(self, ip: str | None, rate: int | None) -> None:
+        address = None if ip is None else self._addresses.get(ip, ip)
+        if ip is not None and address is None:
+            log.warning("Unable to resolve address %s", ip)
+            return
+        self._quotas.update_ip_connection_rate_quota(address, rate)
+        self.applied += 1
+
+
 class ConnectionQuotaReloader:
     """Polls a quota store's change log and a server.properties file; applies changes to the live quotas.
 
-    As Kafka's ClientQuotaMetadataManager: ip entity names are resolved to addresses, values are converted with
-    ``.toInt``, keys other than ``connection_creation_rate`` on ip entities are ignored.
+    Store changes go through the engine's dispatcher (:func:`quotaflow.engine.updates.apply_changes`: ``.toInt`` of
+    the value, only ``connection_creation_rate`` on ip entities); ip entity names are normalized or resolved to the
+    address form the acceptor reports, as Kafka's ClientQuotaMetadataManager does.
     """
 
     def __init__(
@@ -305,35 +324,39 @@ class ConnectionQuotaReloader:
             return
         if self._seq is None:
             snapshot = self._store.snapshot()
-            for entity, values in snapshot.entities.items():
-                if entity.ip is not None and entity.user is None and entity.client_id is None:
-                    for key, value in values.items():
-                        await self._apply(entity.ip, key, value)
+            changes: list[QuotaChange] = snapshot_changes(_ip_only(snapshot.entities), snapshot.seq)
             self._seq = snapshot.seq
-            return
-        for change in self._store.changes_since(self._seq):
-            self._seq = change.seq
-            entity = change.entity
-            if entity.ip is not None and entity.user is None and entity.client_id is None:
-                await self._apply(entity.ip, change.key, change.value)
+        else:
+            raw = self._store.changes_since(self._seq)
+            if raw:
+                self._seq = raw[-1].seq
+            changes = [c for c in raw if _is_ip_entity(c.entity)]
+        target = _AddressedTarget(self.quotas, await self._addresses(changes))
+        apply_changes(changes, {}, target)
+        self.applied += target.applied
 
-    async def _apply(self, ip: object, key: str, value: float | None) -> None:
-        if key != CONNECTION_CREATION_RATE:
-            log.warning("Ignoring unexpected quota key %s for ip entity", key)
-            return
-        rate = None if value is None else scala_double_to_int(value)
-        if ip is DEFAULT:
-            self.quotas.update_ip_connection_rate_quota(None, rate)
-            self.applied += 1
-            return
-        name = str(ip)
-        address = ip_entity_address(name)
-        if address is None:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
-                address = str(infos[0][4][0])
-            except (OSError, IndexError):
-                log.warning("Unable to resolve address %s", name)
-                return
-        self.quotas.update_ip_connection_rate_quota(address, rate)
-        self.applied += 1
+    async def _addresses(self, changes: list[QuotaChange]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for change in changes:
+            ip = change.entity.ip
+            if ip is None or ip is DEFAULT or str(ip) in out:
+                continue
+            name = str(ip)
+            address = ip_entity_address(name)
+            if address is None:
+                try:
+                    infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+                    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # IPv4 first, as Java's default
+                    address = str(infos[0][4][0])
+                except (OSError, IndexError):
+                    address = None
+            out[name] = address
+        return out
+
+
+def _is_ip_entity(entity: QuotaEntity) -> bool:
+    return entity.ip is not None and entity.user is None and entity.client_id is None
+
+
+def _ip_only(entities: Mapping[QuotaEntity, Mapping[str, float]]) -> dict[QuotaEntity, Mapping[str, float]]:
+    return {e: v for e, v in entities.items() if _is_ip_entity(e)}
