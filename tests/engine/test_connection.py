@@ -184,8 +184,9 @@ def test_reconfigure_keeps_samples_and_replaces_bounds() -> None:
     assert q.broker_rate.bound == 2
     # 4 connections in a 1 s padded window: (4 - 2) / 2 * 1000 = 1000
     assert q.record_connection_and_get_throttle_ms(EXTERNAL, T0) == 1000
-    q.reconfigure(ConnectionQuotaConfig(inter_broker_listener=REPLICATION))
+    q.reconfigure(ConnectionQuotaConfig())
     assert q.record_connection_and_get_throttle_ms(EXTERNAL, T0) == 0
+    assert q.is_protected(REPLICATION)  # inter.broker.listener.name is not dynamic
 
 
 def test_ip_sensor_expires_after_an_idle_hour() -> None:

@@ -208,8 +208,8 @@ class ConnectionQuotas:
         self.max_connections_per_ip_overrides = dict(overrides)
 
     def reconfigure(self, cfg: ConnectionQuotaConfig) -> None:
-        """Apply the dynamic settings of a reloaded broker config (the window settings are static, as in Kafka)."""
-        self.inter_broker_listener = cfg.inter_broker_listener
+        """Apply the dynamic settings of a reloaded broker config. The window settings and
+        ``inter.broker.listener.name`` are read-only in Kafka (restart to change them), so they are kept."""
         self.update_broker_max_connection_rate(cfg.max_connection_creation_rate)
         rates, maxes = _by_name(cfg.listener_rates), _by_name(cfg.listener_max_connections)
         for listener in set(self._listener_rate_cfg) | set(rates):
