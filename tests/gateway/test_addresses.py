@@ -11,8 +11,9 @@ GW = AddressMap(("127.0.0.1", 19092), {2: ("127.0.0.1", 19093)})
 
 def test_metadata_brokers() -> None:
     b = MetadataResponse.MetadataResponseBroker
-    msg = MetadataResponse[12](brokers=[b(node_id=1, host="up", port=9092, rack=None),
-                                        b(node_id=2, host="up2", port=9092, rack="r")])
+    msg = MetadataResponse[12](
+        brokers=[b(node_id=1, host="up", port=9092, rack=None), b(node_id=2, host="up2", port=9092, rack="r")]
+    )
     rewrite_addresses(msg, ApiKey.Metadata, GW)
     assert [(x.host, x.port) for x in msg.brokers] == [("127.0.0.1", 19092), ("127.0.0.1", 19093)]
 

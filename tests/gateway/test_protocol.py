@@ -13,7 +13,9 @@ from quotaflow.gateway import protocol
 def _produce(version: int, acks: int, txn: str | None) -> bytes:
     t = ProduceRequest.TopicProduceData
     req = ProduceRequest[version](
-        transactional_id=txn, acks=acks, timeout_ms=1000,
+        transactional_id=txn,
+        acks=acks,
+        timeout_ms=1000,
         topic_data=[t(name="t", partition_data=[t.PartitionProduceData(index=0, records=b"x" * 10)])],
     )
     req.with_header(correlation_id=42, client_id="my-client")
@@ -55,8 +57,13 @@ def test_decode_rejects_unknown_versions_and_garbage() -> None:
 
 def _metadata_frame(version: int, throttle: int) -> bytes:
     b = MetadataResponse.MetadataResponseBroker
-    msg = MetadataResponse[version](throttle_time_ms=throttle, brokers=[b(node_id=1, host="h", port=9, rack=None)],
-                                    cluster_id="c", controller_id=1, topics=[])
+    msg = MetadataResponse[version](
+        throttle_time_ms=throttle,
+        brokers=[b(node_id=1, host="h", port=9, rack=None)],
+        cluster_id="c",
+        controller_id=1,
+        topics=[],
+    )
     return protocol.encode_response(msg, version, 99)[4:]
 
 

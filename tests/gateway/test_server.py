@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -17,6 +15,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.tansu import Tansu
+
+from .gateway_wire import Wire
 
 pytestmark = pytest.mark.broker
 
@@ -28,39 +28,6 @@ def gateway(tansu: Tansu, tmp_path: Path) -> Iterator[GatewayThread]:
         yield gw
 
 
-class Wire:
-    """A raw Kafka connection for byte-level checks."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=10)
-        self.cid = 0
-
-    def send(self, request: Any, version: int) -> None:
-        self.cid += 1
-        request.with_header(correlation_id=self.cid, client_id="wire")
-        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
-
-    def recv(self) -> bytes:
-        size = struct.unpack(">i", self._exactly(4))[0]
-        return self._exactly(size)
-
-    def _exactly(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed")
-            buf += chunk
-        return buf
-
-    def closed(self, timeout: float = 5.0) -> bool:
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(1) == b""
-        except (ConnectionError, TimeoutError):
-            return False
-
-
 def test_produce_and_consume_through_gateway(gateway: GatewayThread) -> None:
     topic = f"gw-{time.time_ns()}"
     producer = KafkaProducer(bootstrap_servers=gateway.bootstrap(), acks="all", linger_ms=5)
@@ -68,8 +35,9 @@ def test_produce_and_consume_through_gateway(gateway: GatewayThread) -> None:
         producer.send(topic, f"m{i}".encode())
     producer.flush()
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=gateway.bootstrap(), auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=gateway.bootstrap(), auto_offset_reset="earliest", consumer_timeout_ms=5000
+    )
     values = sorted(int(m.value[1:]) for m in consumer)
     consumer.close()
     assert values == list(range(200))

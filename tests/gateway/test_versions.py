@@ -19,8 +19,11 @@ def test_merge_caps_drops_and_adds() -> None:
 
 def _api_versions_frame(version: int, keys: list[tuple[int, int, int]]) -> bytes:
     cls = ApiVersionsResponse
-    msg = cls[version](error_code=0, throttle_time_ms=0,
-                       api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in keys])
+    msg = cls[version](
+        error_code=0,
+        throttle_time_ms=0,
+        api_keys=[cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in keys],
+    )
     return protocol.encode_response(msg, version, 5)[4:]
 
 
@@ -37,5 +40,4 @@ def test_kip511_fallback_is_a_v0_body() -> None:
     out = versions.unsupported_version_response(77)
     decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
     assert decoded.error_code == 35 and decoded.header.correlation_id == 77
-    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [
-        (18, 0, versions.APIVERSIONS_MAX)]
+    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, versions.APIVERSIONS_MAX)]

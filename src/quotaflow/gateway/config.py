@@ -1,8 +1,8 @@
 """Gateway settings, under Kafka's broker config names where Kafka has one.
 
-``--config FILE`` is a Java-style properties file (``key=value``, ``#`` comments). Keys the gateway itself reads are
-typed here; the connection-quota keys (``max.connection.creation.rate``, ``listener.name.<l>.max.connection.creation
-.rate``, ...) are passed on untouched to the listener.
+``--config FILE`` is a ``server.properties``-style file. Keys the gateway itself reads are typed here; the
+connection-quota keys (``max.connection.creation.rate``, ``listener.name.<l>.max.connection.creation.rate``,
+``max.connections*``) are the listener's (``quotaflow.brokerconfig``), which also reloads them when the file changes.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from quotaflow.brokerconfig import parse_properties
 from quotaflow.core.errors import CommandError
 
 SOCKET_REQUEST_MAX_BYTES: Final = "socket.request.max.bytes"
@@ -30,7 +31,6 @@ class GatewayConfig:
     quota_window_size_seconds: int = 1
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # pipelined requests read ahead per connection before reading pauses
-    admin_principals: frozenset[str] = frozenset()
     extra: Mapping[str, str] = field(default_factory=dict)  # everything else: the listener's connection quotas
 
     @classmethod
@@ -62,18 +62,9 @@ class GatewayConfig:
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """A Java-style properties file: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
-    props: dict[str, str] = {}
+    """A ``server.properties``-style file, parsed as Java properties (``quotaflow.brokerconfig``)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise CommandError(f"cannot read config file {path}: {e}") from e
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            raise CommandError(f"invalid line in {path}: {line!r} (expected key=value)")
-        props[line[:sep].strip()] = line[sep + 1 :].strip()
-    return props
+    return parse_properties(text)

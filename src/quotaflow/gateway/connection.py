@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import InvalidRequestError, KafkaError
+from quotaflow.core.errors import InvalidRequestError
 from quotaflow.gateway import protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
@@ -52,12 +52,12 @@ class Pending:
     header: protocol.RequestHeader
     request_bytes: int
     received_ms: int
-    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far
+    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far ("io thread")
+    network_ns: int = 0  # CPU time spent in socket writes for it ("network thread")
     acks: int | None = None
     local: bytes | None = None  # a response the gateway made itself
     upstream: asyncio.Future[bytes] | None = None
     close_after: bool = False
-    exempt: bool = False
     decisions: dict[str, int] = field(default_factory=dict)
 
 
@@ -92,14 +92,15 @@ class ClientConnection:
                 return
             tasks = [asyncio.ensure_future(t) for t in (self._read_client(), self._read_upstream(),
                                                           self._write_client())]
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for task in done:
-                exc = task.exception() if not task.cancelled() else None
-                if exc is not None and not isinstance(exc, ConnectionClosed | ConnectionError |
-                                                      asyncio.IncompleteReadError):
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                results = await asyncio.gather(*tasks, return_exceptions=True)
+            for exc in results:
+                if isinstance(exc, Exception) and not isinstance(
+                        exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
                     log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
         finally:
             self._fail_awaiting()
@@ -136,10 +137,9 @@ class ClientConnection:
     async def _read_client(self) -> None:
         limit = self.gateway.config.socket_request_max_bytes
         while not self._closing:
-            wait = self.muted_until - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            await self._unmuted()
             frame = await self._read_frame(self.reader, limit)
+            await self._unmuted()  # a mute set while this read was pending holds the request back too
             start = time.thread_time_ns()
             self.last_active = time.monotonic()
             pending = self._on_request(frame)
@@ -149,6 +149,10 @@ class ClientConnection:
             await self._queue.put(pending)
             if pending.close_after:
                 return
+
+    async def _unmuted(self) -> None:
+        while (wait := self.muted_until - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
 
     def _on_request(self, frame: bytes) -> Pending:
         now_ms = time.time_ns() // 1_000_000
@@ -171,28 +175,21 @@ class ClientConnection:
                 pending.acks = protocol.produce_acks(frame, header)
             except InvalidRequestError as e:
                 raise ConnectionClosed(str(e)) from e
-            if pending.acks == 0:
-                self._forward(frame)
-                self._produce_acks0(pending)
+            if pending.acks == 0:  # no response will come; the writer still applies the byte-rate mute
+                self._forward(frame, pending)
+                pending.local = b""
                 return pending
-        self._forward(frame)
+        self._forward(frame, pending)
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
 
-    def _forward(self, frame: bytes) -> None:
+    def _forward(self, frame: bytes, pending: Pending) -> None:
         assert self._upstream_writer is not None
+        start = time.thread_time_ns()
         self._upstream_writer.write(protocol.SIZE.pack(len(frame)))
         self._upstream_writer.write(frame)
-
-    def _produce_acks0(self, pending: Pending) -> None:
-        """acks=0: no response, but the byte-rate throttle still mutes the connection (SPEC §4.6)."""
-        throttle = self.gateway.enforcement.produce(self.principal, pending.header.client_id, pending.request_bytes,
-                                                    pending.received_ms)
-        pending.exempt = True  # request quota: acks=0 produce is exempt (SPEC §5)
-        pending.decisions["throttle_ms_produce"] = throttle
-        pending.local = b""  # nothing to send; the writer still logs it and applies the mute
-        self._mute(throttle)
+        pending.network_ns += time.thread_time_ns() - start
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
 
@@ -298,45 +295,54 @@ class ClientConnection:
             frame = await pending.upstream if pending.upstream is not None else pending.local
             assert frame is not None
             start = time.thread_time_ns()
-            out = self._respond(pending, frame) if pending.upstream is not None else frame
+            now_ms = time.time_ns() // 1_000_000
+            out = self._respond(pending, frame, start, now_ms)
+            written = time.thread_time_ns()
             if out:
                 self.writer.write(out)
             self.last_active = time.monotonic()
-            pending.thread_ns += time.thread_time_ns() - start
-            self._settle(pending, len(out) if pending.upstream is not None else len(frame))
+            done = time.thread_time_ns()
+            pending.thread_ns += written - start
+            pending.network_ns += done - written
+            self.gateway.enforcement.network_time(self.principal, pending.header.client_id or "",
+                                                  pending.network_ns, now_ms)
+            self.gateway.on_request(self, pending, len(out), now_ms)
             await self.writer.drain()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
 
-    def _respond(self, pending: Pending, frame: bytes) -> bytes:
-        """The bytes to send for an upstream response: quotas applied, addresses rewritten, correlation id kept."""
+    def _respond(self, pending: Pending, frame: bytes, start_ns: int, now_ms: int) -> bytes:
+        """The bytes to send: quotas applied (KIP-219), addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
+        if version == _RAW_SASL:
+            return frame
         enforcement = self.gateway.enforcement
-        now_ms = time.time_ns() // 1_000_000
-        throttle = 0
-        fetch_throttled = False
+        user, client_id = self.principal, header.client_id or ""
+        thread_ns = pending.thread_ns + time.thread_time_ns() - start_ns
+        d = pending.decisions
         if key == ApiKey.Produce:
-            bw = enforcement.produce(self.principal, header.client_id, pending.request_bytes, now_ms)
-            pending.decisions["throttle_ms_produce"] = bw
-            throttle = bw
-        elif key == ApiKey.Fetch:
-            req = self._request_throttle(pending, now_ms)
-            bw = enforcement.fetch(self.principal, header.client_id, len(frame), now_ms)
-            pending.decisions["throttle_ms_fetch"] = bw
-            throttle = max(bw, req)
-            if throttle > 0:
-                enforcement.unrecord_fetch(self.principal, header.client_id, len(frame), now_ms)
-                fetch_throttled = True
-        if key != ApiKey.Fetch:
-            throttle = max(throttle, self._request_throttle(pending, now_ms))
-        pending.decisions["throttle_ms"] = throttle
+            decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns,
+                                           -1 if pending.acks is None else pending.acks, now_ms)
+            d["throttle_ms_produce"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
+            throttle = decision.throttle_ms
+        elif key == ApiKey.Fetch and pending.upstream is not None:
+            decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
+            d["throttle_ms_fetch"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
+            throttle = decision.throttle_ms
+        else:
+            throttle = d["throttle_ms_request"] = enforcement.request(key, user, client_id, thread_ns, now_ms)
+        d["throttle_ms"] = throttle
         if throttle > 0:
             self._mute(throttle)
-        if fetch_throttled:
+        if pending.upstream is None:  # made here: already framed; only the throttle field may change
+            if throttle > 0 and frame:
+                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
+            return frame
+        if key == ApiKey.Fetch and throttle > 0:
             return protocol.empty_fetch_response(frame, version, throttle)
         if key == ApiKey.ApiVersions:
-            return versions.rewrite_response(frame, version)
+            return versions.rewrite_response(frame, version, throttle)
         if key in REWRITTEN_APIS or throttle > 0:
             return self._rewrite(frame, key, version, throttle)
         return protocol.SIZE.pack(len(frame)) + frame
@@ -347,35 +353,14 @@ class ClientConnection:
         message = protocol.decode_response(frame, key, version)
         if key in REWRITTEN_APIS:
             rewrite_addresses(message, key, self.gateway.address_map(self.listener))
-        if throttle > 0 and protocol._has_throttle_field(message):
+        if throttle > 0 and protocol.has_throttle_field(message):
             message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
         return protocol.encode_response(message, version, protocol.response_correlation_id(frame))
 
-    def _request_throttle(self, pending: Pending, now_ms: int) -> int:
-        """request_percentage on the gateway's own thread time for this request (SPEC §5)."""
-        header = pending.header
-        elapsed = pending.thread_ns + 0
-        if pending.exempt or self.gateway.enforcement.is_exempt(header.api_key):
-            self.gateway.enforcement.record_exempt(elapsed, now_ms)
-            return 0
-        throttle = self.gateway.enforcement.request(self.principal, header.client_id, elapsed, now_ms)
-        pending.decisions["throttle_ms_request"] = throttle
-        return throttle
-
     def _mute(self, throttle_ms: int) -> None:
+        """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
-
-    def _settle(self, pending: Pending, response_bytes: int) -> None:
-        """After the response is written: locally answered requests are charged too, then the event is logged."""
-        now_ms = time.time_ns() // 1_000_000
-        if pending.upstream is None and pending.header.api_version != _RAW_SASL and pending.acks != 0:
-            throttle = self._request_throttle(pending, now_ms)
-            pending.decisions["throttle_ms"] = throttle
-            if throttle > 0:
-                self._mute(throttle)
-        self.gateway.on_request(self, pending, response_bytes, now_ms)
 
 
 _LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
                                 ApiKey.AlterClientQuotas})
-_ = KafkaError  # errors from handlers surface as KafkaError subclasses in quota_admin

@@ -1,38 +1,76 @@
-"""Quota enforcement at the gateway (placeholder until the engine's ClientQuotaManager lands)."""
+"""Client-quota enforcement at the gateway: the engine's managers, fed by live traffic and the store's change log.
+
+All decisions are the engine's (``quotaflow.engine``: ``ClientQuotaManager`` per quota type, ``produce_throttle`` /
+``fetch_throttle`` / ``request_throttle`` to combine them, ``is_request_quota_exempt``, ``apply_changes``). This
+module only decides *what* to feed them: the request size for produce, the upstream response size for fetch, and
+the gateway's own thread time for the request quota (docs/gateway.md). Users are keyed by the authenticated
+principal name (``ANONYMOUS`` on plaintext), client-ids by the request header's (null = ``""``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
+from quotaflow.engine import (
+    QuotaManagers,
+    ThrottleDecision,
+    apply_changes,
+    fetch_throttle,
+    is_request_quota_exempt,
+    produce_throttle,
+    request_throttle,
+    snapshot_changes,
+)
+from quotaflow.engine.metrics import MetricSample
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.store.base import Change, Snapshot
 
 
 class Enforcement:
     def __init__(self, config: GatewayConfig) -> None:
-        self.config = config
+        self.managers = QuotaManagers.create(samples=config.quota_window_num,
+                                             window_seconds=config.quota_window_size_seconds)
+
+    # -- quota configuration --------------------------------------------------------------------------------
 
     def load(self, snapshot: Snapshot) -> None:
-        pass
+        apply_changes(snapshot_changes(snapshot.entities, snapshot.seq), self.managers)
 
     def apply_changes(self, changes: Sequence[Change]) -> None:
-        pass
+        apply_changes(changes, self.managers)
 
-    def produce(self, principal: str, client_id: str | None, size: int, now_ms: int) -> int:
-        return 0
+    # -- decisions ------------------------------------------------------------------------------------------
 
-    def fetch(self, principal: str, client_id: str | None, size: int, now_ms: int) -> int:
-        return 0
+    def produce(self, user: str, client_id: str, size: int, thread_ns: int, acks: int, now_ms: int
+                ) -> ThrottleDecision:
+        """Request size against producer_byte_rate, thread time against request_percentage (acks=0 exempt)."""
+        m = self.managers
+        return produce_throttle(m.produce, m.request, user, client_id, size, thread_ns, acks, now_ms)
 
-    def unrecord_fetch(self, principal: str, client_id: str | None, size: int, now_ms: int) -> None:
-        pass
+    def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
+        """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response)."""
+        m = self.managers
+        return fetch_throttle(m.fetch, m.request, user, client_id, response_size, thread_ns, now_ms)
 
-    def request(self, principal: str, client_id: str | None, thread_ns: int, now_ms: int) -> int:
-        return 0
+    def request(self, api_key: int, user: str, client_id: str, thread_ns: int, now_ms: int,
+                error_code: int | None = None) -> int:
+        """Any other request: the request quota, unless the request is exempt (SPEC §5)."""
+        if is_request_quota_exempt(api_key, error_code=error_code):
+            self.managers.request.record_exempt_ns(thread_ns, now_ms)
+            return 0
+        return request_throttle(self.managers.request, user, client_id, thread_ns, now_ms)
 
-    def record_exempt(self, thread_ns: int, now_ms: int) -> None:
-        pass
+    def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
+        """Socket-write time, recorded without a check: it only weighs on later decisions (SPEC §5)."""
+        self.managers.request.record_network_time_ns(user, client_id, thread_ns, now_ms)
 
-    def is_exempt(self, api_key: int) -> bool:
-        return api_key in EXEMPT_THROTTLE_API_KEYS
+    # -- housekeeping ---------------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """End elapsed throttles (delay queues) and expire inactive sensors, as Kafka's reaper threads do."""
+        for manager in self.managers:
+            manager.expire_throttles(now_ms)
+        self.managers.expire_sensors(now_ms)
+
+    def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
+        return self.managers.metric_samples(now_ms)

@@ -185,13 +185,13 @@ def set_throttle(frame: bytes, api_key: int, version: int, throttle_ms: int) -> 
         message = decode_response(frame, api_key, version)
     except Exception:
         return None
-    if not _has_throttle_field(message):
+    if not has_throttle_field(message):
         return None
     message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)
     return encode_response(message, version, response_correlation_id(frame))
 
 
-def _has_throttle_field(message: Any) -> bool:
+def has_throttle_field(message: Any) -> bool:
     field = message._struct.fields.get("throttle_time_ms")
     return field is not None and bool(field.for_version_q(message.API_VERSION))
 
@@ -202,7 +202,7 @@ def throttle_of(frame: bytes, api_key: int, version: int) -> int:
         message = decode_response(frame, api_key, version)
     except Exception:
         return 0
-    return int(message.throttle_time_ms) if _has_throttle_field(message) else 0
+    return int(message.throttle_time_ms) if has_throttle_field(message) else 0
 
 
 def empty_fetch_response(frame: bytes, version: int, throttle_ms: int) -> bytes:

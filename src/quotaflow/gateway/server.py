@@ -1,29 +1,29 @@
 """The gateway: named listeners in front of one upstream broker, quotas from the store, usage events out.
 
 ``Gateway`` is the programmatic entry point (``await start()`` / ``await stop()``, bound ``addresses``); tests, the
-demo and the bench use it in-process, or through ``GatewayThread`` from synchronous code, or as the
-``quotaflow gateway`` subprocess. Every client connection gets its own upstream connection
-(:mod:`quotaflow.gateway.connection`).
+demo and the bench use it in-process, through ``GatewayThread`` from synchronous code, or as the
+``quotaflow gateway`` subprocess. The front door is the connection-quota listener (KIP-612); every admitted client
+connection gets its own upstream connection (:mod:`quotaflow.gateway.connection`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from quotaflow.admin import Admin
+from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.gateway.addresses import AddressMap
-from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
+from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.enforcement import Enforcement
+from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
@@ -31,16 +31,6 @@ from quotaflow.store.base import QuotaStore
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    """What the gateway needs to know about an accepted socket (the listener's ``AcceptedConnection`` shape)."""
-
-    listener: str
-    client_ip: str
-    client_port: int
-    accepted_ms: int
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -58,6 +48,7 @@ class Gateway:
         store: QuotaStore | str | Path,
         *,
         config: GatewayConfig | None = None,
+        config_path: str | Path | None = None,
         admin_principals: frozenset[str] | None = None,
         event_log: str | Path | None = None,
         metrics_port: int | None = None,
@@ -68,26 +59,30 @@ class Gateway:
         self.listen = {name: parse_hostport(a) if isinstance(a, str) else a for name, a in listeners.items()}
         if not self.listen:
             raise ValueError("at least one listener is required")
+        self.config_path = Path(config_path) if config_path is not None else None
+        props = read_properties(self.config_path) if self.config_path is not None else {}
+        self.config = config or GatewayConfig.from_properties(props)
+        conn_config = connection_quota_config(props)
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
-        self.config = config or GatewayConfig()
         self.admin_principals = admin_principals
         self.event_log_dir = Path(event_log) if event_log is not None else None
         self.metrics_port = metrics_port
-        self.inter_broker_listener = inter_broker_listener
+        self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
         self.stream_limit = STREAM_LIMIT
         self.enforcement = Enforcement(self.config)
-        self.quota_admin = QuotaAdminHandler(Admin(self.store), admin_principals)
+        self.admin = Admin(self.store)
+        self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
+        self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
         self.addresses: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
         self.connections: set[ClientConnection] = set()
-        self._servers: list[asyncio.Server] = []
-        self._tasks: list[asyncio.Task[None]] = []
-        self._conn_tasks: set[asyncio.Task[None]] = set()
-        self._event_log: Any = None
+        self._listener: QuotaListener | None = None
+        self._reloader: ConnectionQuotaReloader | None = None
         self._metrics: Any = None
-        self._seq = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._event_log: Any = None
         self._store_seq = 0
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -101,31 +96,45 @@ class Gateway:
             from quotaflow.gateway.eventlog import EventLog
 
             self._event_log = EventLog(self.event_log_dir, broker=self.broker)
-        for name, (host, port) in self.listen.items():
-            server = await asyncio.start_server(functools.partial(self._accept, name), host, port,
-                                                limit=self.stream_limit)
-            self._servers.append(server)
-            sock = server.sockets[0].getsockname()
-            self.addresses[name] = (sock[0], sock[1])
+        self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
+                                                 config_path=self.config_path,
+                                                 interval_s=self.config.store_poll_ms / 1000)
+        await self._reloader.start()
+        self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
+                                       inter_broker_listener=self.inter_broker_listener)
+        await self._listener.start()
+        self.addresses = dict(self._listener.addresses)
+        if self.metrics_port is not None:
+            await self._start_metrics()
         self._tasks.append(asyncio.create_task(self._poll_store()))
-        self._tasks.append(asyncio.create_task(self._reap_idle()))
+        self._tasks.append(asyncio.create_task(self._housekeeping()))
         log.info("gateway up: %s -> upstream %s:%s", self.addresses, *self.upstream)
 
+    async def _start_metrics(self) -> None:
+        from quotaflow.gateway.metrics_http import MetricsServer
+
+        self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
+                                      sources=[self.enforcement, self.connection_quotas])
+        self._metrics.add_json_route("/resolve", self._resolve_route)
+        await self._metrics.start()
+        self.metrics_address = self._metrics.address
+
     async def stop(self) -> None:
-        for server in self._servers:
-            server.close()
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
         for conn in list(self.connections):
             conn.close()
-        pending = [*self._tasks, *self._conn_tasks]
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        for server in self._servers:
-            with contextlib.suppress(Exception):
-                await server.wait_closed()
-        self._servers.clear()
-        self._tasks.clear()
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        if self._reloader is not None:
+            await self._reloader.close()
+            self._reloader = None
+        if self._metrics is not None:
+            await self._metrics.close()
+            self._metrics = None
         if self._event_log is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._event_log.close)
             self._event_log = None
@@ -141,15 +150,9 @@ class Gateway:
 
     # -- connections ----------------------------------------------------------------------------------------
 
-    def _accept(self, listener: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("", 0)
-        accepted = Accepted(listener, str(peer[0]), int(peer[1]), time.time_ns() // 1_000_000)
-        task = asyncio.ensure_future(self.handle(accepted, reader, writer))
-        self._conn_tasks.add(task)
-        task.add_done_callback(self._conn_tasks.discard)
-
-    async def handle(self, accepted: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one accepted connection until it closes (the listener's handler)."""
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     accepted: AcceptedConnection) -> None:
+        """Serve one admitted connection until it closes (the listener's handler)."""
         conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer)
         self.connections.add(conn)
         try:
@@ -161,6 +164,17 @@ class Gateway:
         """One upstream broker: every node id is reached through the listener the client used."""
         return AddressMap(self.addresses[listener])
 
+    # -- resolve (no Kafka API key: JSON on the metrics endpoint) -------------------------------------------
+
+    def _resolve_route(self, query: dict[str, list[str]]) -> Any:
+        from quotaflow.cli.wire import resolution_to_json
+
+        if "ip" in query:
+            return resolution_to_json(self.admin.resolve_ip(query["ip"][0]))
+        if "user" not in query and "client-id" not in query:
+            raise ValueError("pass user=..&client-id=.. or ip=..")
+        return resolution_to_json(self.admin.resolve(query.get("user", [""])[0], query.get("client-id", [""])[0]))
+
     # -- usage events ---------------------------------------------------------------------------------------
 
     def on_request(self, conn: ClientConnection, pending: Pending, response_bytes: int, now_ms: int) -> None:
@@ -168,16 +182,19 @@ class Gateway:
             return
         h = pending.header
         d = pending.decisions
-        self._seq += 1
         self._event_log.request({
-            "ts_ms": now_ms, "broker": self.broker, "listener": conn.listener, "user": conn.principal,
+            "ts_ms": pending.received_ms, "listener": conn.listener, "user": conn.principal,
             "client_id": h.client_id or "", "client_ip": conn.client_ip, "api_key": h.api_key,
             "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
-            "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns, "network_thread_ns": 0,
-            "acks": pending.acks, "is_follower": False, "seq": self._seq,
+            "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,
+            "network_thread_ns": pending.network_ns, "acks": pending.acks, "is_follower": False,
             "throttle_ms_produce": d.get("throttle_ms_produce", 0), "throttle_ms_fetch": d.get("throttle_ms_fetch", 0),
             "throttle_ms_request": d.get("throttle_ms_request", 0), "throttle_ms": d.get("throttle_ms", 0),
         })
+
+    def _on_connection(self, row: dict[str, Any]) -> None:
+        if self._event_log is not None:
+            self._event_log.connection(row)
 
     # -- background -----------------------------------------------------------------------------------------
 
@@ -195,17 +212,23 @@ class Gateway:
                 self.enforcement.apply_changes(changes)
                 self._store_seq = changes[-1].seq
 
-    async def _reap_idle(self) -> None:
-        """Close connections idle for longer than connections.max.idle.ms (Kafka's Selector does the same)."""
+    async def _housekeeping(self) -> None:
+        """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does); end elapsed
+        throttles and expire idle sensors (Kafka's reaper threads)."""
         idle_s = self.config.connections_max_idle_ms / 1000
         period = min(1.0, max(idle_s / 10, 0.01))
+        last_tick = 0.0
         while True:
             await asyncio.sleep(period)
-            cutoff = time.monotonic() - idle_s
+            now = time.monotonic()
+            cutoff = now - idle_s
             for conn in list(self.connections):
                 if conn.last_active < cutoff:
                     log.info("closing idle connection from %s:%s", conn.client_ip, conn.client_port)
                     conn.close()
+            if now - last_tick >= 1.0:
+                self.enforcement.tick(time.time_ns() // 1_000_000)
+                last_tick = now
 
 
 class GatewayThread:

@@ -44,8 +44,9 @@ def _api_version(cls: Any, key: int, lo: int, hi: int) -> Any:
     return cls.ApiVersion(api_key=key, min_version=lo, max_version=hi)
 
 
-def rewrite_response(upstream_frame: bytes, version: int) -> bytes:
-    """The upstream's ApiVersions response with the merged version list (same header, same correlation id)."""
+def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0) -> bytes:
+    """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
+    ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
     cls = RESPONSES[ApiKey.ApiVersions]
     message = cls.decode(upstream_frame, version=version, header=True)
     correlation_id = message.header.correlation_id
@@ -56,6 +57,8 @@ def rewrite_response(upstream_frame: bytes, version: int) -> bytes:
         return encode_response(fallback, 0, correlation_id)
     triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys])
     message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
+    if version >= 1:
+        message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)
     return encode_response(message, version, correlation_id)
 
 

@@ -1,0 +1,40 @@
+"""A raw Kafka connection for byte-level gateway tests (shared by the gateway server's test modules)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+
+class Wire:
+    """A raw Kafka connection for byte-level checks."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.sock = socket.create_connection(address, timeout=10)
+        self.cid = 0
+
+    def send(self, request: Any, version: int) -> None:
+        self.cid += 1
+        request.with_header(correlation_id=self.cid, client_id="wire")
+        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+
+    def recv(self) -> bytes:
+        size = struct.unpack(">i", self._exactly(4))[0]
+        return self._exactly(size)
+
+    def _exactly(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return buf
+
+    def closed(self, timeout: float = 5.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, TimeoutError):
+            return False
