@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import csv
 import math
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quotaflow.admin import Admin, Alteration, AlterResult, QuotaIndex, QuotaOp
 from quotaflow.core.entities import DEFAULT, Part, QuotaEntity
 from quotaflow.core.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
-from quotaflow.core.filters import FilterComponent, QuotaFilter
+from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
 from quotaflow.core.precedence import quota_limit
 from quotaflow.store.sqlite import SqliteStore
 
@@ -419,3 +422,59 @@ def test_index_resolve_agrees_with_quota_limit(worked: Admin) -> None:
 
 def test_store_error_surfaces_as_kafka_error_type() -> None:
     assert issubclass(InvalidRequestError, KafkaError)
+
+
+# -- property: describe over a real store equals a brute-force matcher --------------------------------------------
+
+_NAMES = st.one_of(st.none(), st.sampled_from(["a", "b", "<default>", "x y"]))
+
+
+@st.composite
+def _entities(draw: st.DrawFn) -> dict[str | None, str | None]:
+    if draw(st.integers(0, 3)) == 0:
+        return {"ip": draw(st.sampled_from([None, "1.2.3.4", "::1"]))}
+    types = draw(st.sets(st.sampled_from(["user", "client-id"]), min_size=1))
+    return {t: draw(_NAMES) for t in types}
+
+
+@st.composite
+def _filters(draw: st.DrawFn) -> QuotaFilter:
+    pool = draw(st.sampled_from([["user", "client-id"], ["ip"]]))
+    comps = []
+    for t in draw(st.lists(st.sampled_from(pool), unique=True)):
+        kind = draw(st.sampled_from(["exact", "default", "any"]))
+        name = draw(st.sampled_from(["a", "b", "<default>", "x y", "1.2.3.4"]))
+        comps.append(E(t, name) if kind == "exact" else D(t) if kind == "default" else A(t))
+    return QuotaFilter(tuple(comps), draw(st.booleans()))
+
+
+def _brute(flt: QuotaFilter, entity: dict[str, str | None]) -> bool:
+    if flt.strict and len(entity) != len(flt.components):
+        return False
+    for c in flt.components:
+        if c.entity_type not in entity:
+            return False
+        if c.match_type == MatchType.EXACT and entity[c.entity_type] != c.match:
+            return False
+        if c.match_type == MatchType.DEFAULT and entity[c.entity_type] is not None:
+            return False
+    return True
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_entities(), max_size=15), st.lists(_filters(), min_size=1, max_size=5))
+def test_describe_equals_brute_force_on_random_stores(
+    entities: list[dict[str | None, str | None]], flts: list[QuotaFilter]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        admin = Admin(SqliteStore(Path(tmp) / "q.db"), resolver=dns)
+        try:
+            alts = [Alteration.of(e, {CONN if "ip" in e else PRODUCER: float(i + 1)}) for i, e in enumerate(entities)]
+            admin.alter(alts)
+            stored = [e.to_wire() for e in admin.store.snapshot().entities]
+            assert len(stored) == len({frozenset(e.items()) for e in entities})
+            for flt in flts:
+                got = sorted(str(d.entity.to_wire()) for d in admin.describe(flt))
+                assert got == sorted(str(e) for e in stored if _brute(flt, e))
+        finally:
+            admin.close()

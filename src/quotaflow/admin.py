@@ -17,13 +17,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from quotaflow.core.entities import DEFAULT, Name, Part, QuotaEntity
 from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, KafkaError
 from quotaflow.core.filters import QuotaFilter
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
-from quotaflow.core.precedence import ClientKey, all_matches, entity_bit, quota_tags
+from quotaflow.core.precedence import ClientKey, candidates, entity_bit, quota_tags
 from quotaflow.core.sanitize import sanitize
 from quotaflow.core.validation import (
     HostResolver,
@@ -135,6 +135,7 @@ class Resolution:
     quotas: dict[str, ResolvedQuota] = field(default_factory=dict)
 
 
+_CLIENT_KEYS: Final = tuple(sorted(CLIENT_QUOTA_KEYS))
 # quotaLimit(tags) only consults these levels for each shape of the tag pair (SPEC §4.2)
 _LEVELS_FOR_TAGS: dict[tuple[bool, bool], frozenset[int]] = {
     (True, True): frozenset({1, 2, 4, 5}),
@@ -153,7 +154,7 @@ class QuotaIndex:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.seq = snapshot.seq
-        self._overrides: dict[str, dict[ClientKey, tuple[float, QuotaEntity]]] = {k: {} for k in CLIENT_QUOTA_KEYS}
+        self._overrides: dict[str, dict[ClientKey, tuple[QuotaEntity, float]]] = {k: {} for k in CLIENT_QUOTA_KEYS}
         self._masks: dict[str, int] = dict.fromkeys(CLIENT_QUOTA_KEYS, 0)
         self._ips: dict[Name, tuple[float, QuotaEntity]] = {}
         for entity, values in snapshot.entities.items():
@@ -166,7 +167,7 @@ class QuotaIndex:
             bit = entity_bit(entity.user, entity.client_id)
             for key, value in values.items():
                 if key in self._overrides:
-                    self._overrides[key][ckey] = (value, entity)
+                    self._overrides[key][ckey] = (entity, value)
                     self._masks[key] |= bit
 
     def mask(self, key: str) -> int:
@@ -177,12 +178,11 @@ class QuotaIndex:
         """For a connection with principal ``user`` (raw) and ``client_id``: the effective quota of every key."""
         san = sanitize(user)
         out = Resolution(QuotaEntity(user=user, client_id=client_id), self.seq)
-        for key in sorted(CLIENT_QUOTA_KEYS):
+        levels = candidates(san, client_id)
+        for key in _CLIENT_KEYS:
             overrides, mask = self._overrides[key], self._masks[key]
-            matches = [
-                Contribution(m.level, m.value[1], m.value[0]) for m in all_matches(overrides, san, client_id)
-            ]
-            tag_user, tag_client = quota_tags(overrides, mask, san, client_id)
+            matches = [Contribution(lvl, *overrides[ck]) for lvl, ck in levels if ck in overrides]
+            tag_user, tag_client = quota_tags(overrides, mask, san, client_id) if mask else ("", client_id)
             # what Kafka enforces is quotaLimit(tags); for non-empty names it is the most specific match
             allowed = _LEVELS_FOR_TAGS[(bool(tag_user), bool(tag_client))]
             winner = next((c for c in matches if c.level in allowed), None)
@@ -250,14 +250,18 @@ class Admin:
         self._resolver = resolver
 
     def describe(self, quota_filter: QuotaFilter) -> list[DescribedEntity]:
-        """Entities matching the filter with all their values, ordered by entity path.
+        """Entities matching the filter with all their values, in snapshot order (entity path for SQLite).
 
         Raises the whole-request error (``InvalidRequestError`` / ``UnsupportedVersionError``) for a bad filter.
+        A strict filter of exact / default components names one entity, which is read directly.
         """
         quota_filter.validate()
+        single = quota_filter.exact_entity()
+        if single is not None:
+            values = self.store.get(single)
+            return [DescribedEntity(single, values)] if values else []
         snapshot = self.store.snapshot()
-        found = [DescribedEntity(e, dict(v)) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
-        return sorted(found, key=lambda d: d.entity.path)
+        return [DescribedEntity(e, dict(v)) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
 
     def plan(self, alterations: Sequence[Alteration]) -> tuple[list[AlterResult], list[EntityChange]]:
         """Validate as ``ClientQuotaControlManager.alterClientQuotas``: the per-entity results and the changes

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
 from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
 
@@ -133,4 +134,9 @@ def brute_force(flt: QuotaFilter, entity: dict[str, str | None]) -> bool:
 @given(filters(), st.lists(stored_entities(), max_size=12))
 def test_filter_equals_brute_force(flt: QuotaFilter, entities: list[dict[str, str | None]]) -> None:
     flt.validate()
-    assert [flt.matches(e) for e in entities] == [brute_force(flt, e) for e in entities]
+    expected = [brute_force(flt, e) for e in entities]
+    assert [flt.matches(e) for e in entities] == expected
+    assert [flt.matches(QuotaEntity.from_wire(e)) for e in entities] == expected  # the fast path on entities
+    single = flt.exact_entity()
+    if single is not None:  # a strict exact/default filter selects exactly that one entity
+        assert [QuotaEntity.from_wire(e) == single for e in entities] == expected

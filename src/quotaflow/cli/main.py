@@ -12,6 +12,7 @@ COMMANDS: dict[str, str] = {
     "report": "quotaflow.cli.report:report",
     "configs": "quotaflow.cli.configs:configs", "client-quotas": "quotaflow.cli.client_quotas:client_quotas",
     "users": "quotaflow.cli.users:users",
+    "gateway": "quotaflow.cli.gateway:gateway",
 }
 
 

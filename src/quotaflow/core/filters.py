@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from quotaflow.core.entities import ENTITY_TYPES, EntityType, QuotaEntity
+from quotaflow.core.entities import DEFAULT, ENTITY_TYPES, EntityType, QuotaEntity
 from quotaflow.core.errors import InvalidRequestError, UnsupportedVersionError
 
 
@@ -23,6 +23,7 @@ class MatchType(IntEnum):
     SPECIFIED = 2
 
 
+_ATTRS: dict[str, str] = {"user": "user", "client-id": "client_id", "ip": "ip"}
 _MATCH_RULES: dict[int, tuple[bool, str]] = {
     MatchType.EXACT: (True, "Request specified MATCH_TYPE_EXACT, but set match string to null."),
     MatchType.DEFAULT: (False, "Request specified MATCH_TYPE_DEFAULT, but also specified a match string."),
@@ -107,7 +108,32 @@ class QuotaFilter:
 
     def matches(self, entity: QuotaEntity | Mapping[str, str | None]) -> bool:
         """Whether a stored entity (type -> name, None = default) is selected. Call :meth:`validate` first."""
-        entries = entity.to_wire() if isinstance(entity, QuotaEntity) else entity
-        if self.strict and len(entries) != len(self.components):
+        if isinstance(entity, QuotaEntity):
+            return self._matches_entity(entity)
+        if self.strict and len(entity) != len(self.components):
             return False
-        return all(c.matches(entries) for c in self.components)
+        return all(c.matches(entity) for c in self.components)
+
+    def _matches_entity(self, entity: QuotaEntity) -> bool:
+        """The same rules read straight off the entity's parts (describe scans every stored entity)."""
+        if self.strict and len(self.components) != (
+            (entity.user is not None) + (entity.client_id is not None) + (entity.ip is not None)
+        ):
+            return False
+        for c in self.components:
+            part = getattr(entity, _ATTRS[c.entity_type])
+            if part is None:
+                return False
+            if c.match_type == MatchType.DEFAULT and part is not DEFAULT:
+                return False
+            if c.match_type == MatchType.EXACT and (part is DEFAULT or part != c.match):
+                return False
+        return True
+
+    def exact_entity(self) -> QuotaEntity | None:
+        """The one entity a strict filter of only exact / default components can match, else None."""
+        if not self.strict or not self.components:
+            return None
+        if any(c.match_type not in (MatchType.EXACT, MatchType.DEFAULT) for c in self.components):
+            return None
+        return QuotaEntity.from_wire({c.entity_type: c.match for c in self.components})

@@ -11,6 +11,7 @@ import ipaddress
 import math
 import socket
 from collections.abc import Callable, Iterable, Mapping
+from functools import lru_cache
 from typing import Final, TypeAlias, TypeVar
 
 from quotaflow.core.entities import ENTITY_TYPES, EntityType, render_entity
@@ -32,13 +33,18 @@ EMPTY_ENTITY: Final = "Invalid empty client quota entity"
 
 def java_map_order(keys: Iterable[K]) -> list[K]:
     """``HashMap`` iteration order for keys that may include null (bucket 0, like ``""`` and ``"\\0"``)."""
+    return list(_map_order(tuple(keys)))
+
+
+@lru_cache(maxsize=4096)
+def _map_order(keys: tuple[K, ...]) -> tuple[K, ...]:
     keyed: dict[str, K] = {}
     for k in keys:
         slot = k if k is not None else _NULL_SLOT
         while slot in keyed and keyed[slot] != k:  # a real "\0" key next to null: keep both, null first wins
             slot += _NULL_SLOT
         keyed.setdefault(slot, k)
-    return [keyed[s] for s in hashmap_order(keyed)]
+    return tuple(keyed[s] for s in hashmap_order(keyed))
 
 
 def render_raw_entity(entries: RawEntity) -> str:

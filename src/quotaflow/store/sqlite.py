@@ -34,7 +34,7 @@ def _decode(value: float | int | str) -> float:
     return float(value)
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 18)
 def _entity(path: str) -> QuotaEntity:
     return QuotaEntity.from_path(path)
 
