@@ -17,7 +17,10 @@ from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
 from quotaflow.tansu import Tansu
 
-from .gateway_wire import Wire
+try:  # tests/gateway is a package when its __init__.py is present, else a rootdir on sys.path
+    from .gateway_wire import Wire
+except ImportError:
+    from gateway_wire import Wire  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.broker
 

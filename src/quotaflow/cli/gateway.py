@@ -1,0 +1,90 @@
+"""``quotaflow gateway``: run the quota-enforcing Kafka gateway in front of one upstream broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from quotaflow.core.errors import QuotaflowError
+from quotaflow.gateway.server import Gateway, new_event_loop, parse_hostport
+from quotaflow.store import STORE_ENV, store_path
+
+
+def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
+    out: dict[str, tuple[str, int]] = {}
+    for value in values:
+        name, sep, address = value.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=HOST:PORT, got {value!r}", param_hint="--listen")
+        try:
+            out[name] = parse_hostport(address)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--listen") from e
+    return out
+
+
+@click.command("gateway")
+@click.option("--upstream", required=True, metavar="HOST:PORT", help="The Kafka(-compatible) broker to front.")
+@click.option("--listen", "listen", multiple=True, required=True, metavar="NAME=HOST:PORT",
+              help="A named listener (repeatable); port 0 picks a free port, printed on startup.")
+@click.option("--store", "store", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help=f"Quota store file (default ${STORE_ENV}, else ./quotaflow.db).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="server.properties-style settings (socket.request.max.bytes, connections.max.idle.ms, "
+                   "quota.window.*, connection-rate quotas; the latter reload when the file changes).")
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve /metrics (Prometheus) and /resolve (JSON) on 127.0.0.1:PORT (0 = any free port).")
+@click.option("--event-log", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Append usage events (Parquet, docs/events.md) under this directory.")
+@click.option("--admin-principal", "admins", multiple=True,
+              help="A principal allowed to describe/alter quotas over the wire (repeatable; 'alice' or "
+                   "'User:alice'). Without any, every principal may (a Kafka broker with no authorizer).")
+@click.option("--inter-broker-listener", default=None, help="The listener exempt from the broker-wide connection "
+                                                            "rate (inter.broker.listener.name).")
+@click.option("--broker", "broker_name", default="gateway", show_default=True,
+              help="The broker name written into usage events.")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def gateway(upstream: str, listen: tuple[str, ...], store: Path | None, config_path: Path | None,
+            metrics_port: int | None, event_log: Path | None, admins: tuple[str, ...],
+            inter_broker_listener: str | None, broker_name: str, verbose: int) -> None:
+    """Enforce Kafka client quotas (KIP-55/124/612) on live traffic to UPSTREAM and serve the quota admin APIs
+    (DescribeClientQuotas / AlterClientQuotas) from the quota store. Stops on SIGINT / SIGTERM."""
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        gw = Gateway(parse_hostport(upstream), _listeners(listen), store_path(store), config_path=config_path,
+                     admin_principals=frozenset(admins) if admins else None, event_log=event_log,
+                     metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name)
+    except (QuotaflowError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_run(gw))
+    except OSError as e:
+        raise click.ClickException(f"cannot start the gateway: {e}") from e
+    finally:
+        loop.close()
+
+
+async def _run(gw: Gateway) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await gw.start()
+    try:
+        parts = [f"{name}={host}:{port}" for name, (host, port) in gw.addresses.items()]
+        if gw.metrics_address is not None:
+            parts.append(f"metrics=http://{gw.metrics_address[0]}:{gw.metrics_address[1]}")
+        click.echo(f"quotaflow gateway ready: {' '.join(parts)} upstream={gw.upstream[0]}:{gw.upstream[1]}")
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        await gw.stop()
