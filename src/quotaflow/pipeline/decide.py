@@ -1,0 +1,316 @@
+"""Per-batch drivers of the engine's array kernel, shared by the Spark backtest and the single-process replay.
+
+Both drivers hand over Arrow batches sorted by (group key, ts_ms, seq); a quota-id's rows may continue into the
+next batch of the same partition, so each driver carries that one group's :class:`KernelState` row across calls.
+All work per batch is vectorised; the per-row loop is the kernel's (``decide_groups``).
+
+* Request pass (KIP-124), key (broker, request quota-id): every request records io-thread time ×1e-7 % with a
+  check, then network-thread time without one (same timestamp); exempt requests (SPEC §5) and a disabled manager
+  record nothing. Throttle capped at one sample window.
+* Byte pass (KIP-55), key (broker, byte type, quota-id): produce records ``request_bytes``; consumer fetch records
+  ``response_bytes`` with the request throttle as floor and un-records when the applied throttle is positive.
+  Follower fetches and other APIs are not recorded. Applied ``throttle_ms`` = max over the managers that apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from quotaflow.core.keys import UNLIMITED
+from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS, PRODUCE_API_KEY
+from quotaflow.engine.kernel import MODE_CHECK, MODE_NOCHECK, MODE_SKIP, KernelState, decide_groups, read_window
+from quotaflow.events import API_FETCH, API_PRODUCE
+from quotaflow.pipeline.resolve import NO_TYPE, TYPE_CODE
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+NANOS_TO_PERCENT: Final = 100.0 / 1e9  # ClientRequestQuotaManager.NanosToPercentagePerSecond
+_EXEMPT_KEYS: Final = np.array(sorted(EXEMPT_THROTTLE_API_KEYS), dtype=np.int16)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSettings:
+    """``quota.window.num`` and ``quota.window.size.seconds``: Kafka's defaults are 11 × 1 s."""
+
+    samples: int = 11
+    window_seconds: int = 1
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_seconds * 1000
+
+
+def _np(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    out: np.ndarray = col.to_numpy(zero_copy_only=False)
+    return out
+
+
+def group_offsets(keys: Sequence[pa.Array | pa.ChunkedArray]) -> I64:
+    """Start offsets of the runs of equal key tuples in a sorted batch, plus the end (length G + 1)."""
+    n = len(keys[0])
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    change = np.zeros(n - 1, dtype=bool)
+    for k in keys:
+        a = k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k
+        change |= _np(pc.not_equal(a.slice(1), a.slice(0, n - 1)))
+    starts = np.flatnonzero(change) + 1
+    return np.concatenate(([0], starts, [n])).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInputs:
+    """One batch of one manager in the kernel's terms (records grouped by quota-id, time-ordered)."""
+
+    offsets: I64
+    first_keys: tuple[object, ...]
+    last_keys: tuple[object, ...]
+    bounds: F64
+    ts: I64
+    values: F64
+    modes: npt.NDArray[np.int8]
+    floor: I64
+
+
+class GroupDriver:
+    """One quota manager over a stream of sorted batches: carries the last group's state to the next batch."""
+
+    def __init__(self, settings: WindowSettings, *, unrecord: bool, max_throttle_ms: int, compiled: bool = True):
+        self.settings = settings
+        self.unrecord = unrecord
+        self.max_throttle_ms = max_throttle_ms
+        self.compiled = compiled
+        self._carry_key: tuple[object, ...] | None = None
+        self._carry: KernelState | None = None
+
+    def _state(self, x: KernelInputs) -> KernelState:
+        groups = len(x.offsets) - 1
+        state = KernelState.empty(max(groups, 1), self.settings.samples)
+        if groups and self._carry is not None and x.first_keys == self._carry_key:
+            for name in _STATE_FIELDS:
+                getattr(state, name)[0] = getattr(self._carry, name)[0]
+        return state
+
+    def _keep(self, x: KernelInputs, state: KernelState) -> None:
+        groups = len(x.offsets) - 1
+        if groups:
+            last = KernelState.empty(1, self.settings.samples)
+            for name in _STATE_FIELDS:
+                getattr(last, name)[0] = getattr(state, name)[groups - 1]
+            self._carry, self._carry_key = last, x.last_keys
+
+    def _decide(self, x: KernelInputs, state: KernelState, offsets: I64, sel: slice | I64) -> I64:
+        s = self.settings
+        return decide_groups(
+            offsets, x.bounds, x.ts[sel], x.values[sel], x.modes[sel], x.floor[sel], self.unrecord, s.samples,
+            s.window_ms, self.max_throttle_ms, state, compiled=self.compiled,
+        )  # fmt: skip
+
+    def run(self, x: KernelInputs) -> I64:
+        """Kernel decisions (this manager's own throttle per record) for one batch."""
+        state = self._state(x)
+        own = self._decide(x, state, x.offsets, slice(None))
+        self._keep(x, state)
+        return own
+
+    def run_windows(self, x: KernelInputs, window_ms: int = 1000) -> tuple[I64, WindowStats]:
+        """Like :meth:`run`, and per (group, aligned window) the usage, throttles and the windowed rate read
+        right after the window's last record (a non-mutating read, so decisions are unchanged).
+
+        The batch is cut into rounds: round r holds every group's r-th window, so the kernel state after a round
+        is each group's state at the end of that window."""
+        n = len(x.ts)
+        group = np.repeat(np.arange(len(x.offsets) - 1), np.diff(x.offsets))
+        wstart = x.ts // window_ms * window_ms
+        new_seg = np.ones(n, dtype=bool)
+        if n:
+            new_seg[1:] = (group[1:] != group[:-1]) | (wstart[1:] != wstart[:-1])
+        seg = np.cumsum(new_seg) - 1
+        seg_first = np.flatnonzero(new_seg)
+        round_of_seg = np.arange(len(seg_first)) - np.searchsorted(seg_first, x.offsets[group[seg_first]])
+        rnd = round_of_seg[seg]
+        order = np.argsort(rnd, kind="stable")
+        state = self._state(x)
+        own = np.zeros(n, dtype=np.int64)
+        rates = np.zeros(len(seg_first), dtype=np.float64)
+        bounds_r = np.searchsorted(rnd[order], np.arange(int(rnd.max()) + 2 if n else 1))
+        for r in range(len(bounds_r) - 1):
+            rows = order[bounds_r[r] : bounds_r[r + 1]]
+            offsets = np.searchsorted(group[rows], np.arange(len(x.offsets))).astype(np.int64)
+            own[rows] = self._decide(x, state, offsets, rows)
+            ends = np.flatnonzero(np.diff(np.append(group[rows], -1)) != 0)  # last record of each group
+            segs = seg[rows[ends]]
+            rates[segs] = read_rates(state, group[rows[ends]], x.ts[rows[ends]], self.settings)
+        self._keep(x, state)
+        recorded = x.modes != MODE_SKIP
+        stats = WindowStats(
+            group=group[seg_first],
+            window_start_ms=wstart[seg_first],
+            value_sum=np.bincount(seg, weights=np.where(recorded, x.values, 0.0), minlength=len(seg_first)).astype(
+                np.float64
+            ),
+            rate=rates,
+            throttle_count=np.bincount(seg, weights=own > 0, minlength=len(seg_first)).astype(np.int64),
+            throttle_ms_sum=np.bincount(seg, weights=own, minlength=len(seg_first)).astype(np.int64),
+            recorded=np.bincount(seg, weights=recorded, minlength=len(seg_first)) > 0,
+            last_ts_ms=x.ts[np.append(seg_first[1:], n) - 1] if n else np.zeros(0, dtype=np.int64),
+        )
+        return own, stats
+
+
+_STATE_FIELDS: Final = ("value", "start", "last", "n", "current")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """Per (group, aligned window) of one batch: index of the group, window start, sums and the read rate."""
+
+    group: I64
+    window_start_ms: I64
+    value_sum: F64
+    rate: F64
+    throttle_count: I64
+    throttle_ms_sum: I64
+    recorded: npt.NDArray[np.bool_]
+    last_ts_ms: I64
+
+
+def read_rates(state: KernelState, groups: I64, now_ms: I64, settings: WindowSettings) -> F64:
+    """The engine's ``read_window(...).rate`` (non-mutating) for each (group, time)."""
+    return np.array(
+        [read_window(state, int(g), int(t), settings.samples, settings.window_ms).rate
+         for g, t in zip(groups.tolist(), now_ms.tolist(), strict=True)],
+        dtype=np.float64,
+    )  # fmt: skip
+
+
+def _bounds(limit: pa.Array | pa.ChunkedArray, offsets: I64) -> F64:
+    lim = _np(pc.fill_null(limit, UNLIMITED)).astype(np.float64)
+    return lim[offsets[:-1]] if len(lim) else np.zeros(0, dtype=np.float64)
+
+
+def _keys_at(keys: Sequence[pa.Array | pa.ChunkedArray], i: int) -> tuple[object, ...]:
+    return tuple(k[i].as_py() for k in keys)
+
+
+def request_exempt(batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.bool_]:
+    """SPEC §5 exemptions known from an event: exempt-throttle APIs, follower fetches, produce with acks=0."""
+    api = _np(batch.column("api_key"))
+    acks = _np(pc.fill_null(batch.column("acks"), 1))
+    follower = _np(batch.column("is_follower")).astype(bool)
+    exempt: npt.NDArray[np.bool_] = np.isin(api, _EXEMPT_KEYS) | follower | ((api == PRODUCE_API_KEY) & (acks == 0))
+    return exempt
+
+
+class RequestPass:
+    """KIP-124 request quota over batches sorted by (broker, request_qid, ts_ms, seq)."""
+
+    KEYS: Final = ("broker", "request_qid")
+
+    def __init__(self, settings: WindowSettings, compiled: bool = True) -> None:
+        self.driver = GroupDriver(settings, unrecord=False, max_throttle_ms=settings.window_ms, compiled=compiled)
+
+    def inputs(self, batch: pa.RecordBatch | pa.Table) -> KernelInputs:
+        """Two records per request (io time checked, then network time unchecked), same timestamp."""
+        n = batch.num_rows
+        keys = [batch.column(k) for k in self.KEYS]
+        off = group_offsets(keys)
+        ts = _np(batch.column("ts_ms")).astype(np.int64)
+        skip = request_exempt(batch) | ~_np(batch.column("request_enabled")).astype(bool)
+        values = np.empty(2 * n, dtype=np.float64)
+        values[0::2] = _np(batch.column("io_thread_ns")) * NANOS_TO_PERCENT
+        values[1::2] = _np(batch.column("network_thread_ns")) * NANOS_TO_PERCENT
+        modes = np.empty(2 * n, dtype=np.int8)
+        modes[0::2] = np.where(skip, MODE_SKIP, MODE_CHECK)
+        modes[1::2] = np.where(skip, MODE_SKIP, MODE_NOCHECK)
+        return KernelInputs(
+            off * 2, _keys_at(keys, 0), _keys_at(keys, n - 1), _bounds(batch.column("request_limit"), off),
+            np.repeat(ts, 2), values, modes, np.zeros(2 * n, dtype=np.int64),
+        )  # fmt: skip
+
+    def __call__(self, batch: pa.RecordBatch | pa.Table) -> I64:
+        if batch.num_rows == 0:
+            return np.zeros(0, dtype=np.int64)
+        return self.driver.run(self.inputs(batch))[0::2]
+
+    def windows(self, batch: pa.RecordBatch | pa.Table) -> tuple[I64, WindowStats | None]:
+        """(throttle_ms_request per row, per-window stats; groups index the batch's group runs)."""
+        if batch.num_rows == 0:
+            return np.zeros(0, dtype=np.int64), None
+        own, stats = self.driver.run_windows(self.inputs(batch))
+        return own[0::2], stats
+
+
+def byte_type(batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.int8]:
+    """0 produce, 1 consumer fetch, 3 neither (follower fetch, other APIs): which byte-rate manager records."""
+    api = _np(batch.column("api_key"))
+    follower = _np(batch.column("is_follower")).astype(bool)
+    out = np.full(len(api), NO_TYPE, dtype=np.int8)
+    out[api == API_PRODUCE] = TYPE_CODE["produce"]
+    out[(api == API_FETCH) & ~follower] = TYPE_CODE["fetch"]
+    return out
+
+
+class BytePass:
+    """KIP-55 produce and fetch quotas over batches sorted by (broker, byte_type, byte_qid, ts_ms, seq).
+
+    Returns (throttle_ms_produce, throttle_ms_fetch) per row; needs ``throttle_ms_request`` on the batch."""
+
+    KEYS: Final = ("broker", "byte_type", "byte_qid")
+    TYPES: Final = (("produce", "request_bytes"), ("fetch", "response_bytes"))
+
+    def __init__(self, settings: WindowSettings, compiled: bool = True) -> None:
+        self.drivers = {
+            "produce": GroupDriver(settings, unrecord=False, max_throttle_ms=-1, compiled=compiled),
+            "fetch": GroupDriver(settings, unrecord=True, max_throttle_ms=-1, compiled=compiled),
+        }
+
+    def inputs(self, sub: pa.RecordBatch | pa.Table, value_col: str) -> KernelInputs:
+        keys = [sub.column(k) for k in self.KEYS]
+        off = group_offsets(keys)
+        enabled = _np(sub.column("byte_enabled")).astype(bool)
+        return KernelInputs(
+            off, _keys_at(keys, 0), _keys_at(keys, sub.num_rows - 1), _bounds(sub.column("byte_limit"), off),
+            _np(sub.column("ts_ms")).astype(np.int64), _np(sub.column(value_col)).astype(np.float64),
+            np.where(enabled, MODE_CHECK, MODE_SKIP).astype(np.int8),
+            _np(sub.column("throttle_ms_request")).astype(np.int64),
+        )  # fmt: skip
+
+    def _split(self, batch: pa.RecordBatch | pa.Table) -> list[tuple[str, str, I64, pa.RecordBatch | pa.Table]]:
+        btype = _np(batch.column("byte_type"))
+        out = []
+        for name, value_col in self.TYPES:
+            rows = np.flatnonzero(btype == TYPE_CODE[name])
+            if len(rows):
+                sub = batch if len(rows) == batch.num_rows else batch.take(pa.array(rows))
+                out.append((name, value_col, rows, sub))
+        return out
+
+    def __call__(self, batch: pa.RecordBatch | pa.Table) -> tuple[I64, I64]:
+        n = batch.num_rows
+        result = {"produce": np.zeros(n, dtype=np.int64), "fetch": np.zeros(n, dtype=np.int64)}
+        for name, value_col, rows, sub in self._split(batch):
+            result[name][rows] = self.drivers[name].run(self.inputs(sub, value_col))
+        return result["produce"], result["fetch"]
+
+    def windows(self, batch: pa.RecordBatch | pa.Table) -> list[tuple[str, I64, I64, WindowStats]]:
+        """Per byte type present: (type, batch rows, own throttle per row, per-window stats over those rows)."""
+        out = []
+        for name, value_col, rows, sub in self._split(batch):
+            own, stats = self.drivers[name].run_windows(self.inputs(sub, value_col))
+            out.append((name, rows, own, stats))
+        return out
+
+
+def applied(request_ms: I64, produce_ms: I64, fetch_ms: I64) -> I64:
+    """The throttle the broker applies: the largest of the managers' (non-applicable ones are 0)."""
+    return np.maximum(np.maximum(request_ms, produce_ms), fetch_ms)
