@@ -170,7 +170,9 @@ def test_connection_slots_broker_wide_and_per_listener() -> None:
     q.inc(ADMIN, IP2, T0)
     assert not q.connection_slot_available(EXTERNAL)  # broker-wide max.connections reached
     assert not q.connection_slot_available(ADMIN)  # listener max reached
-    assert q.connection_slot_available(REPLICATION)  # protected: only its own listener limit applies
+    assert q.connection_slot_available(REPLICATION)  # protected: broker-wide max.connections does not apply
+    q.update_listener_max_connections(REPLICATION, 0)
+    assert not q.connection_slot_available(REPLICATION)  # but its own listener limit does
     q.dec(EXTERNAL, IP1)
     assert q.connection_slot_available(EXTERNAL) and not q.connection_slot_available(ADMIN)
 

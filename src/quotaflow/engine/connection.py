@@ -80,11 +80,10 @@ class _IpSensor:
 
 @dataclass(slots=True)
 class _Listener:
-    rate: Rate
+    rate: Rate  # connection-accept-rate, bound = the listener's max.connection.creation.rate
+    blocked: Rate  # acceptor blocked ms (unbounded), for the blocked-time percentage
     throttle: Avg = field(default_factory=Avg)
     ip_throttle: Avg = field(default_factory=Avg)
-    blocked: Rate | None = None
-    blocked_total_ms: int = 0
     max_connections: int = INT_MAX
     count: int = 0
 
@@ -242,10 +241,7 @@ class ConnectionQuotas:
 
     def record_acceptor_blocked(self, listener: str, blocked_ms: int, now_ms: int) -> None:
         """Account acceptor blocking (rate delay and slot waits) for the blocked-time percentage."""
-        state = self._listener(listener)
-        assert state.blocked is not None
-        state.blocked.record(float(blocked_ms), now_ms)
-        state.blocked_total_ms += blocked_ms
+        self._listener(listener).blocked.record(float(blocked_ms), now_ms)
 
     def record_ip_connection_maybe_throttle(self, listener: str, ip: str, now_ms: int) -> None:
         """Step 4: per-IP rate at ``now_ms`` (after the acceptor's wait); on violation roll back and raise."""
@@ -343,7 +339,6 @@ class ConnectionQuotas:
             yield MetricSample("ip-connection-accept-throttle-time", GROUP, tags, state.ip_throttle.measure(now_ms),
                                "average hold (ms) of IP-throttled connections")
         for name, state in self._listeners.items():
-            assert state.blocked is not None
             blocked = state.blocked.measure(now_ms) / 10.0  # ms blocked per second → percent of time
             yield MetricSample("AcceptorBlockedPercent", ACCEPTOR_GROUP, (("listener", name),), min(blocked, 100.0),
                                "percent of time the acceptor was blocked on connection quotas")
