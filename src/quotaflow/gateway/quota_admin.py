@@ -59,8 +59,9 @@ class QuotaAdminHandler:
     def describe(self, version: int, request: Any, allowed: bool) -> Any:
         cls = response_class(ApiKey.DescribeClientQuotas, version)
         if not allowed:
+            # getErrorResponse(Errors.CLUSTER_AUTHORIZATION_FAILED.exception): the error's default message
             e = ClusterAuthorizationFailedError()
-            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.message, entries=None)
+            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.description, entries=None)
         quota_filter = QuotaFilter(
             tuple(FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components),
             bool(request.strict),
