@@ -10,7 +10,9 @@ import click
 # subcommand name -> "module:attribute" of a click command. Add a line when a subcommand lands.
 COMMANDS: dict[str, str] = {
     "report": "quotaflow.cli.report:report",
+    "generate-traffic": "quotaflow.cli.generate_traffic:generate_traffic", "backtest": "quotaflow.cli.backtest:backtest", "replay": "quotaflow.cli.replay:replay",  # noqa: E501
     "configs": "quotaflow.cli.configs:configs", "client-quotas": "quotaflow.cli.client_quotas:client_quotas",
+    "stream": "quotaflow.cli.stream:stream",
     "users": "quotaflow.cli.users:users",
     "gateway": "quotaflow.cli.gateway:gateway",
 }

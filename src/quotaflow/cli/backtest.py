@@ -1,0 +1,35 @@
+"""``quotaflow backtest``: Kafka-exact quota decisions over an events directory, on Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from quotaflow.cli.jobopts import job_options, print_summary, spec_from
+from quotaflow.core.errors import QuotaflowError
+
+
+@click.command("backtest")
+@job_options
+@click.option("--master", default=None, help="Spark master URL (default local[*]).")
+def backtest(events: Path, store: Path, out: Path, broker_config: Path | None, compare: Path | None,
+             headroom: float, master: str | None) -> None:  # fmt: skip
+    """What the store's quotas would have done to this traffic: decisions, windows, entities, connections."""
+    from quotaflow.pipeline import backtest as job
+
+    spec = spec_from(events, store, out, broker_config, compare, headroom)
+    console = Console(stderr=True)
+    try:
+        with console.status("backtest") as status:
+            summary = job.run(spec, master=master, progress=lambda s: status.update(f"backtest: {s}"))
+    except QuotaflowError as e:
+        raise click.ClickException(str(e)) from e
+    finally:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
+    print_summary(summary, out)

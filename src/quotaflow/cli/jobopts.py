@@ -1,0 +1,80 @@
+"""Options shared by ``quotaflow backtest`` and ``quotaflow replay`` (same arguments, same output layout)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from quotaflow.pipeline.job import DEFAULT_HEADROOM, JobSpec, Summary
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def job_options(fn: F) -> F:
+    options = [
+        click.option(
+            "--events",
+            "events",
+            required=True,
+            type=click.Path(path_type=Path),
+            help="Events directory (requests/ and/or connections/, Parquet or JSON lines).",
+        ),
+        click.option(
+            "--store",
+            "store",
+            required=True,
+            type=click.Path(path_type=Path),
+            help="Quota store (SQLite) whose quotas are applied.",
+        ),
+        click.option(
+            "--out",
+            "out",
+            required=True,
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Output directory (replaced).",
+        ),
+        click.option(
+            "--broker-config",
+            "broker_config",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="server.properties-style file: quota.window.*, connection-rate limits.",
+        ),
+        click.option(
+            "--compare",
+            "compare",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="A second store: run both configs and write the difference to OUT/compare/.",
+        ),
+        click.option(
+            "--headroom",
+            default=DEFAULT_HEADROOM,
+            show_default=True,
+            type=click.FloatRange(min=0),
+            help="recommended_quota = p99 rate × headroom.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def spec_from(events: Path, store: Path, out: Path, broker_config: Path | None, compare: Path | None,
+              headroom: float) -> JobSpec:  # fmt: skip
+    return JobSpec(events, store, out, broker_config, compare, headroom)
+
+
+def print_summary(summary: Summary, out: Path) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    c = summary.counts
+    console.print(
+        f"{summary.engine}: {c.get('requests', 0)} requests ({c.get('requests_quarantined', 0)} quarantined), "
+        f"{c.get('connections', 0)} connections ({c.get('connections_quarantined', 0)} quarantined), "
+        f"{c.get('windows', 0)} windows"
+    )
+    console.print("timings (s): " + ", ".join(f"{k} {v}" for k, v in summary.timings_s.items()))
+    click.echo(str(out))

@@ -1,0 +1,28 @@
+"""``quotaflow replay``: the backtest's computation in one process, without Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from quotaflow.cli.jobopts import job_options, print_summary, spec_from
+from quotaflow.core.errors import QuotaflowError
+
+
+@click.command("replay")
+@job_options
+def replay(events: Path, store: Path, out: Path, broker_config: Path | None, compare: Path | None,
+           headroom: float) -> None:  # fmt: skip
+    """Same arguments and output as `quotaflow backtest`, single process (pyarrow + numpy + the engine kernel)."""
+    from quotaflow.pipeline import replay as job
+
+    spec = spec_from(events, store, out, broker_config, compare, headroom)
+    console = Console(stderr=True)
+    try:
+        with console.status("replay") as status:
+            summary = job.run(spec, progress=lambda s: status.update(f"replay: {s}"))
+    except QuotaflowError as e:
+        raise click.ClickException(str(e)) from e
+    print_summary(summary, out)
