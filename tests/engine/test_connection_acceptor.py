@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from quotaflow.engine.conn_acceptor import (
     AcceptorSimulation,
     AddListener,
     BrokerRate,
     Connect,
     ConnectResult,
+    Event,
     IpRate,
     simulate,
 )
@@ -58,3 +62,41 @@ def test_acceptor_free_time_carries_across_batches() -> None:
     sim.run([Connect(T0, "EXTERNAL", "a"), Connect(T0, "EXTERNAL", "b")])
     (c,) = sim.run([Connect(T0 + 1, "EXTERNAL", "c")])
     assert c is not None and c.process_ms == T0 + 1000  # waits for the acceptor blocked by the previous batch
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[int, int | None, dict[str, int], list[Connect]]:
+    broker = draw(st.sampled_from([1, 5, 50, 2147483647]))
+    listener_rate = draw(st.sampled_from([None, 2, 20]))
+    ip_rates = draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(1, 10), max_size=2))
+    gaps = draw(st.lists(st.integers(0, 400), min_size=1, max_size=60))
+    connects, t = [], T0
+    for gap in gaps:
+        t += gap
+        listener = draw(st.sampled_from(["EXTERNAL", "REPLICATION"]))
+        connects.append(Connect(t, listener, draw(st.sampled_from(["a", "b", "c", "d"]))))
+    return broker, listener_rate, ip_rates, connects
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads())
+def test_replay_invariants(workload: tuple[int, int | None, dict[str, int], list[Connect]]) -> None:
+    broker, listener_rate, ip_rates, connects = workload
+    events: list[Event] = [AddListener(T0, "EXTERNAL", listener_rate), AddListener(T0, "REPLICATION"),
+                           BrokerRate(T0, broker)]
+    events += [IpRate(T0, ip, rate) for ip, rate in ip_rates.items()]
+    first = len(events)
+    out = simulate(quotas(), events + list(connects))[first:]
+    free_at: dict[str, int] = {}
+    for c, o in zip(connects, out, strict=True):
+        assert o is not None
+        assert o.process_ms >= max(c.ts_ms, free_at.get(c.listener, c.ts_ms))  # FIFO, one acceptor per listener
+        assert 0 <= o.accept_delay_ms <= 1000 and 0 <= o.ip_throttle_ms <= 1000  # bounded by one window
+        assert o.accept_time_ms == o.process_ms + o.accept_delay_ms
+        free_at[c.listener] = o.accept_time_ms
+        if c.listener == "REPLICATION":
+            assert o.accept_delay_ms == 0  # protected from the broker rate, no listener rate of its own
+        if c.ip not in ip_rates:
+            assert o.result is ConnectResult.ACCEPTED
+        else:
+            assert (o.result is ConnectResult.IP_THROTTLED) == (o.ip_throttle_ms > 0)

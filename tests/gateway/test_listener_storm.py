@@ -181,7 +181,7 @@ def test_ip_storm_is_held_to_its_quota_while_others_proceed(record_property: Cal
         assert 0.8 * quota <= rate <= 1.2 * quota
         assert sum(storm_results) == rec.count(STORM_IP, 0, 1 << 62)  # client and server agree on the survivors
         assert calm_results and all(calm_results)  # the other IP, under its quota: every connection accepted
-        assert len(finite) == len(latencies) >= 0.3 * seconds / 0.02  # the established connection kept working
+        assert len(finite) == len(latencies) >= 100  # the established connection kept working, no failed trip
         assert report["ping_p50_ms"] < 100
 
     run(body, 60)
