@@ -241,7 +241,12 @@ class ClientQuotaManager:
         or while no quota exists (then nothing is recorded). ``user`` is the raw principal name."""
         if not self._mask:
             return 0
-        return self.sensor(user, client_id, now_ms).record_and_throttle(value, now_ms)
+        # the per-request hot path: sensor() inlined (cached quota-id, then the sensor, expiry check)
+        qid = self._tags.get((user, client_id)) or self.quota_id(user, client_id)
+        sensor = self._sensors.get(qid)
+        if sensor is None or now_ms - sensor.last_record_ms > self.sensor_expiration_ms:
+            sensor = self._sensors[qid] = self._new_sensor(qid, now_ms)
+        return sensor.record_and_throttle(value, now_ms)
 
     def record_no_throttle(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Record without a check (request network-thread time); only later decisions see it."""

@@ -128,34 +128,24 @@ def _record(value: F64, start: I64, last: I64, n: I64, current: I64, g: int, slo
 
 
 @_jitable
-def _purge(value: F64, start: I64, last: I64, n: I64, g: int, age: int, t: int) -> None:
+def _measure(value: F64, start: I64, last: I64, n: I64, g: int, age: int, samples: int, window_ms: int,
+             t: int) -> tuple[float, int]:
+    """Purge, then (total in slot order, ``Rate.windowSize``), in one pass; needs at least one sample."""
+    total = 0.0
+    oldest = t
     for i in range(n[g]):
         if t - last[g, i] >= age:
             value[g, i] = 0.0
             start[g, i] = t
             last[g, i] = t
-
-
-@_jitable
-def _total(value: F64, n: I64, g: int) -> float:
-    total = 0.0
-    for i in range(n[g]):
         total += value[g, i]
-    return total
-
-
-@_jitable
-def _window(start: I64, n: I64, g: int, samples: int, window_ms: int, t: int) -> int:
-    """``Rate.windowSize`` after a purge (the caller guarantees at least one sample)."""
-    oldest = start[g, 0]
-    for i in range(1, n[g]):
         if start[g, i] < oldest:
             oldest = start[g, i]
     elapsed = t - oldest
     full = elapsed // window_ms if elapsed >= 0 else -((-elapsed) // window_ms)  # Java truncating division
     if full < samples - 1:
         elapsed += (samples - 1 - full) * window_ms
-    return elapsed if elapsed > 1 else 1
+    return total, (elapsed if elapsed > 1 else 1)
 
 
 @_jitable
@@ -205,9 +195,8 @@ def _decide_loop(off: I64, bounds: F64, ts: I64, vals: F64, modes: npt.NDArray[n
             _record(value, start, last, n, current, g, slots, window_ms, x, t)
             own = 0
             if mode == MODE_CHECK and checked:
-                _purge(value, start, last, n, g, age, t)
-                w = _window(start, n, g, samples, window_ms, t)
-                rate = _total(value, n, g) / (w / 1000.0)
+                total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
+                rate = total / (w / 1000.0)
                 if not rate <= bound:
                     own = _throttle(rate, bound, w, max_ms)
             out[r] = own
@@ -296,12 +285,11 @@ def read_window(state: KernelState, g: int, now_ms: int, samples: int, window_ms
         last = state.last[g : g + 1].copy()
         n = state.n[g : g + 1].copy()
         gi = 0
-    _purge(value, start, last, n, gi, samples * window_ms, now_ms)
     if n[gi] == 0:  # SampledStat.oldest creates a sample when there is none
         value[gi, 0] = 0.0
         start[gi, 0] = now_ms
         last[gi, 0] = now_ms
         n[gi] = 1
-    w = int(_window(start, n, gi, samples, window_ms, now_ms))
-    total = float(_total(value, n, gi))
+    total, w = _measure(value, start, last, n, gi, samples * window_ms, samples, window_ms, now_ms)
+    total, w = float(total), int(w)
     return WindowReading(total, w, total / (w / 1000.0))

@@ -131,6 +131,22 @@ class Rate:
         return total / (self.window_size(now_ms) / 1000.0)
 
     # -- quota ---------------------------------------------------------------------------------------------------
+    def _measure_fused(self, now_ms: int) -> tuple[float, int]:
+        """(total, window) exactly as ``total(now)`` then ``window_size(now)`` give them, with one purge and C-level
+        ``min`` scans (the per-request hot path). Requires at least one sample."""
+        values, starts, lasts = self._value, self._start, self._last
+        if now_ms - min(lasts) >= self._purge_age:  # some sample is obsolete: reset it (rare on busy ids)
+            self.purge(now_ms)
+        total = 0.0
+        for v in values:  # list order, plain double additions, as WindowedSum.combine
+            total += v
+        oldest = min(starts)
+        elapsed = now_ms - oldest
+        full = elapsed // self.window_ms if elapsed >= 0 else java_div(elapsed, self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return total, (elapsed if elapsed > 1 else 1)
+
     def record_and_check(self, value: float, now_ms: int) -> float | None:
         """Record, then check the quota (``Sensor.record`` with checkQuotas). Returns the measured rate when it
         violates the bound (the value stays recorded), else None."""
@@ -138,19 +154,26 @@ class Rate:
         bound = self.bound
         if bound is None:
             return None
-        rate = self.measure(now_ms)
+        total, window = self._measure_fused(now_ms)
+        rate = total / (window / 1000.0)
         return rate if not rate <= bound else None
 
     def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
-        """Record with the quota check; on violation ``throttleTime`` (bounded by ``max_ms`` when given), else 0."""
-        rate = self.record_and_check(value, now_ms)
-        if rate is None:
+        """Record with the quota check; on violation ``throttleTime`` (bounded by ``max_ms`` when given), else 0.
+
+        The hot path of every per-request decision: the rate and the window come from one fused reading
+        (the window a violation uses is the same, as Kafka reads it at the same timestamp)."""
+        self.record(value, now_ms)
+        bound = self.bound
+        if bound is None:
             return 0
-        assert self.bound is not None
-        window = self.window_size(now_ms)
+        total, window = self._measure_fused(now_ms)
+        rate = total / (window / 1000.0)
+        if rate <= bound:
+            return 0
         if max_ms is None:
-            return throttle_time(rate, self.bound, window)
-        return bounded_throttle_time(rate, self.bound, window, max_ms)
+            return throttle_time(rate, bound, window)
+        return bounded_throttle_time(rate, bound, window, max_ms)
 
     @property
     def num_samples(self) -> int:

@@ -60,7 +60,8 @@ class RateSensor:
 
     def record_and_throttle(self, value: float, now_ms: int) -> int:
         self.last_record_ms = now_ms
-        return to_int32(self.rate.record_and_throttle(value, now_ms, self.max_throttle_ms))
+        ms = self.rate.record_and_throttle(value, now_ms, self.max_throttle_ms)
+        return ms if -0x80000000 <= ms <= 0x7FFFFFFF else to_int32(ms)
 
     def record(self, value: float, now_ms: int) -> None:
         self.last_record_ms = now_ms
