@@ -72,3 +72,44 @@ def test_serves_prometheus_text_and_json_routes() -> None:
 
 def test_render_rejects_other_methods() -> None:
     assert MetricsServer().render("POST", "/metrics")[0] == 405
+
+
+def test_live_listener_metrics_are_scraped() -> None:
+    from quotaflow.gateway.listener import AcceptedConnection, QuotaListener
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, c: AcceptedConnection) -> None:
+        await reader.read()
+
+    async def body() -> bytes:
+        quotas = ConnectionQuotas(ConnectionQuotaConfig(quota_window_num=2))
+        quotas.update_ip_connection_rate_quota("127.0.0.2", 1)
+        listener = QuotaListener({"EXTERNAL": ("127.0.0.1", 0)}, quotas, handler)
+        server = MetricsServer(sources=[quotas])
+        await listener.start()
+        await server.start()
+        try:
+            host, port = listener.addresses["EXTERNAL"]
+            writers = []
+            for _ in range(3):  # 1 accepted, then IP-throttled
+                _, w = await asyncio.open_connection(host, port, local_addr=("127.0.0.2", 0))
+                writers.append(w)
+            while listener.stats["EXTERNAL"].ip_throttled < 2:
+                await asyncio.sleep(0.01)
+            status, _, text = await asyncio.to_thread(fetch, f"http://{server.address[0]}:{server.address[1]}/metrics")
+            assert status == 200
+            for w in writers:
+                w.close()
+            return text
+        finally:
+            await server.close()
+            await listener.close()
+
+    text = asyncio.run(asyncio.wait_for(body(), 30)).decode()
+    values = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for fam in text_string_to_metric_families(text) for s in fam.samples}
+    prefix = "kafka_server_socket_server_metrics_"
+    assert values[(prefix + "connection_accept_rate", (("ip", "127.0.0.2"), ("listener", "")))] > 0
+    assert values[(prefix + "ip_connection_accept_throttle_time", (("listener", "EXTERNAL"),))] > 0
+    # throttled connections were rolled back out of the broker rate: 1 connection over a window of >= 1 s
+    # (all 3 would give >= 2/s while the window is under 1.5 s)
+    assert 0.5 < values[(prefix + "broker_connection_accept_rate", ())] <= 1.0
