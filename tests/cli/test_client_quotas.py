@@ -166,3 +166,28 @@ def test_bootstrap_server_and_store_are_exclusive(store: str) -> None:
     result = run(store, "--describe", "--bootstrap-server", "127.0.0.1:1")
     assert result.exit_code == 1
     assert "--store and --bootstrap-server cannot be used together" in result.stderr
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's schema loader, imported by cli.wire
+def test_bootstrap_server_uses_the_wire_backend(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--bootstrap-server slots a wire client in behind the same commands; --command-config reaches it."""
+    import click
+
+    from quotaflow.admin import Admin
+    from quotaflow.cli import common, wire
+
+    seen: list[tuple[str, object]] = []
+
+    def fake_open_backend(bootstrap: str) -> Admin:
+        seen.append((bootstrap, click.get_current_context().meta.get(common.COMMAND_CONFIG_META)))
+        return Admin(SqliteStore(store))
+
+    monkeypatch.setattr(wire, "open_backend", fake_open_backend)
+    result = CliRunner().invoke(cli, ["client-quotas", "--bootstrap-server", "127.0.0.1:9092", "--command-config",
+                                      "client.properties", "--describe", "--names", "ip=1.2.3.4"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "{ip=1.2.3.4}\n  connection_creation_rate=100.0\n"
+    result = CliRunner().invoke(cli, ["configs", "--bootstrap-server", "127.0.0.1:9092", "--describe", "--ip",
+                                      "1.2.3.4"])
+    assert result.stdout == "Quota configs for ip '1.2.3.4' are connection_creation_rate=100.0\n"
+    assert seen == [("127.0.0.1:9092", "client.properties"), ("127.0.0.1:9092", None)]

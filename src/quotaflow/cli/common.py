@@ -68,6 +68,14 @@ def bootstrap_option(f: F) -> F:
     )(f)
 
 
+COMMAND_CONFIG_META: Final = "quotaflow.command_config"  # read by quotaflow.cli.wire
+
+
+def set_command_config(path: str) -> None:
+    """Where ``--command-config`` leaves its value for ``quotaflow.cli.wire`` (configs parses args by hand)."""
+    click.get_current_context().meta[COMMAND_CONFIG_META] = path
+
+
 def open_backend(store: str | None, bootstrap_server: str | None = None) -> AdminBackend:
     """The backend the command runs against."""
     if bootstrap_server is not None:

@@ -13,7 +13,14 @@ from typing import Final
 import click
 
 from quotaflow.admin import AdminBackend, Alteration, QuotaOp
-from quotaflow.cli.common import RawArgsCommand, kafka_errors, open_backend, parse_java_double, raw_args
+from quotaflow.cli.common import (
+    RawArgsCommand,
+    kafka_errors,
+    open_backend,
+    parse_java_double,
+    raw_args,
+    set_command_config,
+)
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError, InvalidConfigurationError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
@@ -25,7 +32,10 @@ TOOL: Final = "config"
 ENTITY_TYPES: Final = {"users": "user", "clients": "client-id", "ips": "ip"}
 _SHORT_NAMED: Final = {"--user": "users", "--client": "clients", "--ip": "ips"}
 _SHORT_DEFAULT: Final = {"--user-defaults": "users", "--client-defaults": "clients", "--ip-defaults": "ips"}
-_VALUED: Final = {"--entity-type", "--entity-name", "--add-config", "--delete-config", "--store", "--bootstrap-server"}
+_VALUED: Final = {
+    "--entity-type", "--entity-name", "--add-config", "--delete-config", "--store", "--bootstrap-server",
+    "--command-config",
+}
 
 USAGE: Final = """\
 Add/remove or describe client quotas, as kafka-configs.sh does.
@@ -35,7 +45,7 @@ Add/remove or describe client quotas, as kafka-configs.sh does.
   --entity-type users|clients|ips  [--entity-name NAME | --entity-default]  (repeat for users + clients)
   --user NAME | --user-defaults, --client NAME | --client-defaults, --ip NAME | --ip-defaults
   --add-config k1=v1,k2=v2   --delete-config k1,k2
-  --store PATH | --bootstrap-server HOST:PORT
+  --store PATH | --bootstrap-server HOST:PORT [--command-config FILE]
 """
 
 
@@ -102,6 +112,8 @@ def _store_valued(out: ConfigsArgs, opt: str, value: str) -> None:
         out.delete_config.append(value)
     elif opt == "--store":
         out.store = value
+    elif opt == "--command-config":
+        set_command_config(value)
     else:
         out.bootstrap_server = value
 
