@@ -10,9 +10,11 @@ from quotaflow.engine.conn_acceptor import (
     AddListener,
     BrokerRate,
     Connect,
+    ConnectOutcome,
     ConnectResult,
     Event,
     IpRate,
+    ListenerRate,
     simulate,
 )
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
@@ -100,3 +102,50 @@ def test_replay_invariants(workload: tuple[int, int | None, dict[str, int], list
             assert o.result is ConnectResult.ACCEPTED
         else:
             assert (o.result is ConnectResult.IP_THROTTLED) == (o.ip_throttle_ms > 0)
+
+
+# Deterministic replays of ConnectionQuotasTest's wall-clock cases (TEST-CASES §6), with their tolerances.
+LISTENERS = ("EXTERNAL", "ADMIN", "REPLICATION")
+
+
+def replay_listeners(config: list[Event], per_listener: int, every_ms: int) -> dict[str, list[ConnectOutcome]]:
+    events: list[Event] = [AddListener(T0, name) for name in LISTENERS] + config
+    first = len(events)
+    connects = [Connect(T0 + i * every_ms, name, f"10.0.0.{j}") for i in range(per_listener)
+                for j, name in enumerate(LISTENERS)]
+    outcomes = simulate(quotas(), events + connects)[first:]
+    by: dict[str, list[ConnectOutcome]] = {name: [] for name in LISTENERS}
+    for c, o in zip(connects, outcomes, strict=True):
+        assert o is not None
+        by[c.listener].append(o)
+    return by
+
+
+def accept_rate(outcomes: list[ConnectOutcome]) -> float:
+    return len(outcomes) / ((outcomes[-1].accept_time_ms - T0) / 1000)
+
+
+def test_broker_rate_below_limit_never_blocks() -> None:
+    by = replay_listeners([BrokerRate(T0, 125)], per_listener=200, every_ms=25)  # 3 x 40/s
+    assert all(o.accept_delay_ms == 0 for outs in by.values() for o in outs)
+
+
+def test_broker_rate_above_limit_blocks_all_but_inter_broker() -> None:
+    by = replay_listeners([BrokerRate(T0, 90)], per_listener=300, every_ms=10)  # 3 x 100/s
+    assert any(o.accept_delay_ms > 0 for o in by["EXTERNAL"])
+    assert any(o.accept_delay_ms > 0 for o in by["ADMIN"])
+    assert all(o.accept_delay_ms == 0 for o in by["REPLICATION"])
+
+
+def test_listener_rate_above_limit_holds_every_listener_to_30_within_7() -> None:
+    config: list[Event] = [ListenerRate(T0, name, 30) for name in LISTENERS]
+    by = replay_listeners(config, per_listener=600, every_ms=25)  # 40/s each
+    for name in LISTENERS:
+        assert 23 <= accept_rate(by[name]) <= 37, name
+
+
+def test_listener_rate_reconfiguration_takes_effect() -> None:
+    events: list[Event] = [AddListener(T0, "EXTERNAL", 10)]
+    events += [Connect(T0 + i * 5, "EXTERNAL", "10.0.0.1") for i in range(200)]  # 200/s offered
+    outs = [o for o in simulate(quotas(), events) if o is not None]
+    assert 7 <= accept_rate(outs) <= 13  # Kafka: 10 +- 3
