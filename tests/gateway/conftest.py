@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +40,63 @@ def tansu() -> Iterator[Tansu]:
 def port() -> int:
     """A free loopback port."""
     return free_port()
+
+
+@dataclass
+class RunningGateway:
+    """A gateway on its own thread in front of the session's tansu, with its own store and event log."""
+
+    thread: Any  # quotaflow.gateway.server.GatewayThread
+    store_path: Path
+    events: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.thread.bootstrap())
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.thread.address()
+        return str(host), int(port)
+
+    @property
+    def http_url(self) -> str:
+        assert self.thread.gateway.metrics_address is not None, "start the gateway with metrics_port=0"
+        host, port = self.thread.gateway.metrics_address
+        return f"http://{host}:{port}"
+
+    def flush_events(self) -> None:
+        log = self.thread.gateway._event_log
+        if log is not None:
+            log.flush()
+
+
+GatewayFactory = Callable[..., RunningGateway]
+
+
+@pytest.fixture
+def gateway_factory(tansu: Tansu, tmp_path: Path) -> Iterator[GatewayFactory]:
+    """``gateway_factory(**Gateway kwargs)``: start gateways (loopback, port 0); all stopped at teardown."""
+    from quotaflow.gateway.server import GatewayThread
+
+    started: list[Any] = []
+
+    def start(upstream: str | None = None, **kwargs: Any) -> RunningGateway:
+        n = len(started)
+        store_path = Path(kwargs.pop("store", tmp_path / f"quotas-{n}.db"))
+        events = Path(kwargs.pop("event_log", tmp_path / f"events-{n}"))
+        listeners = kwargs.pop("listeners", {"PLAINTEXT": "127.0.0.1:0"})
+        thread = GatewayThread(upstream or tansu.bootstrap, listeners, store_path, event_log=events, **kwargs)
+        thread.start()
+        started.append(thread)
+        return RunningGateway(thread, store_path, events)
+
+    yield start
+    for thread in reversed(started):
+        thread.stop()
+
+
+@pytest.fixture
+def gateway(gateway_factory: GatewayFactory) -> RunningGateway:
+    """One gateway, no admin list (every principal may manage quotas), HTTP endpoint on a free port."""
+    return gateway_factory(metrics_port=0)
