@@ -203,3 +203,17 @@ def test_sigkill_mid_alter_leaves_entities_all_or_nothing(tmp_path: Path, attemp
         assert len(rounds) <= 1
         assert data(s) == replay(s)
         assert snap.seq == s.last_seq() == len(s.changes_since(0))
+
+
+def test_snapshot_cache_follows_other_writers_and_isolates_callers(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    with SqliteStore(path) as reader, SqliteStore(path) as writer:
+        writer.alter([(ALICE, {"producer_byte_rate": 1.0})])
+        first = reader.snapshot()
+        first.entities[ALICE]["producer_byte_rate"] = 99.0  # a caller scribbling on its copy
+        first.entities.pop(ALICE)
+        assert reader.snapshot().entities == {ALICE: {"producer_byte_rate": 1.0}}
+        writer.alter([(ALICE, {"producer_byte_rate": 2.0}), (IP, {"connection_creation_rate": 3.0})])
+        again = reader.snapshot()
+        assert again.seq == 3
+        assert again.entities == {ALICE: {"producer_byte_rate": 2.0}, IP: {"connection_creation_rate": 3.0}}

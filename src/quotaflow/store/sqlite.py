@@ -50,6 +50,7 @@ class SqliteStore:
         self.path = Path(path)
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
+        self._snapshot_cache: Snapshot | None = None
         try:
             if self.path.parent != Path(""):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,9 +112,19 @@ class SqliteStore:
     # -- quotas ---------------------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """A consistent snapshot, ordered by entity path. Parsed rows are reused while the log has not moved
+        (every committed change, from any process, advances it); each caller gets its own dicts."""
         with self._read() as db:
             seq = self._last_seq(db)
-            rows = db.execute("SELECT path, key, value FROM quotas ORDER BY path").fetchall()
+            cached = self._snapshot_cache
+            if cached is None or cached.seq != seq:
+                cached = Snapshot(seq, self._load_entities(db))
+                self._snapshot_cache = cached
+        return Snapshot(seq, {e: dict(v) for e, v in cached.entities.items()})
+
+    @staticmethod
+    def _load_entities(db: sqlite3.Connection) -> dict[QuotaEntity, Values]:
+        rows = db.execute("SELECT path, key, value FROM quotas ORDER BY path").fetchall()
         entities: dict[QuotaEntity, Values] = {}
         current_path = None
         current: Values = {}
@@ -122,7 +133,7 @@ class SqliteStore:
                 current_path = path
                 current = entities.setdefault(_entity(path), {})
             current[key] = _decode(value)
-        return Snapshot(seq, entities)
+        return entities
 
     def get(self, entity: QuotaEntity) -> Values:
         with self._lock:
