@@ -75,15 +75,44 @@ def test_ip_configs(store: str) -> None:
     assert ok(store, "--describe", "--ip", "1.2.3.4") == ""
 
 
-def test_add_and_delete_in_one_alter(store: str) -> None:
-    for user, client in [("test-user-1", "test-client-1"), ("test-user-2", None), (None, "test-client-3")]:
-        parts = (["--user", user] if user else []) + (["--client", client] if client else ["--client-defaults"])
-        ok(store, "--alter", *parts, "--add-config", "request_percentage=50")
-        ok(store, "--alter", *parts, "--add-config", "consumer_byte_rate=20000,producer_byte_rate=10000",
-           "--delete-config", "request_percentage")
-        out = ok(store, "--describe", *parts)
-        assert "consumer_byte_rate=20000.0" in out and "producer_byte_rate=10000.0" in out
-        assert "request_percentage" not in out
+COMBOS = [  # ConfigCommandTest.shouldAddClientConfig: (user, client); "" = default, None = absent
+    ("test-user-1", "test-client-1"), ("test-user-2", ""), ("test-user-3", None), ("", "test-client-2"),
+    ("", ""), ("", None), (None, "test-client-3"), (None, ""),
+]
+
+
+@pytest.mark.parametrize(("user", "client"), COMBOS)
+def test_add_and_delete_in_one_alter(store: str, user: str | None, client: str | None) -> None:
+    parts: list[str] = []
+    if user is not None:
+        parts += ["--entity-type", "users"] + (["--entity-name", user] if user else ["--entity-default"])
+    if client is not None:
+        parts += ["--entity-type", "clients"] + (["--entity-name", client] if client else ["--entity-default"])
+    ok(store, "--alter", *parts, "--add-config", "request_percentage=50")
+    done = ok(store, "--alter", *parts, "--add-config", "consumer_byte_rate=20000,producer_byte_rate=10000",
+              "--delete-config", "request_percentage")
+    first_type, first_name = ("users", user) if user is not None else ("clients", client)
+    if first_name:
+        assert done == f"Completed updating config for {first_type[:-1]} {first_name}.\n"
+    else:
+        assert done == f"Completed updating default config for {first_type} in the cluster.\n"
+    (line,) = ok(store, "--describe", *parts).splitlines()
+    assert line.endswith(" are producer_byte_rate=10000.0, consumer_byte_rate=20000.0")  # Java HashMap order
+    who = []
+    if user is not None:
+        who.append(f"user-principal '{user}'" if user else "the default user-principal")
+    if client is not None:
+        who.append(f"client-id '{client}'" if client else "the default client-id")
+    assert line.startswith(f"Quota configs for {', '.join(who)} are ")
+
+
+def test_sanitized_user_name(store: str) -> None:
+    ok(store, "--alter", "--user", "CN=Test,O=Apache", "--add-config", "producer_byte_rate=10")
+    assert ok(store, "--describe", "--user", "CN=Test,O=Apache") == (
+        "Quota configs for user-principal 'CN=Test,O=Apache' are producer_byte_rate=10.0\n"
+    )
+    with SqliteStore(store) as s:
+        assert [c.path for c in s.changes_since(0)] == ["users/CN%3DTest%2CO%3DApache"]
 
 
 @pytest.mark.parametrize(
