@@ -71,12 +71,12 @@ def make_trace(events: int, ids: int, seed: int = 7) -> Trace:
     value[kind == FETCH] = 4 * sizes[kind == FETCH]
     req = kind == REQUEST
     value[req] = np.array([nanos_to_percent(int(ns)) for ns in rng.lognormal(14.0, 1.2, int(req.sum()))])
-    # quota: roughly the user's expected rate, so a noticeable share of decisions is throttled
+    # quota: about twice the user's mean rate, so bursts (and some heavy users) get throttled
     share = weights / weights.sum() * 10_000  # decisions/s per user
     quota = np.empty((3, ids))
-    quota[PRODUCE] = np.maximum(1000.0, np.round(share * 0.5 * 12_000 * 0.8))
-    quota[FETCH] = np.maximum(4000.0, np.round(share * 0.3 * 48_000 * 0.8))
-    quota[REQUEST] = np.maximum(0.5, np.round(share * 0.2 * 0.25, 2))
+    quota[PRODUCE] = np.maximum(2000.0, np.round(share * 0.5 * 13_400 * 2))
+    quota[FETCH] = np.maximum(8000.0, np.round(share * 0.3 * 53_600 * 2))
+    quota[REQUEST] = np.maximum(0.5, np.round(share * 0.2 * 0.25 * 2, 2))
     return Trace(kind, user, client, ts, value, quota)
 
 
