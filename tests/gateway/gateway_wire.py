@@ -14,9 +14,9 @@ class Wire:
         self.sock = socket.create_connection(address, timeout=10)
         self.cid = 0
 
-    def send(self, request: Any, version: int) -> None:
+    def send(self, request: Any, version: int, client_id: str = "wire") -> None:
         self.cid += 1
-        request.with_header(correlation_id=self.cid, client_id="wire")
+        request.with_header(correlation_id=self.cid, client_id=client_id)
         self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
 
     def recv(self) -> bytes:

@@ -179,10 +179,27 @@ class ClientConnection:
                 self._forward(frame, pending)
                 pending.local = b""
                 return pending
+        if key == ApiKey.Fetch and header.api_version >= 3:
+            frame = self._cap_fetch(frame, header)
         self._forward(frame, pending)
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
+
+    def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
+        """Cap ``max_bytes`` to the consumer quota's window (KafkaApis does the same): without it, a response
+        larger than the window allows would be throttled, answered empty and re-fetched forever."""
+        cap = self.gateway.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
+        if cap is None:
+            return frame
+        try:
+            request = protocol.decode_request(frame, header)
+        except InvalidRequestError as e:
+            raise ConnectionClosed(str(e)) from e
+        if request.max_bytes <= cap:
+            return frame
+        request.max_bytes = cap
+        return protocol.encode_request(request, header)
 
     def _forward(self, frame: bytes, pending: Pending) -> None:
         assert self._upstream_writer is not None

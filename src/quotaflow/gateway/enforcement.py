@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from quotaflow.core.keys import INT_MAX
 from quotaflow.engine import (
     QuotaManagers,
     ThrottleDecision,
     apply_changes,
     fetch_throttle,
     is_request_quota_exempt,
+    java_double_to_int,
     produce_throttle,
     request_throttle,
     snapshot_changes,
@@ -59,6 +61,15 @@ class Enforcement:
             self.managers.request.record_exempt_ns(thread_ns, now_ms)
             return 0
         return request_throttle(self.managers.request, user, client_id, thread_ns, now_ms)
+
+    def fetch_max_bytes(self, user: str, client_id: str) -> int | None:
+        """KafkaApis caps a consumer fetch's ``max_bytes`` to what the quota window can hold
+        (``getMaxValueInQuotaWindow(...).toInt``), so one response can never be too big to ever be served;
+        None when no finite cap applies."""
+        if not self.managers.fetch.quotas_enabled:
+            return None
+        cap = java_double_to_int(self.managers.fetch.max_value_in_quota_window(user, client_id))
+        return None if cap >= INT_MAX else cap
 
     def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
         """Socket-write time, recorded without a check: it only weighs on later decisions (SPEC §5)."""

@@ -150,6 +150,14 @@ def decode_request(frame: bytes, header: RequestHeader) -> Any:
         raise InvalidRequestError(f"malformed {api_name(header.api_key)} v{header.api_version} request: {e}") from e
 
 
+def encode_request(message: Any, header: RequestHeader) -> bytes:
+    """A decoded request re-encoded (unframed) under its own header: same version, correlation id, client id."""
+    message._header = None
+    message.API_VERSION = header.api_version
+    message.with_header(correlation_id=header.correlation_id, client_id=header.client_id)
+    return bytes(message.encode(header=True))
+
+
 def response_class(api_key: int, version: int) -> Any:
     cls = RESPONSES.get(api_key)
     if cls is None or not 0 <= version <= cls.max_version:
