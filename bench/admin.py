@@ -8,6 +8,7 @@ Numbers are wall-clock on whatever machine runs it; the store is a fresh SQLite 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import tempfile
@@ -119,8 +120,10 @@ def main() -> None:
         "",
         f"Command: `.venv/bin/python bench/admin.py --entities {args.entities} --pairs {args.pairs}`",
         "",
-        f"Machine: {platform.machine()}, Python {platform.python_version()}, {platform.system()} "
-        "(2 cores shared with other work; wall clock)",
+        f"Machine: {platform.machine()}, Python {platform.python_version()}, {platform.system()}, "
+        f"{os.cpu_count()} cores shared with other work (load average at the end: "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}). Wall time suffers from the sharing; CPU time is this "
+        "process's own.",
         "",
         "| operation | count | wall s | CPU s | ms/op (CPU) | ops/s (CPU) |",
         "|---|---:|---:|---:|---:|---:|",
