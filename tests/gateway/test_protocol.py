@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import struct
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataResponse
@@ -94,3 +98,16 @@ def test_empty_fetch_response_keeps_session(version: int) -> None:
     assert decoded.header.correlation_id == 3
     if version >= 7:
         assert decoded.session_id == 1234
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64), st.sampled_from([0, 1, 3, 17, 18, 36, 48, 49]), st.integers(-1, 20))
+def test_fuzzed_frames_fail_only_with_invalid_request(tail: bytes, api_key: int, version: int) -> None:
+    frame = struct.pack(">hhi", api_key, version, 1) + tail
+    try:
+        header = protocol.parse_request_header(frame)
+        if api_key == 0:
+            protocol.produce_acks(frame, header)
+        protocol.decode_request(frame, header)
+    except InvalidRequestError:
+        pass  # the connection is closed; anything else would be a gateway bug

@@ -126,16 +126,17 @@ def body_offset(frame: bytes | memoryview, header: RequestHeader) -> int:
 def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
     """``acks`` of a Produce request: skip ``transactional_id`` (v3+) and read the int16 that follows."""
     pos = body_offset(frame, header)
-    if header.api_version >= 3:
-        if is_flexible(header.api_key, header.api_version):
-            n, pos = _uvarint(frame, pos)
-            pos += max(n - 1, 0)
-        else:
-            (n,) = _INT16.unpack_from(frame, pos)
-            pos += 2 + max(n, 0)
-    if pos + 2 > len(frame):
-        raise InvalidRequestError("Produce request too short for acks")
-    acks: int = _INT16.unpack_from(frame, pos)[0]
+    try:
+        if header.api_version >= 3:
+            if is_flexible(header.api_key, header.api_version):
+                n, pos = _uvarint(frame, pos)
+                pos += max(n - 1, 0)
+            else:
+                (n,) = _INT16.unpack_from(frame, pos)
+                pos += 2 + max(n, 0)
+        acks: int = _INT16.unpack_from(frame, pos)[0]
+    except struct.error as e:
+        raise InvalidRequestError("Produce request too short for acks") from e
     return acks
 
 
