@@ -153,3 +153,10 @@ def test_shape_errors() -> None:
         decide_groups(np.array([0, 0]), np.array([1.0]), np.array([], dtype=np.int64), np.array([]),
                       np.array([], dtype=np.int8), np.array([], dtype=np.int64), False, 11, 1000, -1,
                       KernelState.empty(1, 2))
+
+
+def test_short_arrays_are_rejected() -> None:
+    with pytest.raises(ValueError, match="ts_ms"):
+        decide_groups(np.array([0, 2]), np.array([1.0]), np.array([1], dtype=np.int64), np.array([1.0, 1.0]),
+                      np.zeros(2, dtype=np.int8), np.zeros(2, dtype=np.int64), False, 2, 1000, -1,
+                      KernelState.empty(1, 2))

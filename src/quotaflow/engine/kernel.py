@@ -235,7 +235,12 @@ def decide_groups(group_offsets: I64, bounds: F64, ts_ms: I64, values: F64, mode
         raise ValueError(f"state has {state.value.shape[1]} slots, samples={samples} needs {samples + 1}")
     if window_ms < 1 or samples < 1:
         raise ValueError("samples and window_ms must be at least 1")
-    rows = int(off[-1]) if g_count >= 0 and off.shape[0] else 0
+    rows = int(off[-1]) if g_count >= 0 else 0
+    for label, arr in (("ts_ms", ts_ms), ("values", values), ("modes", modes), ("floor_throttle", floor_throttle)):
+        if len(arr) < rows:
+            raise ValueError(f"{label} has {len(arr)} rows, offsets need {rows}")
+    if len(bounds) < g_count:
+        raise ValueError(f"bounds has {len(bounds)} entries for {g_count} groups")
     out = np.zeros(rows, dtype=np.int64)
     args = (
         off,
