@@ -315,15 +315,21 @@ class ClientConnection:
             now_ms = time.time_ns() // 1_000_000
             out = self._respond(pending, frame, start, now_ms)
             written = time.thread_time_ns()
-            if out:
-                self.writer.write(out)
+            if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
+                self.writer.write(protocol.SIZE.pack(len(frame)))
+                self.writer.write(frame)
+                sent = len(frame) + 4
+            else:
+                if out:
+                    self.writer.write(out)
+                sent = len(out)
             self.last_active = time.monotonic()
             done = time.thread_time_ns()
             pending.thread_ns += written - start
             pending.network_ns += done - written
             self.gateway.enforcement.network_time(self.principal, pending.header.client_id or "",
                                                   pending.network_ns, now_ms)
-            self.gateway.on_request(self, pending, len(out), now_ms)
+            self.gateway.on_request(self, pending, sent, now_ms)
             await self.writer.drain()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
@@ -362,7 +368,7 @@ class ClientConnection:
             return versions.rewrite_response(frame, version, throttle)
         if key in REWRITTEN_APIS or throttle > 0:
             return self._rewrite(frame, key, version, throttle)
-        return protocol.SIZE.pack(len(frame)) + frame
+        return _PASS_THROUGH
 
     def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
         if protocol.max_known_version(key) is None:
@@ -378,6 +384,8 @@ class ClientConnection:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
 
+
+_PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
 
 _LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
                                 ApiKey.AlterClientQuotas})
