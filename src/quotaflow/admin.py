@@ -136,6 +136,7 @@ class Resolution:
 
 
 _CLIENT_KEYS: Final = tuple(sorted(CLIENT_QUOTA_KEYS))
+_NOT_TRACKED: Final = {k: ResolvedQuota(k, None, None, None, (), None) for k in _CLIENT_KEYS}
 # quotaLimit(tags) only consults these levels for each shape of the tag pair (SPEC §4.2)
 _LEVELS_FOR_TAGS: dict[tuple[bool, bool], frozenset[int]] = {
     (True, True): frozenset({1, 2, 4, 5}),
@@ -181,6 +182,9 @@ class QuotaIndex:
         levels = candidates(san, client_id)
         for key in _CLIENT_KEYS:
             overrides, mask = self._overrides[key], self._masks[key]
+            if not overrides:  # nothing stored for this key: Kafka's manager records nothing, no limit
+                out.quotas[key] = _NOT_TRACKED[key]
+                continue
             matches = [Contribution(lvl, *overrides[ck]) for lvl, ck in levels if ck in overrides]
             tag_user, tag_client = quota_tags(overrides, mask, san, client_id) if mask else ("", client_id)
             # what Kafka enforces is quotaLimit(tags); for non-empty names it is the most specific match
