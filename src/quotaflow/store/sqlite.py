@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
-from quotaflow.store.base import Change, Credential, EntityChange, Snapshot, Values
+from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
 from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS: Final = 30_000
@@ -228,3 +228,7 @@ class SqliteStore:
 def _same(a: float, b: float) -> bool:
     """Java ``Double.equals`` semantics for "set equal to current": NaN equals NaN."""
     return a == b or (math.isnan(a) and math.isnan(b))
+
+
+if TYPE_CHECKING:  # mypy checks that SqliteStore satisfies the QuotaStore protocol exactly
+    _conforms: QuotaStore = SqliteStore(":memory:")
