@@ -204,8 +204,7 @@ class ClientConnection:
     def _forward(self, frame: bytes, pending: Pending) -> None:
         assert self._upstream_writer is not None
         start = time.thread_time_ns()
-        self._upstream_writer.write(protocol.SIZE.pack(len(frame)))
-        self._upstream_writer.write(frame)
+        self._upstream_writer.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
         pending.network_ns += time.thread_time_ns() - start
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
@@ -316,8 +315,7 @@ class ClientConnection:
             out = self._respond(pending, frame, start, now_ms)
             written = time.thread_time_ns()
             if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
-                self.writer.write(protocol.SIZE.pack(len(frame)))
-                self.writer.write(frame)
+                self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
                 sent = len(frame) + 4
             else:
                 if out:
