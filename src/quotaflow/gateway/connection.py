@@ -78,6 +78,7 @@ class ClientConnection:
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
+        self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
         self._closing = False
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -336,8 +337,14 @@ class ClientConnection:
         """The bytes to send: quotas applied (KIP-219), addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        if version == _RAW_SASL:
+        if version == _RAW_SASL or key in _SASL_APIS:
+            # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
+            # its CPU time becomes network-thread time of the first request after it (SPEC §5)
+            self._auth_ns += pending.thread_ns + time.thread_time_ns() - start_ns
             return frame
+        if self._auth_ns:
+            pending.network_ns += self._auth_ns
+            self._auth_ns = 0
         enforcement = self.gateway.enforcement
         user, client_id = self.principal, header.client_id or ""
         thread_ns = pending.thread_ns + time.thread_time_ns() - start_ns
@@ -385,5 +392,5 @@ class ClientConnection:
 
 _PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
 
-_LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
-                                ApiKey.AlterClientQuotas})
+_SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+_LOCAL_APIS: Final = _SASL_APIS | {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas}
