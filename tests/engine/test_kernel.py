@@ -160,3 +160,21 @@ def test_short_arrays_are_rejected() -> None:
         decide_groups(np.array([0, 2]), np.array([1.0]), np.array([1], dtype=np.int64), np.array([1.0, 1.0]),
                       np.zeros(2, dtype=np.int8), np.zeros(2, dtype=np.int64), False, 2, 1000, -1,
                       KernelState.empty(1, 2))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_time_going_backwards_matches_rate(compiled: bool) -> None:
+    """Wall clocks can step back: the window then uses Java's truncating division, in both implementations."""
+    steps = [(0, 100.0), (-500, 100.0), (5000, 100.0), (-4700, 50.0), (-200, 10.0)]
+    rate = Rate(11, 1000, 10.0)
+    expected, ts, t = [], [], 1_000_000
+    for step, value in steps:
+        t += step
+        ts.append(t)
+        expected.append(to_int32(rate.record_and_throttle(value, t)))
+    state = KernelState.empty(1, 11)
+    got = decide_groups(np.array([0, len(ts)]), np.array([10.0]), np.array(ts), np.array([v for _, v in steps]),
+                        np.zeros(len(ts), dtype=np.int8), np.zeros(len(ts), dtype=np.int64), False, 11, 1000, -1,
+                        state, compiled=compiled)
+    assert got.tolist() == expected
+    assert expected[1] == round((200 / 9.5 - 10) / 10 * 9500)  # elapsed -500 ms truncates to 0 full windows

@@ -132,7 +132,7 @@ def _measure(value: F64, start: I64, last: I64, n: I64, g: int, age: int, sample
              t: int) -> tuple[float, int]:
     """Purge, then (total in slot order, ``Rate.windowSize``), in one pass; needs at least one sample."""
     total = 0.0
-    oldest = t
+    oldest = _LONG_MAX  # min over the (purged) start times; n[g] ≥ 1
     for i in range(n[g]):
         if t - last[g, i] >= age:
             value[g, i] = 0.0
