@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,25 @@ def test_missing_mode_module_is_a_failure_with_reason(vectors_dir: Path, tmp_pat
     assert "not implemented" in result.problems[0]
 
 
-def test_spark_engine_dispatch_reports_absence(vectors_dir: Path, tmp_path: Path) -> None:
-    if importlib.util.find_spec("quotaflow.pipeline.conformance_spark") is not None:
-        pytest.skip("the Spark conformance engine exists; covered by the pipeline's tests")
-    copy_vectors(vectors_dir, tmp_path, ["rate_samples1"])
-    (result,) = run_all(tmp_path, engine="spark")
-    assert not result.passed and "spark" in result.problems[0]
+def test_spark_engine_dispatch(vectors_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--engine spark hands (mode, name, args, input path) to quotaflow.pipeline.conformance_spark.run; the
+    sanitizer set stays in Python. A stand-in module records the calls (Spark itself is the pipeline's test)."""
+    from quotaflow.conformance import rate
+    from quotaflow.conformance.runner import Output
+
+    calls: list[tuple[str, str, list[str], str]] = []
+
+    def fake_run(mode: str, name: str, args: list[str], input_path: Path) -> Output:
+        calls.append((mode, name, args, input_path.name))
+        return rate.run(name, args, input_path)
+
+    fake = types.ModuleType("quotaflow.pipeline.conformance_spark")
+    fake.run = fake_run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "quotaflow.pipeline.conformance_spark", fake)
+    copy_vectors(vectors_dir, tmp_path, ["rate_samples1", "sanitizer"])
+    results = run_all(tmp_path, engine="spark")
+    assert [r.passed for r in results] == [True, True]
+    assert calls == [("rate", "rate_samples1", ["1", "1"], "rate_samples1.input.csv")]
 
 
 def test_rate_tolerance_is_relative() -> None:
