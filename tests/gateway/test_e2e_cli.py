@@ -1,0 +1,117 @@
+"""``quotaflow configs`` / ``client-quotas`` with ``--bootstrap-server``: same answers as with ``--store``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from quotaflow.cli.main import cli
+from quotaflow.gateway.sasl import hash_password
+from quotaflow.store import open_store
+
+from .conftest import GatewayFactory, RunningGateway
+
+pytestmark = pytest.mark.broker
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def ok(*args: str, env: dict[str, str] | None = None) -> str:
+    result = run(*args, env=env)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_round_trip_through_the_gateway(gateway: RunningGateway, tmp_path: Path) -> None:
+    wire = ("--bootstrap-server", gateway.bootstrap)
+    local = ("--store", str(gateway.store_path))
+    ok("client-quotas", *wire, "--alter", "--names", "user=alice", "--add", "producer_byte_rate=1024")
+    ok("client-quotas", *wire, "--alter", "--names", "user=alice,client-id=app", "--add", "request_percentage=50")
+    assert (
+        ok(
+            "configs",
+            *wire,
+            "--alter",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "bob",
+            "--add-config",
+            "consumer_byte_rate=2048,producer_byte_rate=4096",
+        )
+        == "Completed updating config for user bob.\n"
+    )
+    ok(
+        "configs",
+        *wire,
+        "--alter",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+        "--add-config",
+        "producer_byte_rate=512",
+    )
+    ok(
+        "configs",
+        *wire,
+        "--alter",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "bob",
+        "--delete-config",
+        "producer_byte_rate",
+    )
+    for args in (
+        ("configs", "--describe", "--entity-type", "users"),
+        ("configs", "--describe", "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients"),
+        ("configs", "--describe", "--entity-type", "clients", "--entity-default"),
+        ("client-quotas", "--describe", "--output", "json"),
+        ("client-quotas", "--describe", "--names", "user=alice"),
+    ):
+        over_wire, from_store = ok(*args, *wire), ok(*args, *local)
+        assert over_wire == from_store
+        assert over_wire.strip()
+    described = json.loads(ok("client-quotas", "--describe", "--output", "json", *wire))
+    assert {"entity": {"user": "bob"}, "values": {"consumer_byte_rate": 2048.0}} in described
+    # resolve goes to the gateway's HTTP endpoint, named in the --command-config file
+    props = tmp_path / "client.properties"
+    props.write_text(f"quotaflow.http.url={gateway.http_url}\n")
+    resolve = ("client-quotas", "--resolve", "--names", "user=alice,client-id=app", "--output", "json")
+    assert ok(*resolve, *wire, "--command-config", str(props)) == ok(*resolve, *local)
+    missing = run(*resolve, *wire)
+    assert missing.exit_code == 1 and "quotaflow.http.url" in missing.output
+
+
+def test_sasl_from_the_command_config(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    gw = gateway_factory(admin_principals=frozenset({"admin"}))
+    qs = open_store(gw.store_path)
+    qs.put_credential(hash_password("admin", "admin secret", iterations=1000))
+    qs.close()
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin secret";\n'
+    )
+    alter = ("--alter", "--names", "user=carol", "--add", "consumer_byte_rate=100")
+    refused = run("client-quotas", "--bootstrap-server", gw.bootstrap, *alter)
+    assert refused.exit_code == 1
+    assert "org.apache.kafka.common.errors.ClusterAuthorizationException" in refused.output
+    ok("client-quotas", "--bootstrap-server", gw.bootstrap, "--command-config", str(props), *alter)
+    # configs reads its own arguments; it takes the client properties from $QUOTAFLOW_COMMAND_CONFIG
+    described = ok(
+        "configs",
+        "--bootstrap-server",
+        gw.bootstrap,
+        "--describe",
+        "--entity-type",
+        "users",
+        env={"QUOTAFLOW_COMMAND_CONFIG": str(props)},
+    )
+    assert "carol" in described and "consumer_byte_rate=100.0" in described
