@@ -1,0 +1,75 @@
+"""The wire client's offline parts: --command-config properties, bootstrap parsing, the /resolve document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quotaflow.admin import Admin, Alteration
+from quotaflow.core.entities import DEFAULT, QuotaEntity
+from quotaflow.core.errors import CommandError
+
+wire = pytest.importorskip("quotaflow.cli.wire")
+
+
+def test_sasl_plain_from_a_jaas_line() -> None:
+    props = {
+        "security.protocol": "sasl_plaintext",
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="al ice" '
+        'password="p\\"w";',
+    }
+    assert wire.sasl_from_properties(props) == wire.SaslPlain("al ice", 'p"w')
+    assert wire.SaslPlain("u", "p").message() == b"\x00u\x00p"
+
+
+def test_sasl_plain_from_librdkafka_names_and_plaintext() -> None:
+    props = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p",
+    }
+    assert wire.sasl_from_properties(props) == wire.SaslPlain("u", "p")
+    assert wire.sasl_from_properties({}) is None
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"security.protocol": "SSL"},
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u"},
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+    ],
+)
+def test_unsupported_client_properties_are_command_errors(props: dict[str, str]) -> None:
+    with pytest.raises(CommandError):
+        wire.sasl_from_properties(props)
+
+
+def test_bootstrap_parsing() -> None:
+    assert wire.parse_bootstrap("127.0.0.1:9092,127.0.0.2:9093") == ("127.0.0.1", 9092)
+    assert wire.parse_bootstrap("[::1]:9092") == ("::1", 9092)
+    with pytest.raises(CommandError):
+        wire.parse_bootstrap("localhost")
+
+
+def test_resolve_document_round_trip(tmp_path: Path) -> None:
+    from quotaflow.store import open_store
+
+    admin = Admin(open_store(tmp_path / "q.db"))
+    try:
+        admin.alter(
+            [
+                Alteration.of(QuotaEntity(user="alice"), {"producer_byte_rate": 100.0}),
+                Alteration.of(QuotaEntity(user=DEFAULT, client_id=DEFAULT), {"producer_byte_rate": 50.0}),
+                Alteration.of(QuotaEntity(ip=DEFAULT), {"connection_creation_rate": 3.0}),
+            ]
+        )
+        for resolution in (admin.resolve("alice", "c"), admin.resolve("bob", ""), admin.resolve_ip("10.0.0.1")):
+            assert wire.resolution_from_json(wire.resolution_to_json(resolution)) == resolution
+    finally:
+        admin.close()
+    with pytest.raises(wire.BrokerConnectionError):
+        wire.resolution_from_json({"entity": {"user": "x"}})
