@@ -13,7 +13,7 @@ from kafka.protocol.admin import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 )
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -23,7 +23,9 @@ from kafka.protocol.sasl import (
 
 from quotaflow.admin import Admin
 from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import CommandError
 from quotaflow.core.filters import QuotaFilter
+from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.quota_admin import principal_allowed
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.gateway.server import GatewayThread
@@ -49,8 +51,8 @@ def store_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def gateway(tansu: Tansu, store_path: Path) -> Iterator[GatewayThread]:
-    with GatewayThread(tansu.bootstrap, {"SASL_PLAINTEXT": "127.0.0.1:0"}, store_path,
-                       admin_principals=frozenset({"User:admin"})) as gw:
+    listeners = {"PLAINTEXT": "127.0.0.1:0", "SASL_PLAINTEXT": "127.0.0.1:0"}
+    with GatewayThread(tansu.bootstrap, listeners, store_path, admin_principals=frozenset({"User:admin"})) as gw:
         yield gw
 
 
@@ -80,7 +82,7 @@ def _describe(wire: Wire, version: int = 1) -> DescribeClientQuotasResponse:
 @pytest.mark.parametrize("version", [0, 1])
 def test_admin_alters_and_describes_what_the_store_holds(gateway: GatewayThread, store_path: Path,
                                                          version: int) -> None:
-    wire = Wire(gateway.address())
+    wire = Wire(gateway.address("SASL_PLAINTEXT"))
     assert _login(wire, "admin", "admin-secret").error_code == 0
     altered = _alter(wire, "alice", "producer_byte_rate", 4096.0, version)
     assert [(r.error_code, r.error_message) for r in altered.entries] == [(0, None)]
@@ -98,11 +100,11 @@ def test_admin_alters_and_describes_what_the_store_holds(gateway: GatewayThread,
 
 
 def test_unauthorised_principals_are_refused(gateway: GatewayThread, store_path: Path) -> None:
-    anonymous = Wire(gateway.address())
+    anonymous = Wire(gateway.address("PLAINTEXT"))
     described = _describe(anonymous)
     assert (described.error_code, described.error_message, described.entries) == (
         31, "Cluster authorization failed.", None)
-    bob = Wire(gateway.address())
+    bob = Wire(gateway.address("SASL_PLAINTEXT"))
     assert _login(bob, "bob", "bob-secret").error_code == 0
     altered = _alter(bob, "bob", "producer_byte_rate", 1e9)
     assert [(r.error_code, r.error_message) for r in altered.entries] == [(31, "Cluster authorization failed.")]
@@ -112,7 +114,7 @@ def test_unauthorised_principals_are_refused(gateway: GatewayThread, store_path:
 
 
 def test_bad_password_fails_and_closes(gateway: GatewayThread) -> None:
-    wire = Wire(gateway.address())
+    wire = Wire(gateway.address("SASL_PLAINTEXT"))
     response = _login(wire, "admin", "wrong")
     assert response.error_code == 58
     assert response.error_message == "Authentication failed: Invalid username or password"
@@ -120,7 +122,7 @@ def test_bad_password_fails_and_closes(gateway: GatewayThread) -> None:
 
 
 def test_handshake_v0_raw_token_then_kafka_requests(gateway: GatewayThread) -> None:
-    wire = Wire(gateway.address())
+    wire = Wire(gateway.address("SASL_PLAINTEXT"))
     wire.send(SaslHandshakeRequest[0](mechanism="PLAIN"), 0)
     assert SaslHandshakeResponse.decode(wire.recv(), version=0, header=True).error_code == 0
     token = b"\0admin\0admin-secret"
@@ -132,7 +134,7 @@ def test_handshake_v0_raw_token_then_kafka_requests(gateway: GatewayThread) -> N
 
 
 def test_unsupported_mechanism(gateway: GatewayThread) -> None:
-    wire = Wire(gateway.address())
+    wire = Wire(gateway.address("SASL_PLAINTEXT"))
     wire.send(SaslHandshakeRequest[1](mechanism="SCRAM-SHA-512"), 1)
     response = SaslHandshakeResponse.decode(wire.recv(), version=1, header=True)
     assert (response.error_code, response.mechanisms) == (33, ["PLAIN"])
@@ -143,3 +145,25 @@ def test_principal_allowed() -> None:
     assert principal_allowed(frozenset({"User:admin"}), "admin")
     assert principal_allowed(frozenset({"admin"}), "admin")
     assert not principal_allowed(frozenset({"User:admin"}), "ANONYMOUS")
+
+
+def test_sasl_listener_refuses_requests_before_authentication(gateway: GatewayThread) -> None:
+    early = Wire(gateway.address("SASL_PLAINTEXT"))
+    early.send(ApiVersionsRequest[0](), 0)  # allowed before authentication, as on Kafka
+    assert ApiVersionsResponse.decode(early.recv(), version=0, header=True).error_code == 0
+    early.send(MetadataRequest[1](topics=None), 1)
+    assert early.closed()
+    late = Wire(gateway.address("SASL_PLAINTEXT"))
+    assert _login(late, "bob", "bob-secret").error_code == 0
+    late.send(MetadataRequest[1](topics=None), 1)
+    assert MetadataResponse.decode(late.recv(), version=1, header=True).brokers
+
+
+def test_security_protocol_map() -> None:
+    config = GatewayConfig.from_properties({"listener.security.protocol.map": "EXTERNAL:SASL_PLAINTEXT,INT:PLAINTEXT"})
+    assert config.security_protocol("EXTERNAL") == "SASL_PLAINTEXT"
+    assert config.security_protocol("INT") == "PLAINTEXT"
+    assert config.security_protocol("SASL_PLAINTEXT") == "SASL_PLAINTEXT"
+    assert config.security_protocol("OTHER") == "PLAINTEXT"
+    with pytest.raises(CommandError):
+        GatewayConfig.from_properties({"listener.security.protocol.map": "EXTERNAL:SSL"})

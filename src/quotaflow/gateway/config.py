@@ -21,6 +21,10 @@ QUOTA_WINDOW_NUM: Final = "quota.window.num"
 QUOTA_WINDOW_SIZE_SECONDS: Final = "quota.window.size.seconds"
 QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
 MAX_IN_FLIGHT: Final = "quotaflow.max.in.flight.requests"
+LISTENER_SECURITY_PROTOCOL_MAP: Final = "listener.security.protocol.map"
+PLAINTEXT: Final = "PLAINTEXT"
+SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
+SECURITY_PROTOCOLS: Final = frozenset({PLAINTEXT, SASL_PLAINTEXT})  # no TLS at the gateway
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,9 @@ class GatewayConfig:
     quota_window_size_seconds: int = 1
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # pipelined requests read ahead per connection before reading pauses
+    # listener name -> PLAINTEXT | SASL_PLAINTEXT (Kafka's listener.security.protocol.map); unmapped listeners use
+    # their own name when it is a protocol name, else PLAINTEXT
+    security_protocols: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)  # everything else: the listener's connection quotas
 
     @classmethod
@@ -46,7 +53,9 @@ class GatewayConfig:
         values: dict[str, object] = {}
         extra: dict[str, str] = {}
         for key, raw in props.items():
-            if key in typed:
+            if key == LISTENER_SECURITY_PROTOCOL_MAP:
+                values["security_protocols"] = parse_security_protocol_map(raw)
+            elif key in typed:
                 try:
                     number = int(raw)
                 except ValueError as e:
@@ -59,6 +68,26 @@ class GatewayConfig:
         values["extra"] = extra
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+
+    def security_protocol(self, listener: str) -> str:
+        default = listener if listener in SECURITY_PROTOCOLS else PLAINTEXT
+        return self.security_protocols.get(listener, default)
+
+
+def parse_security_protocol_map(raw: str) -> dict[str, str]:
+    """``NAME:PROTOCOL,NAME:PROTOCOL``; only PLAINTEXT and SASL_PLAINTEXT (the gateway does not terminate TLS)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, protocol = item.partition(":")
+        if not sep or not name:
+            raise CommandError(f"Invalid value {raw} for configuration {LISTENER_SECURITY_PROTOCOL_MAP}: "
+                               f"expected NAME:PROTOCOL pairs")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise CommandError(f"security protocol {protocol} of listener {name} is not supported by the gateway "
+                               f"(PLAINTEXT or SASL_PLAINTEXT)")
+        out[name] = protocol
+    return out
 
 
 def read_properties(path: str | Path) -> dict[str, str]:

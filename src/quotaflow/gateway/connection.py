@@ -28,6 +28,7 @@ from kafka.protocol.api_key import ApiKey
 from quotaflow.core.errors import InvalidRequestError
 from quotaflow.gateway import protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.gateway.config import SASL_PLAINTEXT
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class ClientConnection:
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
+        self.require_sasl = gateway.config.security_protocol(listener) == SASL_PLAINTEXT
         self._closing = False
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -166,6 +168,9 @@ class ClientConnection:
             raise ConnectionClosed(str(e)) from e
         pending = Pending(header, len(frame), now_ms)
         key = header.api_key
+        if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
+            # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
+            raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
         if key in _LOCAL_APIS:
             return pending  # answered by _answer_locally
         if key == ApiKey.ApiVersions and header.api_version > versions.APIVERSIONS_MAX:
@@ -393,4 +398,5 @@ class ClientConnection:
 _PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
 
 _SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+_BEFORE_AUTH: Final = _SASL_APIS | {ApiKey.ApiVersions}
 _LOCAL_APIS: Final = _SASL_APIS | {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas}

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from quotaflow.admin import Admin
 from quotaflow.brokerconfig import connection_quota_config
+from quotaflow.core.errors import CommandError
 from quotaflow.gateway.addresses import AddressMap
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
@@ -63,6 +64,10 @@ class Gateway:
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
         conn_config = connection_quota_config(props)
+        for name in self.listen:
+            if name in ("SSL", "SASL_SSL") and name not in self.config.security_protocols:
+                raise CommandError(f"listener {name}: the gateway does not terminate TLS (map it to PLAINTEXT or "
+                                   f"SASL_PLAINTEXT in listener.security.protocol.map, behind a TLS terminator)")
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
         self.admin_principals = admin_principals
