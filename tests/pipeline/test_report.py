@@ -173,6 +173,10 @@ def test_top_entities_rank_by_throttle_time_then_rate_over_quota(backtest: tuple
     ratios = [(r["rate_max"] / r["limit_min"]) if r["limit_min"] else 0.0 for r in unthrottled]
     assert ratios == sorted(ratios, reverse=True)
     assert unthrottled[-1]["limit_min"] is None  # the unlimited entity comes last
+    # with few slots, every quota type still gets one: the most throttled produce entity, then fetch and request
+    spread = rp.top_entities(w, n=3, per_type=1)
+    assert sorted(r["quota_type"] for r in spread) == ["fetch", "produce", "request"]
+    assert spread[0]["throttle_ms_sum_sum"] == max(throttle_ms)
 
 
 def test_connection_timeline_buckets_per_second() -> None:

@@ -65,7 +65,7 @@ def human(value: float) -> str:
 def to_png(fig: Figure) -> bytes:
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI)  # constrained layout already fits; "tight" would draw twice
     return buf.getvalue()
 
 
@@ -96,8 +96,14 @@ def rate_vs_quota(series: Sequence[EntitySeries], t0_label: str) -> bytes:
         if np.isfinite(s.limit).any():
             ax.step(s.seconds, s.limit, where="post", color="#444444", linestyle="--", linewidth=1.0, label="quota")
         if s.throttled.any():
-            ax.scatter(s.seconds[s.throttled], s.rate[s.throttled], color=THROTTLE_COLOR, s=10, zorder=3,
-                       label="throttled window")
+            ax.scatter(
+                s.seconds[s.throttled],
+                s.rate[s.throttled],
+                color=THROTTLE_COLOR,
+                s=10,
+                zorder=3,
+                label="throttled window",
+            )
         ax.set_title(s.title, fontsize=9, loc="left")
         ax.set_ylabel(rate_unit(s.quota_type), fontsize=8)
         ax.yaxis.set_major_formatter(formatter)
@@ -123,8 +129,14 @@ def throttle_distribution(throttle_ms: dict[str, IntArray]) -> bytes:
         bins = [float(b) for b in np.unique(np.geomspace(1, top + 1, num=40).astype(np.int64))]
         for quota_type, values in positive.items():
             if values.size:
-                ax.hist(values, bins=bins, histtype="step", linewidth=1.5, color=QUOTA_COLORS.get(quota_type),
-                        label=f"{quota_type} ({values.size:,} throttled)")
+                ax.hist(
+                    values,
+                    bins=bins,
+                    histtype="step",
+                    linewidth=1.5,
+                    color=QUOTA_COLORS.get(quota_type),
+                    label=f"{quota_type} ({values.size:,} throttled)",
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("throttle time (ms)")
@@ -144,8 +156,15 @@ def connection_timeline(tl: ConnectionTimeline, t0_label: str) -> bytes:
         _empty(bottom, "")
         return to_png(fig)
     top.bar(tl.seconds, tl.accepted, width=1.0, align="edge", color="#1f77b4", label="accepted")
-    top.bar(tl.seconds, tl.ip_throttled, width=1.0, align="edge", bottom=tl.accepted, color=THROTTLE_COLOR,
-            label="IP throttled")
+    top.bar(
+        tl.seconds,
+        tl.ip_throttled,
+        width=1.0,
+        align="edge",
+        bottom=tl.accepted,
+        color=THROTTLE_COLOR,
+        label="IP throttled",
+    )
     top.set_ylabel("connections / s")
     top.legend(fontsize=8, loc="upper right")
     top.grid(alpha=0.3)
@@ -154,8 +173,9 @@ def connection_timeline(tl: ConnectionTimeline, t0_label: str) -> bytes:
     bottom.plot(mid, tl.max_delay_ms, color="#ff7f0e", linewidth=1.2, label="max accept delay")
     bottom.plot(mid, tl.mean_delay_ms, color="#8c564b", linewidth=1.0, label="mean accept delay")
     if (tl.max_ip_throttle_ms > 0).any():
-        bottom.plot(mid, tl.max_ip_throttle_ms, color=THROTTLE_COLOR, linewidth=1.0, linestyle=":",
-                    label="max IP throttle")
+        bottom.plot(
+            mid, tl.max_ip_throttle_ms, color=THROTTLE_COLOR, linewidth=1.0, linestyle=":", label="max IP throttle"
+        )
     bottom.set_ylabel("ms")
     bottom.set_xlabel(f"seconds since {t0_label}")
     bottom.legend(fontsize=8, loc="upper right")

@@ -96,16 +96,18 @@ def throttle_summary(decisions: ds.Dataset) -> tuple[list[dict[str, Any]], dict[
         v = np.asarray(t[col].to_numpy(zero_copy_only=False), dtype=np.int64)
         if quota_type != "applied":
             values[quota_type] = v
-        rows.append({
-            "quota type": quota_type,
-            "requests": total,
-            "throttled": int(v.size),
-            "throttled %": 100.0 * v.size / total if total else 0.0,
-            "throttle ms total": int(v.sum()),
-            "p50 ms": float(np.percentile(v, 50)) if v.size else 0.0,
-            "p99 ms": float(np.percentile(v, 99)) if v.size else 0.0,
-            "max ms": int(v.max()) if v.size else 0,
-        })
+        rows.append(
+            {
+                "quota type": quota_type,
+                "requests": total,
+                "throttled": int(v.size),
+                "throttled %": 100.0 * v.size / total if total else 0.0,
+                "throttle ms total": int(v.sum()),
+                "p50 ms": float(np.percentile(v, 50)) if v.size else 0.0,
+                "p99 ms": float(np.percentile(v, 99)) if v.size else 0.0,
+                "max ms": int(v.max()) if v.size else 0,
+            }
+        )
     return rows, values
 
 
@@ -113,22 +115,38 @@ def broker_summary(windows: pa.Table) -> list[dict[str, Any]]:
     """Per (broker, quota type): traffic, how many quota-ids were active and how much throttling they got."""
     if windows.num_rows == 0:
         return []
-    g = windows.group_by(["broker", "quota_type"]).aggregate([
-        ("value_sum", "sum"), ("throttle_count", "sum"), ("throttle_ms_sum", "sum"),
-        ("tag_user", "count"), ("rate", "max"),
-    ]).sort_by([("broker", "ascending"), ("quota_type", "ascending")])
+    g = (
+        windows.group_by(["broker", "quota_type"])
+        .aggregate(
+            [
+                ("value_sum", "sum"),
+                ("throttle_count", "sum"),
+                ("throttle_ms_sum", "sum"),
+                ("tag_user", "count"),
+                ("rate", "max"),
+            ]
+        )
+        .sort_by([("broker", "ascending"), ("quota_type", "ascending")])
+    )
     return [
         {
-            "broker": r["broker"], "quota type": r["quota_type"], "total": r["value_sum_sum"],
-            "entity-windows": r["tag_user_count"], "max rate": r["rate_max"],
-            "throttled": r["throttle_count_sum"], "throttle ms": r["throttle_ms_sum_sum"],
+            "broker": r["broker"],
+            "quota type": r["quota_type"],
+            "total": r["value_sum_sum"],
+            "entity-windows": r["tag_user_count"],
+            "max rate": r["rate_max"],
+            "throttled": r["throttle_count_sum"],
+            "throttle ms": r["throttle_ms_sum_sum"],
         }
         for r in g.to_pylist()
     ]
 
 
-def top_entities(windows: pa.Table, n: int = TOP_ENTITIES) -> list[dict[str, Any]]:
-    """The quota-ids worth a chart: most throttle time first, then highest rate relative to their quota."""
+def top_entities(windows: pa.Table, n: int = TOP_ENTITIES, per_type: int = 2) -> list[dict[str, Any]]:
+    """The quota-ids worth a chart: most throttle time first, then highest rate relative to their quota.
+
+    Up to ``per_type`` of each quota type come first so produce, fetch and request all get a panel; the rest of the
+    ``n`` slots go to the next ranked regardless of type."""
     if windows.num_rows == 0:
         return []
     g = windows.group_by(list(ENTITY_KEY)).aggregate([
@@ -143,7 +161,18 @@ def top_entities(windows: pa.Table, n: int = TOP_ENTITIES) -> list[dict[str, Any
             tuple(r[k] for k in ENTITY_KEY),
         ),
     )
-    return ranked[:n]
+    taken: dict[str, int] = {}
+    first: list[dict[str, Any]] = []
+    rest: list[dict[str, Any]] = []
+    for r in ranked:
+        qt = r["quota_type"]
+        if taken.get(qt, 0) < per_type:
+            taken[qt] = taken.get(qt, 0) + 1
+            first.append(r)
+        else:
+            rest.append(r)
+    rank = {id(r): i for i, r in enumerate(ranked)}
+    return sorted((first + rest)[:n], key=lambda r: rank[id(r)])
 
 
 def entity_label(key: dict[str, Any]) -> str:
@@ -161,14 +190,16 @@ def entity_series(windows: pa.Table, keys: Sequence[dict[str, Any]], t0_ms: int)
             mask = m if mask is None else pc.and_(mask, m)
         w = windows.filter(mask).sort_by("window_start_ms")
         start = np.asarray(w["window_start_ms"].to_numpy(zero_copy_only=False), dtype=np.int64)
-        out.append(charts.EntitySeries(
-            title=entity_label(key),
-            quota_type=str(key["quota_type"]),
-            seconds=(start - t0_ms) / 1000.0,
-            rate=_np(w["rate"], 0.0),
-            limit=_np(w["limit"]),
-            throttled=np.asarray(_np(w["throttle_count"], 0.0) > 0),
-        ))
+        out.append(
+            charts.EntitySeries(
+                title=entity_label(key),
+                quota_type=str(key["quota_type"]),
+                seconds=(start - t0_ms) / 1000.0,
+                rate=_np(w["rate"], 0.0),
+                limit=_np(w["limit"]),
+                throttled=np.asarray(_np(w["throttle_count"], 0.0) > 0),
+            )
+        )
     return out
 
 
@@ -301,8 +332,10 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
         return _img(png, alt)
 
     step("reading windows")
-    windows = _read(data["windows"], [*ENTITY_KEY, "window_start_ms", "value_sum", "rate", "limit",
-                                      "throttle_count", "throttle_ms_sum"])
+    windows = _read(
+        data["windows"],
+        [*ENTITY_KEY, "window_start_ms", "value_sum", "rate", "limit", "throttle_count", "throttle_ms_sum"],
+    )
     t0 = int(pc.min(windows["window_start_ms"]).as_py() or 0) if windows.num_rows else 0
     t1 = int(pc.max(windows["window_start_ms"]).as_py() or 0) if windows.num_rows else 0
 
@@ -315,43 +348,61 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
     step("charting top entities")
     top = top_entities(windows)
     series = entity_series(windows, top, t0)
-    sections.append((
-        "Top entities: rate vs quota",
-        chart("rate_vs_quota", charts.rate_vs_quota(series, _utc(t0)), "rate vs quota per window")
-        + html_table([{**{k: r[k] for k in ENTITY_KEY}, "max rate": r["rate_max"], "quota": r["limit_min"],
-                       "throttled windows": r["throttle_count_sum"], "throttle ms": r["throttle_ms_sum_sum"]}
-                      for r in top]),
-    ))
+    sections.append(
+        (
+            "Top entities: rate vs quota",
+            chart("rate_vs_quota", charts.rate_vs_quota(series, _utc(t0)), "rate vs quota per window")
+            + html_table(
+                [
+                    {
+                        **{k: r[k] for k in ENTITY_KEY},
+                        "max rate": r["rate_max"],
+                        "quota": r["limit_min"],
+                        "throttled windows": r["throttle_count_sum"],
+                        "throttle ms": r["throttle_ms_sum_sum"],
+                    }
+                    for r in top
+                ]
+            ),
+        )
+    )
 
     step("charting throttle times")
-    sections.append((
-        "Throttle-time distribution",
-        chart("throttle_distribution", charts.throttle_distribution(throttle_values), "throttle time histogram"),
-    ))
+    sections.append(
+        (
+            "Throttle-time distribution",
+            chart("throttle_distribution", charts.throttle_distribution(throttle_values), "throttle time histogram"),
+        )
+    )
 
     step("charting connections")
     conn_totals: dict[str, Any] = {}
     if "connections" in data:
         conns = _read(data["connections"], ["ts_ms", "broker", "result", "accept_delay_ms", "ip_throttle_ms"])
         tl, c0, conn_totals = connection_timeline(conns)
-        sections.append((
-            "Connections: accept, delay, throttle",
-            chart("connections", charts.connection_timeline(tl, _utc(c0)), "connection timeline")
-            + html_table([conn_totals] if conn_totals else [], "no connection events"),
-        ))
+        sections.append(
+            (
+                "Connections: accept, delay, throttle",
+                chart("connections", charts.connection_timeline(tl, _utc(c0)), "connection timeline")
+                + html_table([conn_totals] if conn_totals else [], "no connection events"),
+            )
+        )
     else:
         sections.append(("Connections: accept, delay, throttle", '<p class="muted">no connections/ dataset</p>'))
 
     step("entity table")
-    sections.append((
-        f"Entities (top {TABLE_ROWS} by share of time throttled; recommended quota = p99 × headroom)",
-        html_table(entities_table(data["entities"]), "no entities"),
-    ))
+    sections.append(
+        (
+            f"Entities (top {TABLE_ROWS} by share of time throttled; recommended quota = p99 × headroom)",
+            html_table(entities_table(data["entities"]), "no entities"),
+        )
+    )
     compare_rows: list[dict[str, Any]] = []
     if "compare" in data:
         compare_rows = compare_table(data["compare"])
-        sections.append((f"Comparison of the two configs (top {TABLE_ROWS} changes)",
-                         html_table(compare_rows, "no differences")))
+        sections.append(
+            (f"Comparison of the two configs (top {TABLE_ROWS} changes)", html_table(compare_rows, "no differences"))
+        )
 
     meta = {
         "backtest output": str(in_dir),
@@ -363,6 +414,11 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
     step("writing HTML")
     html_path = out_dir / "report.html"
     html_path.write_text(render_html("quotaflow backtest report", sections, meta), encoding="utf-8")
-    summary = {"throttle": throttle_rows, "brokers": brokers, "top_entities": top, "connections": conn_totals,
-               "compare_rows": len(compare_rows)}
+    summary = {
+        "throttle": throttle_rows,
+        "brokers": brokers,
+        "top_entities": top,
+        "connections": conn_totals,
+        "compare_rows": len(compare_rows),
+    }
     return Report(html_path=html_path, png_paths=pngs, summary=summary)
