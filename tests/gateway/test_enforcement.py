@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,3 +160,16 @@ def test_request_percentage_throttles_on_gateway_thread_time(gateway: GatewayThr
         if throttles[-1] > 0:
             break
     assert 0 < throttles[-1] <= 1000  # request throttles are bounded by one window
+
+
+def test_metrics_endpoint_shows_the_quota_sensors(tansu: Tansu, store_path: Path) -> None:
+    _set(store_path, "metered", "producer_byte_rate", RATE)
+    with GatewayThread(tansu.bootstrap, {"PLAINTEXT": "127.0.0.1:0"}, store_path, metrics_port=0) as gw:
+        wire = Wire(gw.address())
+        _produce(wire, f"m-{time.time_ns()}", "metered")
+        assert gw.gateway is not None and gw.gateway.metrics_address is not None
+        host, port = gw.gateway.metrics_address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    lines = [line for line in text.splitlines() if line.startswith("kafka_server_produce_byte_rate{")]
+    assert any('client_id="metered"' in line for line in lines), lines
