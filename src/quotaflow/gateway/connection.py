@@ -151,7 +151,8 @@ class ClientConnection:
                 pending = await self._answer_locally(frame, pending)
             await self._queue.put(pending)
             if pending.close_after:
-                return
+                # read no more; the writer sends this last response and then ends the connection
+                await asyncio.get_running_loop().create_future()
 
     async def _unmuted(self) -> None:
         while (wait := self.muted_until - time.monotonic()) > 0:
