@@ -57,7 +57,7 @@ def test_round_trip_in_the_event_schema(tmp_path: Path) -> None:
     conns = [connection_row(i) for i in range(4)]
     with EventLog(tmp_path, "gw-1") as log:
         for r, c in zip(rows, [*conns, *[None] * 21], strict=True):
-            log.request(r)
+            log.request(dict(r))  # the log takes ownership of the dict it is given
             if c is not None:
                 log.connection(c)
     requests = read_dataset(tmp_path, REQUESTS_DIR)
