@@ -47,3 +47,24 @@ def test_batch_size_and_compilation_do_not_change_decisions(
     assert (applied > 0).any()
     assert np.array_equal(applied, np.maximum.reduce([whole[c].to_numpy() for c in (
         "throttle_ms_request", "throttle_ms_produce", "throttle_ms_fetch")]))  # fmt: skip
+
+
+def test_read_rates_equals_engine_read_window() -> None:
+    from quotaflow.engine.kernel import KernelState, decide_groups, read_window
+    from quotaflow.pipeline.decide import read_rates
+
+    rng = np.random.default_rng(3)
+    state = KernelState.empty(3, 11)
+    ts = np.sort(rng.integers(0, 30_000, 300)).astype(np.int64)
+    off = np.array([0, 100, 200, 300], dtype=np.int64)
+    ts = np.concatenate([np.sort(ts[off[g] : off[g + 1]]) for g in range(3)])
+    decide_groups(off, np.array([1e3, 5e2, np.inf]), ts, rng.uniform(0, 100, 300), np.zeros(300, np.int8),
+                  np.zeros(300, np.int64), False, 11, 1000, -1, state)  # fmt: skip
+    groups = np.array([0, 1, 2, 0, 2], dtype=np.int64)
+    ends = ts[off[1:] - 1]
+    now = ends[groups] + np.array([0, 500, 2_000, 60_000, 100], dtype=np.int64)
+    settings = WindowSettings()
+    want = [read_window(state, int(g), int(t), 11, 1000).rate for g, t in zip(groups, now, strict=True)]
+    assert read_rates(state, groups, now, settings).tolist() == want
+    assert read_rates(state, groups, now, settings, compiled=False).tolist() == want
+    assert want[0] > 0 and want[3] == 0.0  # a live window, and one read after everything expired

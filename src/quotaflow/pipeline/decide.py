@@ -14,7 +14,7 @@ All work per batch is vectorised; the per-row loop is the kernel's (``decide_gro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,7 +25,15 @@ import pyarrow.compute as pc
 
 from quotaflow.core.keys import UNLIMITED
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS, PRODUCE_API_KEY
-from quotaflow.engine.kernel import MODE_CHECK, MODE_NOCHECK, MODE_SKIP, KernelState, decide_groups, read_window
+from quotaflow.engine.kernel import (
+    HAVE_NUMBA,
+    MODE_CHECK,
+    MODE_NOCHECK,
+    MODE_SKIP,
+    KernelState,
+    _measure,
+    decide_groups,
+)
 from quotaflow.events import API_FETCH, API_PRODUCE
 from quotaflow.pipeline.resolve import NO_TYPE, TYPE_CODE
 
@@ -184,13 +192,47 @@ class WindowStats:
     last_ts_ms: I64
 
 
-def read_rates(state: KernelState, groups: I64, now_ms: I64, settings: WindowSettings) -> F64:
-    """The engine's ``read_window(...).rate`` (non-mutating) for each (group, time)."""
-    return np.array(
-        [read_window(state, int(g), int(t), settings.samples, settings.window_ms).rate
-         for g, t in zip(groups.tolist(), now_ms.tolist(), strict=True)],
-        dtype=np.float64,
-    )  # fmt: skip
+def _read_rates_loop(value: F64, start: I64, last: I64, n: I64, groups: I64, now: I64, samples: int,
+                     window_ms: int, out: F64) -> None:  # fmt: skip
+    """``read_window(..., mutate=False).rate`` for many (group, time) pairs: each read on a scratch copy."""
+    slots = value.shape[1]
+    v = np.empty((1, slots), dtype=np.float64)
+    s = np.empty((1, slots), dtype=np.int64)
+    la = np.empty((1, slots), dtype=np.int64)
+    nn = np.empty(1, dtype=np.int64)
+    for i in range(groups.shape[0]):
+        g = groups[i]
+        t = now[i]
+        v[0, :] = value[g, :]
+        s[0, :] = start[g, :]
+        la[0, :] = last[g, :]
+        nn[0] = n[g]
+        if nn[0] == 0:  # SampledStat.oldest creates a sample when there is none
+            v[0, 0] = 0.0
+            s[0, 0] = t
+            la[0, 0] = t
+            nn[0] = 1
+        total, w = _measure(v, s, la, nn, 0, samples * window_ms, samples, window_ms, t)
+        out[i] = total / (w / 1000.0)
+
+
+_read_rates_compiled: Callable[..., None] | None = None
+
+
+def read_rates(state: KernelState, groups: I64, now_ms: I64, settings: WindowSettings, compiled: bool = True) -> F64:
+    """The engine's ``read_window(...).rate`` (non-mutating) for each (group, time), compiled like the kernel."""
+    global _read_rates_compiled
+    loop: Callable[..., None] = _read_rates_loop
+    if compiled and HAVE_NUMBA:
+        if _read_rates_compiled is None:
+            import numba
+
+            _read_rates_compiled = numba.njit(cache=True, nogil=True)(_read_rates_loop)
+        loop = _read_rates_compiled
+    out = np.zeros(len(groups), dtype=np.float64)
+    loop(state.value, state.start, state.last, state.n, np.ascontiguousarray(groups, dtype=np.int64),
+         np.ascontiguousarray(now_ms, dtype=np.int64), settings.samples, settings.window_ms, out)  # fmt: skip
+    return out
 
 
 def _bounds(limit: pa.Array | pa.ChunkedArray, offsets: I64) -> F64:
