@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -79,6 +80,10 @@ async def _run(gw: Gateway) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await gw.start()
+    # everything allocated so far (message classes, engine, numba) lives for the whole process: keep it out of the
+    # collector's scans, so collections stay short and do not stall in-flight requests
+    gc.collect()
+    gc.freeze()
     try:
         parts = [f"{name}={host}:{port}" for name, (host, port) in gw.addresses.items()]
         if gw.metrics_address is not None:
