@@ -1,0 +1,102 @@
+"""``quotaflow gateway`` as a child process on loopback ports: for the bench and the demo, which need the gateway on
+its own interpreter (its own GIL) next to a client. Started with the CLI, ready once it answers ApiVersions, stopped
+by PID (terminate, then kill)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from quotaflow.core.errors import QuotaflowError
+from quotaflow.tansu import LOOPBACK, api_versions_probe, free_port
+
+
+class GatewayProcessError(QuotaflowError):
+    """The gateway child process did not come up."""
+
+
+class GatewayProcess:
+    """``with GatewayProcess(upstream, store, workdir) as gw: gw.bootstrap``; its log is ``workdir/gateway.log``."""
+
+    def __init__(
+        self,
+        upstream: str,
+        store: Path,
+        workdir: Path,
+        *,
+        event_log: Path | None = None,
+        metrics: bool = False,
+        extra_args: tuple[str, ...] = (),
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.upstream = upstream
+        self.store = store
+        self.workdir = workdir
+        self.event_log = event_log
+        self.port = free_port()
+        self.metrics_port = free_port() if metrics else None
+        self.extra_args = extra_args
+        self.start_timeout = start_timeout
+        self.log_path = workdir / "gateway.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def http_url(self) -> str | None:
+        return None if self.metrics_port is None else f"http://{LOOPBACK}:{self.metrics_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable, "-m", "quotaflow.cli.main", "gateway", "--upstream", self.upstream,
+            "--listen", f"PLAINTEXT={LOOPBACK}:{self.port}", "--store", str(self.store),
+        ]  # fmt: skip
+        if self.event_log is not None:
+            cmd += ["--event-log", str(self.event_log)]
+        if self.metrics_port is not None:
+            cmd += ["--metrics-port", str(self.metrics_port)]
+        return [*cmd, *self.extra_args]
+
+    def start(self) -> GatewayProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + self.start_timeout
+        while not api_versions_probe(LOOPBACK, self.port, timeout=0.5):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise GatewayProcessError(f"the gateway did not start on {self.bootstrap}:\n{tail}")
+            time.sleep(0.1)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (the gateway closes its connections and flushes its event log), then SIGKILL after ``timeout``."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
