@@ -29,7 +29,7 @@ from quotaflow.core.errors import InvalidRequestError
 from quotaflow.gateway import protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.config import SASL_PLAINTEXT
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
+from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
 
 if TYPE_CHECKING:
     from quotaflow.gateway.server import Gateway
@@ -253,8 +253,6 @@ class ClientConnection:
         def run() -> tuple[str | None, str | None, int]:
             start = time.thread_time_ns()
             try:
-                from quotaflow.gateway.sasl import authenticate_plain
-
                 return authenticate_plain(self.gateway.store, token), None, time.thread_time_ns() - start
             except SaslAuthenticationError as e:
                 return None, str(e), time.thread_time_ns() - start
@@ -287,7 +285,6 @@ class ClientConnection:
                 self.principal = principal
                 self._sasl_state = "authenticated"
         fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": b""}
-        # (message is None on success)
         if version >= 1:
             fields["session_lifetime_ms"] = 0
         pending.close_after = error != 0
