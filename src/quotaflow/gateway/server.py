@@ -165,6 +165,11 @@ class Gateway:
         finally:
             self.connections.discard(conn)
 
+    @property
+    def ports(self) -> dict[str, int]:
+        """Bound port of each listener (after ``start``)."""
+        return {name: port for name, (_host, port) in self.addresses.items()}
+
     def address_map(self, listener: str) -> AddressMap:
         """One upstream broker: every node id is reached through the listener the client used."""
         return AddressMap(self.addresses[listener])
