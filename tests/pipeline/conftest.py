@@ -27,7 +27,7 @@ def make_store(path: Path, scale: float = 1.0) -> Path:
             ),
             (QuotaEntity(user=DEFAULT), {"producer_byte_rate": 3e5 * scale, "consumer_byte_rate": 6e5 * scale}),
             (QuotaEntity(user="tenant-0003", client_id="tenant-0003-app-0"), {"producer_byte_rate": 1e5 * scale}),
-            (QuotaEntity(client_id=DEFAULT), {"request_percentage": 5.0 * scale}),
+            (QuotaEntity(client_id=DEFAULT), {"request_percentage": 0.5 * scale}),
             (QuotaEntity(ip=DEFAULT), {"connection_creation_rate": 50.0 * scale}),
             (QuotaEntity(ip="10.0.1.1"), {"connection_creation_rate": 5.0 * scale}),
         ]
@@ -48,7 +48,7 @@ def loose_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def traffic(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """30k requests over three brokers, in several files (so batches and partitions cut quota-ids)."""
+    """12k requests over three brokers, in several files (so batches and partitions cut quota-ids)."""
     out = tmp_path_factory.mktemp("traffic")
-    generate(TrafficSpec(events=30_000, seed=11, chunk_events=7_000, rate=2_000), out)
+    generate(TrafficSpec(events=12_000, seed=11, chunk_events=5_000, rate=2_000), out)
     return out

@@ -1,0 +1,117 @@
+"""Spark backtest == single-process replay on generated traffic; quarantine; clear errors; vectors via Spark."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from quotaflow.cli.main import cli
+from quotaflow.conformance.runner import run_set
+from quotaflow.events import REQUEST_SCHEMA
+from quotaflow.pipeline import backtest, job, replay
+
+KEYS = {
+    "decisions": ["broker", "seq"],
+    "connections": ["broker", "seq"],
+    "windows": ["broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms"],
+    "entities": ["broker", "quota_type", "tag_user", "tag_client_id"],
+    "compare": ["broker", "quota_type", "tag_user", "tag_client_id"],
+}
+
+
+def _read(out: Path, name: str) -> pd.DataFrame:
+    df = pq.read_table(out / name).to_pandas()
+    return df.sort_values(KEYS[name]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def events(traffic: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated traffic plus a JSON-lines file of malformed rows (quarantine) in the same dataset."""
+    root = tmp_path_factory.mktemp("events")
+    shutil.copytree(traffic, root, dirs_exist_ok=True)
+    bad = [{"ts_ms": 1_700_000_000_500, "broker": "broker-0", "listener": "PLAINTEXT", "user": None,
+            "client_id": "c", "client_ip": "10.9.9.9", "api_key": 0, "api_version": 9, "request_bytes": 10,
+            "response_bytes": 1, "io_thread_ns": 1, "network_thread_ns": 1, "acks": 1, "is_follower": False,
+            "seq": 10_000_000},
+           {"ts_ms": 1_700_000_000_600, "broker": "broker-1", "listener": "PLAINTEXT", "user": "u",
+            "client_id": "c", "client_ip": "10.9.9.9", "api_key": 1, "api_version": 9, "request_bytes": -3,
+            "response_bytes": 1, "io_thread_ns": 1, "network_thread_ns": 1, "acks": None, "is_follower": False,
+            "seq": 10_000_001}]  # fmt: skip
+    nullable = pa.schema([f.with_nullable(True) for f in REQUEST_SCHEMA])
+    pq.write_table(pa.Table.from_pylist(bad, schema=nullable), root / "requests" / "zz-bad.parquet")
+    return root
+
+
+@pytest.mark.spark
+def test_backtest_equals_replay(spark: Any, events: Path, quota_store: Path, loose_store: Path,
+                                tmp_path: Path) -> None:  # fmt: skip
+    spec_b = job.JobSpec(events, quota_store, tmp_path / "bt")
+    spec_r = job.JobSpec(events, quota_store, tmp_path / "rp")
+    sb = backtest.run(spec_b, spark=spark)
+    sr = replay.run(spec_r)
+    assert sb.counts == sr.counts
+    assert sb.counts["requests_quarantined"] == 2
+    for name in ("decisions", "connections", "windows", "entities"):
+        a, b = _read(spec_r.out, name), _read(spec_b.out, name)[_read(spec_r.out, name).columns]
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9, obj=name)
+    d = _read(spec_r.out, "decisions")
+    assert (d["throttle_ms"] > 0).any() and (d["throttle_ms_fetch"] > 0).any() and (d["throttle_ms_request"] > 0).any()
+    assert (_read(spec_r.out, "connections")["result"] == "IP_THROTTLED").any()
+    q = pq.read_table(spec_b.out / "quarantine" / "requests").to_pandas().sort_values("seq")
+    assert q["reason"].tolist() == ["user is null", "request_bytes is negative"]
+    summary = json.loads((spec_b.out / "_SUMMARY.json").read_text())
+    assert summary["counts"]["requests"] == 12_002
+
+
+def test_replay_compare(events: Path, quota_store: Path, loose_store: Path, tmp_path: Path) -> None:
+    """--compare: per quota-id throttling under both stores, and the one-row summary (Spark reuses this code)."""
+    out = tmp_path / "rp"
+    replay.run(job.JobSpec(events, quota_store, out, compare=loose_store))
+    cmp = _read(out, "compare")
+    win = pq.read_table(out / "windows").to_pandas()
+    per = win.groupby(["broker", "quota_type", "tag_user", "tag_client_id"])["throttle_count"].sum()
+    assert cmp.set_index(["broker", "quota_type", "tag_user", "tag_client_id"])["throttle_count_a"].to_dict() == (
+        per.to_dict()
+    )
+    assert (cmp["throttle_count_delta"] == cmp["throttle_count_b"] - cmp["throttle_count_a"]).all()
+    summary = pq.read_table(out / "compare_summary").to_pylist()[0]
+    assert summary["throttle_count_b"] < summary["throttle_count_a"]  # the loose store throttles less
+    assert summary["entities"] == len(cmp) and 0 < summary["entities_changed"] <= len(cmp)
+
+
+def test_cli_missing_inputs(tmp_path: Path, quota_store: Path) -> None:
+    runner = CliRunner()
+    for cmd in ("replay", "backtest"):
+        r = runner.invoke(cli, [cmd, "--events", str(tmp_path / "none"), "--store", str(quota_store),
+                                "--out", str(tmp_path / "o")])  # fmt: skip
+        assert r.exit_code != 0 and "does not exist" in r.output
+    (tmp_path / "ev" / "requests").mkdir(parents=True)
+    r = runner.invoke(cli, ["replay", "--events", str(tmp_path / "ev"), "--store", str(quota_store),
+                            "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code != 0 and "no event files" in r.output
+    r = runner.invoke(cli, ["replay", "--events", str(tmp_path / "ev"), "--store", str(tmp_path / "x.db"),
+                            "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code != 0
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "mode", "args"),
+    [
+        ("rate_limit_change", "rate", ["11", "1"]),
+        ("client_fetch_unrecord_on_throttle", "client", ["fetch", "11", "1", "monotonic"]),
+        ("conn_ip_default_with_listener_rate", "conn", ["2", "1", "REPLICATION"]),
+    ],
+)
+def test_vectors_through_spark(spark: Any, vectors_dir: Path, name: str, mode: str, args: list[str]) -> None:
+    result = run_set(vectors_dir, name, mode, args, engine="spark")
+    assert result.passed, result.problems
+    assert result.rows > 0
