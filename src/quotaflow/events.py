@@ -24,6 +24,12 @@ import pyarrow.parquet as pq
 
 from quotaflow.core.errors import QuotaflowError
 
+# Re-exported for readers of events (one definition, in the engine). Exemption from the request quota is the
+# engine's ``is_request_quota_exempt``: exempt-throttle APIs, follower fetches and acks=0 produce; cluster-action
+# APIs are exempt only on error responses, which events do not record.
+from quotaflow.engine.exempt import CLUSTER_ACTION_API_KEYS as CLUSTER_ACTION_API_KEYS
+from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS as EXEMPT_THROTTLE_API_KEYS
+
 REQUEST_SCHEMA: Final = pa.schema(
     [
         pa.field("ts_ms", pa.int64(), nullable=False),
@@ -81,32 +87,6 @@ QUARANTINE_REASON: Final = "reason"
 # Kafka API keys the pipeline cares about (ApiKeys.java ids).
 API_PRODUCE: Final = 0
 API_FETCH: Final = 1
-# Cluster-action API keys: exempt from the request quota (SPEC §5).
-CLUSTER_ACTION_API_KEYS: Final = frozenset(
-    {
-        4,  # LEADER_AND_ISR
-        5,  # STOP_REPLICA
-        6,  # UPDATE_METADATA
-        7,  # CONTROLLED_SHUTDOWN
-        27,  # WRITE_TXN_MARKERS
-        52,  # VOTE
-        53,  # BEGIN_QUORUM_EPOCH
-        54,  # END_QUORUM_EPOCH
-        55,  # DESCRIBE_QUORUM
-        56,  # ALTER_PARTITION
-        58,  # ENVELOPE
-        62,  # BROKER_REGISTRATION
-        63,  # BROKER_HEARTBEAT
-        67,  # ALLOCATE_PRODUCER_IDS
-        83,  # INITIALIZE_SHARE_GROUP_STATE
-        84,  # READ_SHARE_GROUP_STATE
-        85,  # WRITE_SHARE_GROUP_STATE
-        86,  # DELETE_SHARE_GROUP_STATE
-        87,  # READ_SHARE_GROUP_STATE_SUMMARY
-    }
-)
-
-
 class EventsInputError(QuotaflowError):
     """The events input is missing or unreadable (no requests/ nor connections/, bad files, missing columns)."""
 
