@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
+from quotaflow.cli.common import store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.sasl import hash_password
-from quotaflow.store import STORE_ENV, open_store
-
-_store_option = click.option(
-    "--store",
-    "store",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help=f"Quota store file (default ${STORE_ENV}, else ./quotaflow.db).",
-)
+from quotaflow.store import open_store
 
 
 @click.group("users")
@@ -36,8 +28,8 @@ def _read_password(user: str) -> str:
 @users.command("add")
 @click.argument("user")
 @click.option("--password", default=None, help="The password (default: prompt, or the first line of stdin).")
-@_store_option
-def add(user: str, password: str | None, store: Path | None) -> None:
+@store_option
+def add(user: str, password: str | None, store: str | None) -> None:
     """Add USER, or replace USER's password."""
     if not user:
         raise click.BadParameter("must not be empty", param_hint="USER")
@@ -59,8 +51,8 @@ def add(user: str, password: str | None, store: Path | None) -> None:
 
 @users.command("remove")
 @click.argument("user")
-@_store_option
-def remove(user: str, store: Path | None) -> None:
+@store_option
+def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
         qs = open_store(store)
@@ -76,8 +68,8 @@ def remove(user: str, store: Path | None) -> None:
 
 
 @users.command("list")
-@_store_option
-def list_users(store: Path | None) -> None:
+@store_option
+def list_users(store: str | None) -> None:
     """Print the user names, one per line, sorted."""
     try:
         qs = open_store(store)
