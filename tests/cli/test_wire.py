@@ -73,3 +73,59 @@ def test_resolve_document_round_trip(tmp_path: Path) -> None:
         admin.close()
     with pytest.raises(wire.BrokerConnectionError):
         wire.resolution_from_json({"entity": {"user": "x"}})
+
+
+class FakeBroker:
+    """Answers ApiVersions only: UNSUPPORTED_VERSION (with its range, as a v0 body) above ``max_version``."""
+
+    def __init__(self, max_version: int) -> None:
+        import socket
+        import threading
+
+        self.max_version = max_version
+        self.seen: list[int] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import struct
+
+        from kafka.protocol.metadata.api_versions import ApiVersionsResponse
+
+        conn, _ = self.server.accept()
+        with conn:
+            while True:
+                head = conn.recv(4, 0x100)  # MSG_WAITALL
+                if len(head) < 4:
+                    return
+                (size,) = struct.unpack(">i", head)
+                frame = conn.recv(size, 0x100)
+                _key, version, correlation_id = struct.unpack(">hhi", frame[:8])
+                self.seen.append(version)
+                ranges = [ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=self.max_version)]
+                if version > self.max_version:
+                    response = ApiVersionsResponse[0](error_code=35, api_keys=ranges)
+                else:
+                    response = ApiVersionsResponse[version](error_code=0, api_keys=ranges)
+                response.with_header(correlation_id=correlation_id)
+                conn.sendall(response.encode(header=True, framed=True))
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_api_versions_falls_back_as_kip_511_says() -> None:
+    broker = FakeBroker(max_version=2)
+    try:
+        conn = wire.KafkaWireConnection("127.0.0.1", broker.port, timeout=5)
+        try:
+            assert conn.versions == {18: (0, 2)}
+            assert broker.seen == [4, 2]  # our max first, then the broker's max from the v0 error body
+            with pytest.raises(wire.UnsupportedVersionError):
+                conn.version_for(wire.DESCRIBE_CLIENT_QUOTAS, 1)
+        finally:
+            conn.close()
+    finally:
+        broker.close()
