@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quotaflow.core.errors import CommandError
-from quotaflow.events import REQUEST_SCHEMA, EventsInputError
+from quotaflow.events import REQUEST_DECISION_FIELDS, REQUEST_SCHEMA, EventsInputError
 from quotaflow.pipeline import stream as st
 
 T0 = 1_700_000_000_000
@@ -56,7 +56,8 @@ def expected_closed(spark: Any, events: Path, window_ms: int, watermark_ms: int)
     """The batch computation over every good input row, restricted to the windows the final watermark has closed."""
     from pyspark.sql import functions as F
 
-    df = spark.read.schema(st.request_schema()).parquet(str(events / "requests")).where(F.col("request_bytes") >= 0)
+    reader = spark.read.schema(st.request_schema()).option("pathGlobFilter", "*.parquet")
+    df = reader.parquet(str(events / "requests")).where(F.col("request_bytes") >= 0)
     watermark = df.agg(F.max("ts_ms")).first()[0] - watermark_ms
     return rows(st.usage(df, window_ms).where(F.col("window_end_ms") <= watermark))
 
@@ -72,7 +73,7 @@ def test_durations() -> None:
 def test_rates_document_keeps_the_latest_window_per_entity_and_type() -> None:
     def row(start: int, user: str, produce: int) -> dict[str, Any]:
         return {"window_start_ms": start, "window_end_ms": start + 1000, "user": user, "client_id": "c",
-                "produce_bytes": produce, "fetch_bytes": 0, "request_thread_ns": 0,
+                "produce_bytes": produce, "fetch_bytes": 0, "request_thread_ns": 0, "throttle_ms": 0,
                 "produce_rate": float(produce), "fetch_rate": 0.0, "request_rate": 0.0}
 
     first = st.rates_document({}, [row(1000, "a", 5), row(2000, "a", 7), row(1000, "b", 3)], 1000)
@@ -86,8 +87,11 @@ def test_rates_document_keeps_the_latest_window_per_entity_and_type() -> None:
     assert (produce["a"]["value"], produce["b"]["value"]) == (7, 11)  # a untouched, b moved on
 
 
-def test_missing_requests_dir_is_a_clear_error(tmp_path: Path) -> None:
+def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
     cfg = st.StreamConfig(events=tmp_path / "none", checkpoint=tmp_path / "c", out=tmp_path / "o")
+    with pytest.raises(EventsInputError, match="does not exist"):
+        st.check_inputs(cfg)
+    (tmp_path / "none").mkdir()
     with pytest.raises(EventsInputError, match="no requests/ directory"):
         st.check_inputs(cfg)
 
@@ -97,20 +101,20 @@ def test_usage_meters_what_each_quota_type_counts(spark: Any) -> None:
     """Produce bytes of api 0, fetch bytes of non-follower api 1, thread time except the SPEC §5 exemptions, summed
     over brokers per (user, client_id, window)."""
     base = {"listener": "L", "client_ip": "ip", "api_version": 1, "seq": 0, "user": "u", "client_id": "c"}
-    events = [  # ts, broker, api, acks, follower, request_bytes, response_bytes, io_ns, net_ns
-        (T0 + 10, "b0", 0, 1, False, 100, 7, 1_000, 10),      # produce acks=1: bytes + thread time
-        (T0 + 20, "b1", 0, 0, False, 50, 0, 2_000, 20),       # produce acks=0: bytes, request-quota exempt
-        (T0 + 30, "b2", 1, None, False, 9, 1_000, 4_000, 40),  # consumer fetch: response bytes + thread time
-        (T0 + 40, "b0", 1, None, True, 9, 5_000, 8_000, 80),   # follower fetch: exempt from both
-        (T0 + 50, "b1", 3, None, False, 9, 9, 16_000, 160),    # metadata: thread time only
-        (T0 + 60, "b2", 4, None, False, 9, 9, 32_000, 320),    # LEADER_AND_ISR: cluster action, exempt
-        (T0 + 1_010, "b0", 0, -1, False, 300, 0, 64_000, 640),  # next window
+    events = [  # ts, broker, api, acks, follower, request_bytes, response_bytes, io_ns, net_ns, applied throttle
+        (T0 + 10, "b0", 0, 1, False, 100, 7, 1_000, 10, 0),      # produce acks=1: bytes + thread time
+        (T0 + 20, "b1", 0, 0, False, 50, 0, 2_000, 20, 30),      # produce acks=0: bytes, request-quota exempt
+        (T0 + 30, "b2", 1, None, False, 9, 1_000, 4_000, 40, 12),  # consumer fetch: response bytes + thread time
+        (T0 + 40, "b0", 1, None, True, 9, 5_000, 8_000, 80, None),  # follower fetch: exempt from both
+        (T0 + 50, "b1", 3, None, False, 9, 9, 16_000, 160, None),   # metadata: thread time only
+        (T0 + 60, "b2", 4, None, False, 9, 9, 32_000, 320, None),   # LEADER_AND_ISR: cluster action, exempt
+        (T0 + 1_010, "b0", 0, -1, False, 300, 0, 64_000, 640, 0),  # next window
     ]
     table = pa.Table.from_pylist([
         {**base, "ts_ms": t, "broker": b, "api_key": a, "acks": k, "is_follower": f, "request_bytes": rq,
-         "response_bytes": rs, "io_thread_ns": io, "network_thread_ns": net}
-        for t, b, a, k, f, rq, rs, io, net in events
-    ], schema=REQUEST_SCHEMA)
+         "response_bytes": rs, "io_thread_ns": io, "network_thread_ns": net, "throttle_ms": th}
+        for t, b, a, k, f, rq, rs, io, net, th in events
+    ], schema=pa.schema([*REQUEST_SCHEMA, *REQUEST_DECISION_FIELDS]))  # per-type throttle columns left null
     df = spark.createDataFrame(table.to_pandas(), st.request_schema())
     out = rows(st.usage(df, 1000))
     assert [(r["window_start_ms"], r["requests"]) for r in out] == [(T0, 6), (T0 + 1000, 1)]
@@ -119,6 +123,8 @@ def test_usage_meters_what_each_quota_type_counts(spark: Any) -> None:
     assert first["fetch_bytes"] == 1_000
     assert first["request_thread_ns"] == (1_000 + 10) + (4_000 + 40) + (16_000 + 160)
     assert first["request_rate"] == pytest.approx(first["request_thread_ns"] * 1e-7)
+    assert (first["throttled_requests"], first["throttle_ms"]) == (2, 30 + 12)  # null = no decision logged
+    assert (second["throttled_requests"], second["throttle_ms"]) == (0, 0)
     assert (second["produce_bytes"], second["produce_rate"]) == (300, 300.0)
     half = rows(st.usage(df, 500))  # a 0.5 s window doubles the per-second rate of the same bytes
     assert half[0]["produce_rate"] == 2.0 * half[0]["produce_bytes"]
@@ -134,6 +140,7 @@ def test_stream_equals_batch_and_publishes_and_quarantines(spark: Any, tmp_path:
     bad = make_events(rng, T0 + 5000, 10, 2).to_pylist()
     bad[0]["request_bytes"] = -5
     drop_file(requests, "part-bad.parquet", pa.Table.from_pylist(bad, schema=REQUEST_SCHEMA))
+    (requests / "README.txt").write_text("not an event file")  # skipped, like events.dataset_files does
     cfg = st.StreamConfig(events=tmp_path / "events", checkpoint=tmp_path / "ckpt", out=tmp_path / "out",
                           watermark_ms=1500, available_now=True, max_files_per_trigger=2)
     progress = st.run(spark, cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,8 @@ from quotaflow.pipeline import charts
 QUOTA_TYPES = ("produce", "fetch", "request")
 ENTITY_KEY = ("broker", "quota_type", "tag_user", "tag_client_id")
 REQUIRED = ("decisions", "windows", "entities")
-OPTIONAL = ("connections", "compare")
+OPTIONAL = ("connections", "compare", "compare_summary")
+RUN_SUMMARY = "_SUMMARY.json"  # counts and timings the backtest / replay job wrote
 TOP_ENTITIES = 6
 TABLE_ROWS = 25
 
@@ -65,6 +67,15 @@ def _columns(table: pa.Table, names: Sequence[str]) -> pa.Table:
         if name in table.column_names and pa.types.is_string(table.schema.field(name).type):
             table = table.set_column(table.schema.get_field_index(name), name, pc.fill_null(table[name], ""))
     return table
+
+
+def run_summary(in_dir: Path) -> dict[str, Any]:
+    """The job's own counts (requests, quarantined rows, windows, ...) and engine, when it wrote them."""
+    path = in_dir / RUN_SUMMARY
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return {"engine": doc.get("engine"), **{k.replace("_", " "): v for k, v in sorted(doc.get("counts", {}).items())}}
 
 
 def _read(dataset: ds.Dataset, columns: Sequence[str], filter: pc.Expression | None = None) -> pa.Table:
@@ -409,7 +420,8 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
         "generated": _utc(int(dt.datetime.now(tz=dt.UTC).timestamp() * 1000)),
         "first window": _utc(t0) if windows.num_rows else None,
         "last window": _utc(t1) if windows.num_rows else None,
-        "requests": throttle_rows[0]["requests"] if throttle_rows else 0,
+        "requests decided": throttle_rows[0]["requests"] if throttle_rows else 0,
+        **run_summary(in_dir),
     }
     step("writing HTML")
     html_path = out_dir / "report.html"

@@ -8,7 +8,8 @@ writes one row per closed window:
 * ``produce_bytes``: request bytes of produce requests (api_key 0): what ``producer_byte_rate`` meters;
 * ``fetch_bytes``: response bytes of non-follower fetches (api_key 1): what ``consumer_byte_rate`` meters;
 * ``request_thread_ns``: IO + network thread time of requests the request quota meters (SPEC §5: not follower
-  fetches, not acks=0 produce, not cluster actions); the ``request_percentage`` rate is ``ns × 1e-7 / window s``.
+  fetches, not acks=0 produce, not cluster actions); the ``request_percentage`` rate is ``ns × 1e-7 / window s``;
+* ``throttled_requests`` / ``throttle_ms``: what the gateways applied, when their log carries ``throttle_ms``.
 
 Sums are integers, so the streaming result equals a batch computation bit for bit. The watermark closes windows; the
 append-mode file sink with its checkpoint makes the output exactly-once across crashes. Malformed rows (the
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -43,6 +45,7 @@ from quotaflow.events import (
     API_PRODUCE,
     CLUSTER_ACTION_API_KEYS,
     QUARANTINE_REASON,
+    REQUEST_DECISION_FIELDS,
     REQUEST_RULES,
     REQUEST_SCHEMA,
     REQUESTS_DIR,
@@ -86,8 +89,9 @@ def parse_duration_ms(text: str) -> int:
 
 
 def request_schema() -> StructType:
-    """The Spark schema of request events, from the one Arrow schema in ``quotaflow.events``."""
-    return from_arrow_schema(REQUEST_SCHEMA)
+    """The Spark schema of request events from the Arrow schema in ``quotaflow.events``, with the optional decision
+    columns a gateway's event log carries (null when a file has none)."""
+    return from_arrow_schema(pa.schema([*REQUEST_SCHEMA, *REQUEST_DECISION_FIELDS]))
 
 
 # ---------------------------------------------------------------------------------------------- the computation
@@ -108,6 +112,7 @@ def metered(events: DataFrame) -> DataFrame:
     api = F.col("api_key")
     follower = F.col("is_follower")
     exempt = follower | api.isin(*sorted(CLUSTER_ACTION_API_KEYS)) | ((api == API_PRODUCE) & (F.col("acks") == 0))
+    applied = F.coalesce(F.col("throttle_ms"), F.lit(0)) if "throttle_ms" in events.columns else F.lit(0)
     return events.select(
         F.timestamp_millis(F.col("ts_ms")).alias("event_time"),
         F.col("user"),
@@ -117,6 +122,7 @@ def metered(events: DataFrame) -> DataFrame:
         F.when(~exempt, F.col("io_thread_ns") + F.col("network_thread_ns"))
         .otherwise(F.lit(0))
         .alias("request_thread_ns"),
+        applied.alias("throttle_ms"),
     )
 
 
@@ -133,6 +139,8 @@ def usage(events: DataFrame, window_ms: int, watermark_ms: int | None = None) ->
         F.sum("produce_bytes").alias("produce_bytes"),
         F.sum("fetch_bytes").alias("fetch_bytes"),
         F.sum("request_thread_ns").alias("request_thread_ns"),
+        F.sum((F.col("throttle_ms") > 0).cast("long")).alias("throttled_requests"),
+        F.sum("throttle_ms").alias("throttle_ms"),
     )
     return g.select(
         F.unix_millis(F.col("w.start")).alias("window_start_ms"),
@@ -143,6 +151,8 @@ def usage(events: DataFrame, window_ms: int, watermark_ms: int | None = None) ->
         "produce_bytes",
         "fetch_bytes",
         "request_thread_ns",
+        "throttled_requests",
+        "throttle_ms",
         (F.col("produce_bytes") / F.lit(seconds)).alias("produce_rate"),
         (F.col("fetch_bytes") / F.lit(seconds)).alias("fetch_rate"),
         (F.col("request_thread_ns") * F.lit(NANOS_TO_PERCENT) / F.lit(seconds)).alias("request_rate"),
@@ -174,6 +184,8 @@ class StreamConfig:
 
 
 def check_inputs(cfg: StreamConfig) -> None:
+    if not cfg.events.is_dir():
+        raise EventsInputError(f"events directory {cfg.events} does not exist")
     if not (cfg.events / REQUESTS_DIR).is_dir():
         raise EventsInputError(
             f"no {REQUESTS_DIR}/ directory under {cfg.events}: the stream tails EVENTS/{REQUESTS_DIR} "
@@ -191,7 +203,12 @@ class Queries:
 def start_queries(spark: SparkSession, cfg: StreamConfig) -> Queries:
     """Start the usage and quarantine queries over one file source; each has its own checkpoint under CHECKPOINT."""
     check_inputs(cfg)
-    reader = spark.readStream.schema(request_schema()).option("recursiveFileLookup", "true")
+    glob = "*.parquet" if cfg.input_format == "parquet" else "*.{json,jsonl}"  # as events.dataset_files
+    reader = (
+        spark.readStream.schema(request_schema())
+        .option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", glob)
+    )
     if cfg.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(cfg.max_files_per_trigger))
     events = reader.format(cfg.input_format).load(str(cfg.events / REQUESTS_DIR))
