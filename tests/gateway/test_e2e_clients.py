@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from quotaflow.events import REQUESTS_DIR, read_dataset
+from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, read_dataset
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 
@@ -71,6 +71,11 @@ def test_kafka_python_round_trip(gateway: RunningGateway) -> None:
     produced = events.filter(events.column("client_id").to_numpy(zero_copy_only=False) == "kp-producer")
     assert set(produced.column("api_key").to_pylist()) >= {0, 3}  # Produce and Metadata were logged
     assert set(produced.column("user").to_pylist()) == {"ANONYMOUS"}
+    connections = read_dataset(gateway.events, CONNECTIONS_DIR)
+    assert connections is not None  # every accepted socket is a connection event with its admission decision
+    assert set(connections.column("result").to_pylist()) == {"ACCEPTED"}
+    assert set(connections.column("client_ip").to_pylist()) == {"127.0.0.1"}
+    assert connections.num_rows >= 3  # setup admin, producer, consumer
 
 
 def test_confluent_kafka_round_trip_with_a_consumer_group(gateway: RunningGateway) -> None:
