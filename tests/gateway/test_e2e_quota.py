@@ -13,6 +13,7 @@ See docs/gateway-testing.md. The fetch quota is 4 MB/s because tansu answers eve
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -178,3 +179,60 @@ def test_produce_and_fetch_rates_converge_to_their_quota(tansu: Tansu, gateway_f
         assert 0.8 * q <= last <= 1.12 * q, report
     assert free >= 3 * Q_P, report
     assert pc.max(free_events.column("throttle_ms")).as_py() == 0, report
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="gateway/connection.py reads up to quotaflow.max.in.flight.requests (256) requests ahead and decides "
+    "quotas when responses come back, so a pipelining client's requests pass the throttle decision; Kafka reads a "
+    "connection's next request only after the previous one's response (and its throttle mute)",
+)
+def test_a_throttled_connection_sends_nothing_until_its_throttle_ends(
+    tansu: Tansu, gateway_factory: GatewayFactory
+) -> None:
+    """KIP-219: after a response carrying throttle time t, the broker reads nothing more from that connection for t.
+
+    librdkafka pipelines up to 1,000,000 requests by default, so the gateway, not the client, must hold them back."""
+    gw = gateway_factory(config=GatewayConfig(quota_window_num=QUOTA_WINDOW_NUM))
+    admin = Admin(open_store(gw.store_path))
+    try:
+        quota = {"producer_byte_rate": float(Q_P)}
+        assert admin.alter([Alteration.of(QuotaEntity(client_id="pipelining-producer"), quota)])[0].ok
+    finally:
+        admin.close()
+    topic = create_topic(tansu.bootstrap)
+    time.sleep(1.0)
+
+    def pipelining(stop: threading.Event) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": gw.bootstrap,
+                "client.id": "pipelining-producer",
+                "linger.ms": 5,
+                "batch.size": 65_536,
+                "acks": 1,
+            }
+        )
+        while not stop.is_set():
+            try:
+                producer.produce(topic, VALUE)
+            except BufferError:
+                producer.poll(0.01)
+        producer.purge()
+        producer.flush(5)
+
+    run_for(6.0, pipelining)
+    gw.flush_events()
+    events = read_dataset(gw.events, REQUESTS_DIR)
+    assert events is not None
+    rows = sorted(
+        (r for r in events.to_pylist() if r["client_id"] == "pipelining-producer" and r["api_key"] == API_PRODUCE),
+        key=lambda r: r["seq"],
+    )
+    early = [
+        (a["ts_ms"], a["throttle_ms"], b["ts_ms"])
+        for a, b in itertools.pairwise(rows)
+        if a["throttle_ms"] > 0 and b["ts_ms"] < a["ts_ms"] + a["throttle_ms"] - 50
+    ]
+    assert any(r["throttle_ms"] > 0 for r in rows)
+    assert early == [], f"{len(early)} requests read during their connection's throttle, e.g. {early[:3]}"
