@@ -32,6 +32,7 @@ def test_report_on_replay_output(traffic: Path, quota_store: Path, loose_store: 
     assert top and top[0]["throttle_ms_sum_sum"] > 0
     assert result.summary["connections"]["connections"] == ds.dataset(bt / "connections").count_rows()
     assert "<th>requests quarantined</th>" in page  # the job's own counts from _SUMMARY.json
+    assert "<th>entities_changed</th>" in page  # the comparison's totals (compare_summary/)
 
 
 @pytest.mark.spark

@@ -411,8 +411,12 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
     compare_rows: list[dict[str, Any]] = []
     if "compare" in data:
         compare_rows = compare_table(data["compare"])
+        totals = data["compare_summary"].to_table().to_pylist() if "compare_summary" in data else []
         sections.append(
-            (f"Comparison of the two configs (top {TABLE_ROWS} changes)", html_table(compare_rows, "no differences"))
+            (
+                f"Comparison of the two configs (a = --store, b = --compare; top {TABLE_ROWS} changes)",
+                (html_table(totals) if totals else "") + html_table(compare_rows, "no differences"),
+            )
         )
 
     meta = {
