@@ -9,8 +9,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from quotaflow.cli.main import cli
-from quotaflow.gateway.sasl import hash_password
-from quotaflow.store import open_store
 
 from .conftest import GatewayFactory, RunningGateway
 
@@ -90,9 +88,10 @@ def test_round_trip_through_the_gateway(gateway: RunningGateway, tmp_path: Path)
 
 def test_sasl_from_the_command_config(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
     gw = gateway_factory(admin_principals=frozenset({"admin"}))
-    qs = open_store(gw.store_path)
-    qs.put_credential(hash_password("admin", "admin secret", iterations=1000))
-    qs.close()
+    # the credential is made by `quotaflow users add` (full-strength PBKDF2) while the gateway runs
+    assert ok("users", "add", "admin", "--password", "admin secret", "--store", str(gw.store_path)) == (
+        "Added user admin\n"
+    )
     props = tmp_path / "admin.properties"
     props.write_text(
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
