@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -13,6 +14,8 @@ pytestmark = pytest.mark.broker
 
 
 def _listening_ports(pid: int) -> list[str]:
+    if shutil.which("ss") is None:
+        pytest.skip("needs ss (iproute2) to list the broker's listening sockets")
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
     return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
 
