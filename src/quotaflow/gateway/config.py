@@ -19,6 +19,8 @@ SOCKET_REQUEST_MAX_BYTES: Final = "socket.request.max.bytes"
 CONNECTIONS_MAX_IDLE_MS: Final = "connections.max.idle.ms"
 QUOTA_WINDOW_NUM: Final = "quota.window.num"
 QUOTA_WINDOW_SIZE_SECONDS: Final = "quota.window.size.seconds"
+CONTROLLER_QUOTA_WINDOW_NUM: Final = "controller.quota.window.num"
+CONTROLLER_QUOTA_WINDOW_SIZE_SECONDS: Final = "controller.quota.window.size.seconds"
 QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
 MAX_IN_FLIGHT: Final = "quotaflow.max.in.flight.requests"
 LISTENER_SECURITY_PROTOCOL_MAP: Final = "listener.security.protocol.map"
@@ -33,6 +35,8 @@ class GatewayConfig:
     connections_max_idle_ms: int = 600_000  # Kafka's default (10 minutes)
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
+    controller_quota_window_num: int = 11
+    controller_quota_window_size_seconds: int = 1
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # pipelined requests read ahead per connection before reading pauses
     # listener name -> PLAINTEXT | SASL_PLAINTEXT (Kafka's listener.security.protocol.map); unmapped listeners use
@@ -47,6 +51,8 @@ class GatewayConfig:
             CONNECTIONS_MAX_IDLE_MS: "connections_max_idle_ms",
             QUOTA_WINDOW_NUM: "quota_window_num",
             QUOTA_WINDOW_SIZE_SECONDS: "quota_window_size_seconds",
+            CONTROLLER_QUOTA_WINDOW_NUM: "controller_quota_window_num",
+            CONTROLLER_QUOTA_WINDOW_SIZE_SECONDS: "controller_quota_window_size_seconds",
             QUOTA_POLL_MS: "store_poll_ms",
             MAX_IN_FLIGHT: "max_in_flight",
         }

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway import protocol, versions
+from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.config import SASL_PLAINTEXT
+from quotaflow.gateway.mutations import TopicQuotaDecision
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Pending:
     local: bytes | None = None  # a response the gateway made itself
     upstream: asyncio.Future[bytes] | None = None
     close_after: bool = False
+    mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
     decisions: dict[str, int] = field(default_factory=dict)
 
 
@@ -188,10 +190,31 @@ class ClientConnection:
                 return pending
         if key == ApiKey.Fetch and header.api_version >= 3:
             frame = self._cap_fetch(frame, header)
+        elif key == ApiKey.CreateTopics:
+            forward = self._mutation_quota(frame, pending)
+            if forward is None:  # every topic refused: answered here
+                return pending
+            frame = forward
         self._forward(frame, pending)
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
+
+    def _mutation_quota(self, frame: bytes, pending: Pending) -> bytes | None:
+        """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
+        header = pending.header
+        quota = self.gateway.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
+                                                        header.api_version, pending.received_ms)
+        if quota is None:
+            return frame
+        try:
+            pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
+        except InvalidRequestError as e:
+            raise ConnectionClosed(str(e)) from e
+        if pending.mutations.forward is None:
+            pending.local = mutations.local_response(header.api_version, header.correlation_id,
+                                                     pending.mutations.refused)
+        return pending.mutations.forward
 
     def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
         """Cap ``max_bytes`` to the consumer quota's window (KafkaApis does the same): without it, a response
@@ -361,6 +384,16 @@ class ClientConnection:
             decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
             d["throttle_ms_fetch"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
             throttle = decision.throttle_ms
+        elif pending.mutations is not None:
+            mutation, d["throttle_ms_request"] = enforcement.request_with_mutation(
+                user, client_id, thread_ns, pending.mutations.quota, now_ms)
+            throttle = max(mutation, d["throttle_ms_request"])
+            d["throttle_ms"] = throttle
+            if throttle > 0:
+                self._mute(throttle)
+            if pending.upstream is None:
+                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
+            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
         else:
             throttle = d["throttle_ms_request"] = enforcement.request(key, user, client_id, thread_ns, now_ms)
         d["throttle_ms"] = throttle

@@ -13,11 +13,13 @@ from collections.abc import Iterator, Sequence
 
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine import (
+    ControllerMutationQuota,
     QuotaManagers,
     ThrottleDecision,
     apply_changes,
     fetch_throttle,
     is_request_quota_exempt,
+    is_strict,
     java_double_to_int,
     produce_throttle,
     request_throttle,
@@ -30,8 +32,12 @@ from quotaflow.store.base import Change, Snapshot
 
 class Enforcement:
     def __init__(self, config: GatewayConfig) -> None:
-        self.managers = QuotaManagers.create(samples=config.quota_window_num,
-                                             window_seconds=config.quota_window_size_seconds)
+        self.managers = QuotaManagers.create(
+            samples=config.quota_window_num,
+            window_seconds=config.quota_window_size_seconds,
+            controller_samples=config.controller_quota_window_num,
+            controller_window_seconds=config.controller_quota_window_size_seconds,
+        )
 
     # -- quota configuration --------------------------------------------------------------------------------
 
@@ -70,6 +76,28 @@ class Enforcement:
             return None
         cap = java_double_to_int(self.managers.fetch.max_value_in_quota_window(user, client_id))
         return None if cap >= INT_MAX else cap
+
+    def mutation_quota(self, user: str, client_id: str, api_key: int, api_version: int,
+                       now_ms: int) -> ControllerMutationQuota | None:
+        """A per-request controller-mutation quota (strict or permissive by version), or None while no
+        controller_mutation_rate quota exists."""
+        manager = self.managers.controller_mutation
+        if not manager.quotas_enabled:
+            return None
+        return manager.new_controller_mutation_quota(user, client_id, is_strict(api_key, api_version), now_ms)
+
+    def request_with_mutation(self, user: str, client_id: str, thread_ns: int, quota: ControllerMutationQuota,
+                              now_ms: int) -> tuple[int, int]:
+        """``sendResponseMaybeThrottleWithControllerQuota``: (mutation, request) throttles; the larger one's
+        manager throttles the channel, the request quota on a tie."""
+        m = self.managers
+        req = request_throttle(m.request, user, client_id, thread_ns, now_ms, apply=False)
+        mutation = quota.throttle_time(now_ms)
+        if mutation > req:
+            m.controller_mutation.throttle(user, client_id, mutation, now_ms)
+        elif req > 0:
+            m.request.throttle(user, client_id, req, now_ms)
+        return mutation, req
 
     def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
         """Socket-write time, recorded without a check: it only weighs on later decisions (SPEC §5)."""
