@@ -90,12 +90,18 @@ def split_malformed(df: Any, kind: str) -> tuple[Any, Any]:
     return good, marked.filter(F.col(QUARANTINE_REASON).isNotNull())
 
 
-def prepare(spark: Any, good: Any, config: QuotaConfig) -> Any:
-    """Broadcast-join each row's quota-ids, limits and enabled flags (resolved once per distinct pair)."""
+def prepare(spark: Any, good: Any, config: QuotaConfig, *, tags: bool = False) -> Any:
+    """Broadcast-join each row's quota-ids, limits and enabled flags (resolved once per distinct pair).
+
+    ``tags`` also joins the quota-id tag strings (windows need them; decisions do not, and every column costs a
+    JVM↔Python round trip in both passes)."""
     from pyspark.sql import functions as F
 
     pairs = [(r["user"], r["client_id"]) for r in good.select("user", "client_id").distinct().collect()]
-    res = spark.createDataFrame(resolve_clients(config, pairs))
+    res = resolve_clients(config, pairs)
+    if not tags:
+        res = res.drop_columns([c for c in res.column_names if "_tag_" in c])
+    res = spark.createDataFrame(res)
     df = good.join(F.broadcast(res), ["user", "client_id"], "left")
     bt = (
         F.when(F.col("api_key") == 0, F.lit(TYPE_CODE["produce"]))
@@ -105,9 +111,10 @@ def prepare(spark: Any, good: Any, config: QuotaConfig) -> Any:
     )
     df = df.withColumn("byte_type", bt)
     is_fetch = F.col("byte_type") == TYPE_CODE["fetch"]
-    for part in ("qid", "limit", "enabled", "tag_user", "tag_client_id"):
+    parts = ("qid", "limit", "enabled", *(("tag_user", "tag_client_id") if tags else ()))
+    for part in parts:
         df = df.withColumn(f"byte_{part}", F.when(is_fetch, F.col(f"fetch_{part}")).otherwise(F.col(f"produce_{part}")))
-    drop = [f"{t}_{p}" for t in ("produce", "fetch") for p in ("qid", "limit", "enabled", "tag_user", "tag_client_id")]
+    drop = [f"{t}_{p}" for t in ("produce", "fetch") for p in parts]
     return df.drop(*drop)
 
 
@@ -276,12 +283,12 @@ def run(
                 str(spec.out / job.QUARANTINE / REQUESTS_DIR)).count()  # fmt: skip
         with summary.timed("decisions", progress):
             decided = decide(prepare(spark, good, config), settings, identity=identity)
-            _write(decided.drop(*helpers), spec.out / job.DECISIONS)
+            _write(decided.drop(*[c for c in helpers if c in decided.columns]), spec.out / job.DECISIONS)
         decided_df = spark.read.parquet(str(spec.out / job.DECISIONS))
         summary.counts["requests"] = decided_df.count() + summary.counts["requests_quarantined"]
         if not identity:
             with summary.timed("windows", progress):
-                prepared = prepare(spark, decided_df, config)
+                prepared = prepare(spark, decided_df, config, tags=True)
                 win = windows(prepared, settings)
                 _write(win, spec.out / job.WINDOWS)
                 win = spark.read.parquet(str(spec.out / job.WINDOWS))
@@ -315,8 +322,8 @@ def _compare(spark: Any, spec: job.JobSpec, good: Any, win_a: Any, settings: Win
     other = spec.quota_config(spec.compare)
     tmp = spec.out / "_compare_tmp"
     decided_b = decide(prepare(spark, good, other), settings)
-    _write(decided_b.drop(*job.HELPER_COLUMNS), tmp)
-    win_b = windows(prepare(spark, spark.read.parquet(str(tmp)), other), settings)
+    _write(decided_b.drop(*[c for c in job.HELPER_COLUMNS if c in decided_b.columns]), tmp)
+    win_b = windows(prepare(spark, spark.read.parquet(str(tmp)), other, tags=True), settings)
     a = win_a.toArrow()
     b = win_b.toArrow()
     cmp = compare_windows(a, b)
