@@ -141,15 +141,14 @@ def decide_requests(table: pa.Table, config: QuotaConfig, settings: WindowSettin
     return _passes(prepare(_drop_existing_decisions(table), config), settings, compiled)
 
 
-def run(spec: job.JobSpec, progress: Progress | None = None, *, identity: bool = False) -> job.Summary:
-    """The whole replay job. ``identity`` skips the decisions (benchmark floor: same read, sort and write)."""
+def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
+    """The whole replay job (same phases and outputs as the Spark backtest)."""
     spec.validate()
     summary = job.Summary("replay")
     settings = spec.windows()
     config = spec.quota_config()
     if spec.out.exists():
         shutil.rmtree(spec.out)
-    requests = connections = None
     with summary.timed("read", progress):
         requests = read_dataset(spec.events, REQUESTS_DIR)
         connections = read_dataset(spec.events, CONNECTIONS_DIR)
@@ -158,35 +157,29 @@ def run(spec: job.JobSpec, progress: Progress | None = None, *, identity: bool =
         summary.counts.update(requests=requests.num_rows, requests_quarantined=bad.num_rows)
         write_parts(bad, spec.out / job.QUARANTINE / REQUESTS_DIR)
         with summary.timed("decisions", progress):
-            if identity:
-                order = group_order(good, ["broker", "user", "client_id"])
-                decided = good.take(pa.array(order))
-            else:
-                decided = decide_requests(good, config, settings)
+            decided = decide_requests(good, config, settings)
         with summary.timed("write_decisions", progress):
             write_parts(decided.drop_columns([c for c in decided.column_names if c in job.HELPER_COLUMNS]),
                         spec.out / job.DECISIONS)  # fmt: skip
-        if not identity:
-            with summary.timed("windows", progress):
-                windows = window_rows(decided, settings)
-                write_parts(windows, spec.out / job.WINDOWS)
-                write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
-            summary.counts.update(windows=windows.num_rows)
-            if spec.compare is not None:
-                from quotaflow.pipeline.compare import compare_summary, compare_windows
+        with summary.timed("windows", progress):
+            windows = window_rows(decided, settings)
+            write_parts(windows, spec.out / job.WINDOWS)
+            write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
+        summary.counts.update(windows=windows.num_rows)
+        if spec.compare is not None:
+            from quotaflow.pipeline.compare import compare_summary, compare_windows
 
-                with summary.timed("compare", progress):
-                    other = decide_requests(good, spec.quota_config(spec.compare), settings)
-                    cmp = compare_windows(windows, window_rows(other, settings))
-                    write_parts(cmp, spec.out / job.COMPARE)
-                    write_parts(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
+            with summary.timed("compare", progress):
+                other = decide_requests(good, spec.quota_config(spec.compare), settings)
+                cmp = compare_windows(windows, window_rows(other, settings))
+                write_parts(cmp, spec.out / job.COMPARE)
+                write_parts(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
     if connections is not None:
         good_c, bad_c = split_malformed(connections, CONNECTIONS_DIR)
         summary.counts.update(connections=connections.num_rows, connections_quarantined=bad_c.num_rows)
         write_parts(bad_c, spec.out / job.QUARANTINE / CONNECTIONS_DIR)
-        if not identity:
-            with summary.timed("connections", progress):
-                decided_c = decide_all(good_c, spec.connection_config(), config.ip_rates)
-                write_parts(decided_c, spec.out / job.CONNECTIONS)
+        with summary.timed("connections", progress):
+            decided_c = decide_all(good_c, spec.connection_config(), config.ip_rates)
+            write_parts(decided_c, spec.out / job.CONNECTIONS)
     summary.write(spec.out)
     return summary
