@@ -87,6 +87,15 @@ def test_rates_document_keeps_the_latest_window_per_entity_and_type() -> None:
     assert (produce["a"]["value"], produce["b"]["value"]) == (7, 11)  # a untouched, b moved on
 
 
+def test_published_file_is_replaced_whole_and_world_readable(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "cluster_rates.json"
+    st.atomic_write_json(path, {"rates": [1]})
+    st.atomic_write_json(path, {"rates": [2]})
+    assert json.loads(path.read_text()) == {"rates": [2]}
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["cluster_rates.json"]  # no temporary left behind
+
+
 def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
     cfg = st.StreamConfig(events=tmp_path / "none", checkpoint=tmp_path / "c", out=tmp_path / "o")
     with pytest.raises(EventsInputError, match="does not exist"):

@@ -55,6 +55,7 @@ from quotaflow.events import (
 USAGE_DIR: Final = "usage"
 QUARANTINE_DIR: Final = "quarantine"
 RATES_FILE: Final = "cluster_rates.json"
+PUBLISHED_MODE: Final = 0o644
 NANOS_TO_PERCENT: Final = 1e-7  # Kafka's NanosToPercentagePerSecond (100 / 1e9)
 
 # The columns the metering reads; only their validity rules apply here (seq orders nothing in a sum).
@@ -246,6 +247,7 @@ def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), PUBLISHED_MODE)  # mkstemp makes 0600; gateways run as other users
             json.dump(doc, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
