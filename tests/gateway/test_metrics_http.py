@@ -42,17 +42,19 @@ def test_serves_prometheus_text_and_json_routes() -> None:
         server.add_source(quotas_with_traffic())
         server.add_json_route("/resolve", lambda q: {"ip": q.get("ip", ["?"])[0]})
         server.add_json_route("/bad", lambda q: (_ for _ in ()).throw(ValueError("nope")))
+        server.add_json_route("/echo", lambda q: {k: v[0] for k, v in q.items()})
         await server.start()
         try:
             base = f"http://{server.address[0]}:{server.address[1]}"
             return tuple(
                 await asyncio.gather(*(asyncio.to_thread(fetch, base + p) for p in
-                                       ("/metrics", "/resolve?ip=127.0.0.2", "/bad", "/nothing")))
+                                       ("/metrics", "/resolve?ip=127.0.0.2", "/bad", "/nothing",
+                                        "/echo?user=&client-id=c1")))
             )
         finally:
             await server.close()
 
-    metrics, resolve, bad, missing = asyncio.run(body())
+    metrics, resolve, bad, missing, echo = asyncio.run(body())
     assert metrics[0] == 200 and metrics[1].startswith("text/plain")
     values = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -68,6 +70,7 @@ def test_serves_prometheus_text_and_json_routes() -> None:
     assert resolve[0] == 200 and json.loads(resolve[2]) == {"ip": "127.0.0.2"}
     assert bad[0] == 400 and json.loads(bad[2]) == {"error": "nope"}
     assert missing[0] == 404
+    assert echo[0] == 200 and json.loads(echo[2]) == {"user": "", "client-id": "c1"}  # a blank name is a name
 
 
 def test_render_rejects_other_methods() -> None:

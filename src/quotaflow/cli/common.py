@@ -33,6 +33,7 @@ _JAVA_EXCEPTIONS: Final = {
     35: "org.apache.kafka.common.errors.UnsupportedVersionException",
     40: "org.apache.kafka.common.errors.InvalidConfigurationException",
     42: "org.apache.kafka.common.errors.InvalidRequestException",
+    58: "org.apache.kafka.common.errors.SaslAuthenticationException",
     89: "org.apache.kafka.common.errors.ThrottlingQuotaExceededException",
 }
 

@@ -7,6 +7,7 @@
     │   ├── UnsupportedVersionError     35  UNSUPPORTED_VERSION
     │   ├── InvalidConfigurationError   40  INVALID_CONFIG
     │   ├── InvalidRequestError         42  INVALID_REQUEST
+    │   ├── SaslAuthenticationFailedError 58 SASL_AUTHENTICATION_FAILED
     │   └── ThrottlingQuotaExceededError 89 THROTTLING_QUOTA_EXCEEDED
     ├── CommandError                    a CLI argument error (kafka-configs.sh's IllegalArgumentException)
     ├── StoreError                      the quota store cannot be opened or migrated
@@ -74,6 +75,12 @@ class InvalidRequestError(KafkaError):
     )
 
 
+class SaslAuthenticationFailedError(KafkaError):
+    errno = 58
+    name = "SASL_AUTHENTICATION_FAILED"
+    description = "SASL Authentication failed."
+
+
 class ThrottlingQuotaExceededError(KafkaError):
     errno = 89
     name = "THROTTLING_QUOTA_EXCEEDED"
@@ -88,6 +95,7 @@ _REGISTRY: dict[int, type[KafkaError]] = {
         UnsupportedVersionError,
         InvalidConfigurationError,
         InvalidRequestError,
+        SaslAuthenticationFailedError,
         ThrottlingQuotaExceededError,
     )
 }

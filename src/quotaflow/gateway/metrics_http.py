@@ -78,7 +78,7 @@ class MetricsServer:
         if route is None:
             return 404, "text/plain; charset=utf-8", b"not found\n"
         try:
-            payload = route(parse_qs(url.query))
+            payload = route(parse_qs(url.query, keep_blank_values=True))
         except ValueError as e:
             return 400, "application/json", json.dumps({"error": str(e)}).encode()
         return 200, "application/json", json.dumps(payload).encode()
