@@ -39,7 +39,10 @@ def test_report_on_replay_output(traffic: Path, quota_store: Path, loose_store: 
 def test_demo_stage_backtests_on_spark_and_reports(spark: Any, traffic: Path, quota_store: Path,
                                                    tmp_path: Path) -> None:
     steps: list[str] = []
-    where = demo_stage.run(traffic, quota_store, tmp_path / "demo", progress=steps.append, spark=spark)
+    props = tmp_path / "broker.properties"  # the demo gateway's window settings
+    props.write_text("quota.window.num=3\nquota.window.size.seconds=1\n")
+    where = demo_stage.run(traffic, quota_store, tmp_path / "demo", progress=steps.append, spark=spark,
+                           broker_config=props)
     assert Path(where["report"]).is_file() and Path(where["report"]).name == "report.html"
     assert [Path(p).name for p in where["charts"]] == ["rate_vs_quota.png", "throttle_distribution.png",
                                                        "connections.png"]

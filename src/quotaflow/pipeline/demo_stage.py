@@ -16,9 +16,13 @@ REPORT_DIR = "report"
 
 
 def run(events_dir: Path, store_path: Path, out_dir: Path,
-        progress: Callable[[str], None] | None = None, spark: Any = None) -> dict[str, Any]:
+        progress: Callable[[str], None] | None = None, spark: Any = None,
+        broker_config: Path | None = None) -> dict[str, Any]:
     """Backtest ``events_dir`` against the quotas in ``store_path`` into ``out_dir/backtest``, report into
     ``out_dir/report``. Returns where things are plus the backtest's counts.
+
+    Pass the gateway's broker properties as ``broker_config`` (e.g. ``quota.window.num``) so the backtest windows
+    the traffic the way the gateway did.
 
     Starts Spark (preset ``local``) unless ``spark`` is given, and stops only a session it started: the demo leaves
     no JVM behind, a test keeps its shared session."""
@@ -26,7 +30,7 @@ def run(events_dir: Path, store_path: Path, out_dir: Path,
     from quotaflow.pipeline.session import get_session
 
     backtest_out = out_dir / BACKTEST_DIR
-    spec = job.JobSpec(events=events_dir, store=store_path, out=backtest_out)
+    spec = job.JobSpec(events=events_dir, store=store_path, out=backtest_out, broker_config=broker_config)
     spec.validate()  # a clear error before Spark starts
     session = spark if spark is not None else get_session("local")
     try:
