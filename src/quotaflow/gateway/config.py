@@ -38,7 +38,7 @@ class GatewayConfig:
     controller_quota_window_num: int = 11
     controller_quota_window_size_seconds: int = 1
     store_poll_ms: int = 250  # quota changes apply within a second
-    max_in_flight: int = 256  # pipelined requests read ahead per connection before reading pauses
+    max_in_flight: int = 256  # unanswered requests read per connection; 1 = Kafka's one-at-a-time reading
     # listener name -> PLAINTEXT | SASL_PLAINTEXT (Kafka's listener.security.protocol.map); unmapped listeners use
     # their own name when it is a protocol name, else PLAINTEXT
     security_protocols: Mapping[str, str] = field(default_factory=dict)

@@ -4,7 +4,10 @@ Three tasks per connection, joined by one ordered queue so responses leave in re
 pipeline requests and match responses by order and correlation id):
 
 * ``_read_client``: reads a frame, decides (forward raw / answer locally / fail), queues a ``Pending``; forwarded
-  frames are written to the upstream unchanged, so correlation ids are preserved.
+  frames are written to the upstream unchanged, so correlation ids are preserved. It reads the next request only
+  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time).
+  Pipelining is allowed by default, and still no request slips past a throttle: the produce byte rate is decided
+  when the request is read, and the mute starts then and lasts until the response is sent plus the throttle time.
 * ``_read_upstream``: reads upstream responses and completes the oldest forwarded ``Pending``.
 * ``_write_client``: takes each ``Pending`` in order, applies quotas (KIP-219: answer at once with
   ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be rewritten, writes.
@@ -60,6 +63,7 @@ class Pending:
     local: bytes | None = None  # a response the gateway made itself
     upstream: asyncio.Future[bytes] | None = None
     close_after: bool = False
+    holds_reading: bool = False  # produce throttled on read: no further reads until its response + throttle
     mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
     decisions: dict[str, int] = field(default_factory=dict)
 
@@ -76,7 +80,12 @@ class ClientConnection:
         self.principal = ANONYMOUS
         self.last_active = time.monotonic()
         self.muted_until = 0.0  # monotonic seconds; reading resumes after this
-        self._queue: asyncio.Queue[Pending | None] = asyncio.Queue(gateway.config.max_in_flight)
+        self._queue: asyncio.Queue[Pending | None] = asyncio.Queue()
+        # requests read but not yet answered; 1 = Kafka's rule: the next request is read only after the previous
+        # response has been sent (and its throttle mute has passed)
+        self._slots = asyncio.Semaphore(gateway.config.max_in_flight)
+        self._held = 0  # throttled produce requests whose responses are not sent yet: reading waits for them
+        self._released = asyncio.Event()
         self._awaiting: deque[Pending] = deque()
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
@@ -142,6 +151,7 @@ class ClientConnection:
     async def _read_client(self) -> None:
         limit = self.gateway.config.socket_request_max_bytes
         while not self._closing:
+            await self._slots.acquire()
             await self._unmuted()
             frame = await self._read_frame(self.reader, limit)
             await self._unmuted()  # a mute set while this read was pending holds the request back too
@@ -157,7 +167,14 @@ class ClientConnection:
                 await asyncio.get_running_loop().create_future()
 
     async def _unmuted(self) -> None:
-        while (wait := self.muted_until - time.monotonic()) > 0:
+        while True:
+            if self._held:
+                self._released.clear()
+                await self._released.wait()
+                continue
+            wait = self.muted_until - time.monotonic()
+            if wait <= 0:
+                return
             await asyncio.sleep(wait)
 
     def _on_request(self, frame: bytes) -> Pending:
@@ -184,6 +201,12 @@ class ClientConnection:
                 pending.acks = protocol.produce_acks(frame, header)
             except InvalidRequestError as e:
                 raise ConnectionClosed(str(e)) from e
+            bandwidth_ms = self.gateway.enforcement.produce_bytes(self.principal, header.client_id or "",
+                                                                  pending.request_bytes, now_ms)
+            pending.decisions["throttle_ms_produce"] = bandwidth_ms
+            if bandwidth_ms > 0:  # read nothing more until this response is sent and its throttle has passed
+                pending.holds_reading = True
+                self._held += 1
             if pending.acks == 0:  # no response will come; the writer still applies the byte-rate mute
                 self._forward(frame, pending)
                 pending.local = b""
@@ -355,7 +378,11 @@ class ClientConnection:
             self.gateway.enforcement.network_time(self.principal, pending.header.client_id or "",
                                                   pending.network_ns, now_ms)
             self.gateway.on_request(self, pending, sent, now_ms)
+            if pending.holds_reading:  # the mute (set in _respond) now runs from this response
+                self._held -= 1
+                self._released.set()
             await self.writer.drain()
+            self._slots.release()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
 
@@ -376,9 +403,9 @@ class ClientConnection:
         thread_ns = pending.thread_ns + time.thread_time_ns() - start_ns
         d = pending.decisions
         if key == ApiKey.Produce:
-            decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns,
-                                           -1 if pending.acks is None else pending.acks, now_ms)
-            d["throttle_ms_produce"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
+            decision = enforcement.produce_request_time(user, client_id, d.get("throttle_ms_produce", 0), thread_ns,
+                                                        -1 if pending.acks is None else pending.acks, now_ms)
+            d["throttle_ms_request"] = decision.request_ms
             throttle = decision.throttle_ms
         elif key == ApiKey.Fetch and pending.upstream is not None:
             decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)

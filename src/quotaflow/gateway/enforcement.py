@@ -1,7 +1,8 @@
 """Client-quota enforcement at the gateway: the engine's managers, fed by live traffic and the store's change log.
 
-All decisions are the engine's (``quotaflow.engine``: ``ClientQuotaManager`` per quota type, ``produce_throttle`` /
-``fetch_throttle`` / ``request_throttle`` to combine them, ``is_request_quota_exempt``, ``apply_changes``). This
+All decisions are the engine's (``quotaflow.engine``: ``ClientQuotaManager`` per quota type, ``combine`` /
+``fetch_throttle`` / ``request_throttle`` to combine them (produce is ``produce_throttle`` split in two: bytes when
+the request is read, request time when the response is sent), ``is_request_quota_exempt``, ``apply_changes``). This
 module only decides *what* to feed them: the request size for produce, the upstream response size for fetch, and
 the gateway's own thread time for the request quota (docs/gateway.md). Users are keyed by the authenticated
 principal name (``ANONYMOUS`` on plaintext), client-ids by the request header's (null = ``""``).
@@ -17,11 +18,11 @@ from quotaflow.engine import (
     QuotaManagers,
     ThrottleDecision,
     apply_changes,
+    combine,
     fetch_throttle,
     is_request_quota_exempt,
     is_strict,
     java_double_to_int,
-    produce_throttle,
     request_throttle,
     snapshot_changes,
 )
@@ -49,11 +50,27 @@ class Enforcement:
 
     # -- decisions ------------------------------------------------------------------------------------------
 
-    def produce(self, user: str, client_id: str, size: int, thread_ns: int, acks: int, now_ms: int
-                ) -> ThrottleDecision:
-        """Request size against producer_byte_rate, thread time against request_percentage (acks=0 exempt)."""
+    def produce_bytes(self, user: str, client_id: str, size: int, now_ms: int) -> int:
+        """Request size against producer_byte_rate, recorded when the request is read: a throttled connection is
+        then muted before anything it pipelined behind this request is read (Kafka reads one request at a time,
+        so there nothing can slip past the throttle)."""
+        return self.managers.produce.record_and_get_throttle_ms(user, client_id, size, now_ms)
+
+    def produce_request_time(self, user: str, client_id: str, bandwidth_ms: int, thread_ns: int, acks: int,
+                             now_ms: int) -> ThrottleDecision:
+        """The rest of ``engine.produce_throttle``, when the response is sent: request time (acks=0 exempt), the
+        combined throttle, and the winner's throttle sensor (request on a tie)."""
         m = self.managers
-        return produce_throttle(m.produce, m.request, user, client_id, size, thread_ns, acks, now_ms)
+        if acks == 0:
+            m.request.record_exempt_ns(thread_ns, now_ms)
+            request_ms = 0
+        else:
+            request_ms = m.request.record_request_time_ns(user, client_id, thread_ns, now_ms)
+        decision = combine(bandwidth_ms, request_ms)
+        if decision.throttle_ms > 0:
+            winner = m.request if decision.by_request else m.produce
+            winner.throttle(user, client_id, decision.throttle_ms, now_ms)
+        return decision
 
     def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
         """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response)."""
