@@ -173,3 +173,30 @@ def test_metrics_endpoint_shows_the_quota_sensors(tansu: Tansu, store_path: Path
             text = resp.read().decode()
     lines = [line for line in text.splitlines() if line.startswith("kafka_server_produce_byte_rate{")]
     assert any('client_id="metered"' in line for line in lines), lines
+
+
+def test_pipelined_requests_do_not_slip_past_a_throttle(gateway: GatewayThread, store_path: Path) -> None:
+    _set(store_path, "piped", "producer_byte_rate", 10_000)
+    time.sleep(0.5)
+    wire = Wire(gateway.address())
+    topic = f"pipe-{time.time_ns()}"
+    _produce(wire, topic, "piped")  # first: within the quota window's burst or not, it records 10 kB
+    frames = []
+    for _ in range(2):  # two requests sent back to back, without waiting for the first response
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+        builder.append(timestamp=None, key=None, value=VALUE, headers=[])
+        builder.close()
+        t = ProduceRequest.TopicProduceData
+        request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+            t(name=topic, partition_data=[t.PartitionProduceData(index=0, records=bytes(builder.buffer()))])])
+        wire.cid += 1
+        request.with_header(correlation_id=wire.cid, client_id="piped")
+        frames.append(bytes(request.encode(header=True, framed=True)))
+    wire.sock.sendall(b"".join(frames))
+    first = ProduceResponse.decode(wire.recv(), version=9, header=True)
+    got_first = time.monotonic()
+    ProduceResponse.decode(wire.recv(), version=9, header=True)
+    waited_ms = (time.monotonic() - got_first) * 1000
+    assert first.throttle_time_ms > 0
+    # the second request was only read after the first's response plus its throttle (Kafka's guarantee)
+    assert waited_ms >= first.throttle_time_ms * 0.8, (waited_ms, first.throttle_time_ms)
