@@ -5,8 +5,9 @@ for 16 s, next to an unthrottled producer. Gateway-side rates come from the gate
 
 Kafka's windowed Rate is bursty by design: a client may spend the quota of a whole window at once and is then
 throttled until that burst leaves the window. Run on the same traffic, Kafka's algorithm (quotaflow.engine.rate,
-which matches Kafka's vectors) gives steady-state 10 s slices between ~0.87 Q and ~1.10 Q for 3 × 1 s samples, so
-the last-10-s rate is held to [0.8 Q, 1.12 Q]: Kafka's own spread plus timing slack, not the brief's 1.05.
+which matches Kafka's vectors) can give 10 s slices between ~0.87 Q and ~1.10 Q for 3 × 1 s samples in theory;
+measured through the gateway the last-10-s rate stays within 0.93–1.01 Q, and it is held to Kafka's quota_test
+criterion [0.8 Q, 1.05 Q].
 See docs/gateway-testing.md. The fetch quota is 4 MB/s because tansu answers every fetch with ~1 MB whatever
 ``fetch.max.bytes`` says, and a fetch that large is a quarter of a 1 s sample.
 """
@@ -176,17 +177,11 @@ def test_produce_and_fetch_rates_converge_to_their_quota(tansu: Tansu, gateway_f
     report = f"last 10 s: produce {p_last / Q_P:.3f} Q, fetch {c_last / Q_C:.3f} Q, unthrottled {free / Q_P:.1f} Q_P"
     print(report)
     for last, q in ((p_last, Q_P), (c_last, Q_C)):
-        assert 0.8 * q <= last <= 1.12 * q, report
+        assert 0.8 * q <= last <= 1.05 * q, report
     assert free >= 3 * Q_P, report
     assert pc.max(free_events.column("throttle_ms")).as_py() == 0, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/connection.py reads up to quotaflow.max.in.flight.requests (256) requests ahead and decides "
-    "quotas when responses come back, so a pipelining client's requests pass the throttle decision; Kafka reads a "
-    "connection's next request only after the previous one's response (and its throttle mute)",
-)
 def test_a_throttled_connection_sends_nothing_until_its_throttle_ends(
     tansu: Tansu, gateway_factory: GatewayFactory
 ) -> None:

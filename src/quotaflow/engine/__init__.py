@@ -21,15 +21,6 @@ from quotaflow.engine.controller_mutation import (
     is_strict,
 )
 from quotaflow.engine.exempt import CLUSTER_ACTION_API_KEYS, EXEMPT_THROTTLE_API_KEYS, is_request_quota_exempt
-from quotaflow.engine.kernel import (
-    MODE_CHECK,
-    MODE_NOCHECK,
-    MODE_SKIP,
-    KernelState,
-    WindowReading,
-    decide_groups,
-    read_window,
-)
 from quotaflow.engine.metrics import MetricSample, MetricSource, PrometheusCollector
 from quotaflow.engine.quota_type import QuotaType
 from quotaflow.engine.rate import Rate, bounded_throttle_time, java_round, throttle_time, to_int32
@@ -94,3 +85,16 @@ __all__ = [
     "throttle_time",
     "to_int32",
 ]
+
+# The bulk kernel pulls in numba (~0.6 s to import); load it only when asked for, so per-request users (the
+# gateway, the CLIs) start fast.
+_KERNEL_NAMES = frozenset({"MODE_CHECK", "MODE_NOCHECK", "MODE_SKIP", "KernelState", "WindowReading", "decide_groups",
+                           "read_window"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _KERNEL_NAMES:
+        from quotaflow.engine import kernel
+
+        return getattr(kernel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
