@@ -33,6 +33,7 @@ class DemoContext:
     out_dir: Path
     console: Console
     admin: Admin
+    store_path: Path
     results: dict[str, Path] = field(default_factory=dict)  # description -> file
 
 
@@ -137,11 +138,41 @@ def stage_change_log(ctx: DemoContext) -> None:
     ctx.results["change log (CSV)"] = path
 
 
+GATEWAY_DIR: Final = "gateway"
+PIPELINE_DIR: Final = "pipeline"
+
+
+def stage_gateway(ctx: DemoContext) -> None:
+    """Live traffic: tansu behind the gateway, a throttled and an unthrottled producer, usage events logged."""
+    from quotaflow.gateway import demo_stage
+
+    summary = demo_stage.run(ctx.out_dir / GATEWAY_DIR, ctx.store_path, console=ctx.console)
+    ctx.results["gateway usage events (Parquet)"] = Path(summary["events"])
+    ctx.results["gateway log"] = Path(summary["gateway_log"])
+
+
+def stage_backtest_report(ctx: DemoContext) -> None:
+    """Spark backtest of the gateway's own event log against the store, then the HTML report."""
+    from quotaflow.pipeline import demo_stage
+
+    gateway_dir = ctx.out_dir / GATEWAY_DIR
+    with ctx.console.status("backtest on Spark (local)") as status:
+        result = demo_stage.run(gateway_dir / "events", ctx.store_path, ctx.out_dir / PIPELINE_DIR,
+                                progress=lambda msg: status.update(msg),
+                                broker_config=gateway_dir / "gateway.properties")
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items()))
+    ctx.console.print(f"[bold]backtest[/]: {counts}")
+    ctx.results["backtest (Parquet)"] = Path(result["backtest"])
+    ctx.results["report (HTML)"] = Path(result["report"])
+
+
 STAGES: list[tuple[str, Stage]] = [
     ("alter", stage_alter),
     ("describe", stage_describe),
     ("resolve", stage_resolve),
     ("change log", stage_change_log),
+    ("gateway: live enforcement", stage_gateway),
+    ("pipeline: backtest + report", stage_backtest_report),
 ]
 
 
@@ -156,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                   store_path.with_name(store_path.name + "-shm")):
         stale.unlink(missing_ok=True)
     console = Console()
-    ctx = DemoContext(out_dir, console, Admin(SqliteStore(store_path)))
+    ctx = DemoContext(out_dir, console, Admin(SqliteStore(store_path)), store_path)
     ctx.results["quota store (SQLite)"] = store_path
     try:
         for name, stage in STAGES:
