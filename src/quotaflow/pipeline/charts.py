@@ -75,6 +75,9 @@ def _empty(ax: Axes, message: str) -> None:
     ax.set_yticks([])
 
 
+OFF_SCALE = 5.0  # a quota more than this many times the peak rate is named in the title, not drawn
+
+
 def rate_vs_quota(series: Sequence[EntitySeries], t0_label: str) -> bytes:
     """Small multiples: each top entity's rate per window against its quota, throttled windows marked."""
     n = max(len(series), 1)
@@ -92,9 +95,14 @@ def rate_vs_quota(series: Sequence[EntitySeries], t0_label: str) -> bytes:
             continue
         s = series[i]
         color = QUOTA_COLORS.get(s.quota_type, "#333333")
-        ax.plot(s.seconds, s.rate, color=color, linewidth=1.2, label="rate")
-        if np.isfinite(s.limit).any():
+        ax.plot(s.seconds, s.rate, color=color, linewidth=1.2, marker="o", markersize=2.5, label="rate")
+        peak = float(np.nanmax(s.rate)) if s.rate.size else 0.0
+        finite = s.limit[np.isfinite(s.limit)]
+        title = s.title
+        if finite.size and (peak == 0.0 or float(finite.max()) <= OFF_SCALE * peak):
             ax.step(s.seconds, s.limit, where="post", color="#444444", linestyle="--", linewidth=1.0, label="quota")
+        elif finite.size:  # a quota far above the traffic would flatten the rate line: name it instead
+            title += f"  (quota {human(float(finite.max()))}, off scale)"
         if s.throttled.any():
             ax.scatter(
                 s.seconds[s.throttled],
@@ -104,7 +112,7 @@ def rate_vs_quota(series: Sequence[EntitySeries], t0_label: str) -> bytes:
                 zorder=3,
                 label="throttled window",
             )
-        ax.set_title(s.title, fontsize=9, loc="left")
+        ax.set_title(title, fontsize=8, loc="left")
         ax.set_ylabel(rate_unit(s.quota_type), fontsize=8)
         ax.yaxis.set_major_formatter(formatter)
         ax.tick_params(labelsize=8)

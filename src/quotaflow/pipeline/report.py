@@ -156,22 +156,28 @@ def broker_summary(windows: pa.Table) -> list[dict[str, Any]]:
 def top_entities(windows: pa.Table, n: int = TOP_ENTITIES, per_type: int = 2) -> list[dict[str, Any]]:
     """The quota-ids worth a chart: most throttle time first, then highest rate relative to their quota.
 
-    Up to ``per_type`` of each quota type come first so produce, fetch and request all get a panel; the rest of the
+    Quota-ids seen in a single window (a probe, an admin call) make a chart with no line: they are left out
+    when any other quota-id has a line. Up to
+    ``per_type`` of each quota type come first so produce, fetch and request all get a panel; the rest of the
     ``n`` slots go to the next ranked regardless of type."""
     if windows.num_rows == 0:
         return []
     g = windows.group_by(list(ENTITY_KEY)).aggregate([
         ("throttle_ms_sum", "sum"), ("throttle_count", "sum"), ("rate", "max"), ("limit", "min"),
+        ("window_start_ms", "count"),
     ])
     ranked = sorted(
         g.to_pylist(),
         key=lambda r: (
+            r["window_start_ms_count"] < 2,
             -(r["throttle_ms_sum_sum"] or 0),
             -((r["rate_max"] or 0.0) / r["limit_min"] if r["limit_min"] else 0.0),
             -(r["rate_max"] or 0.0),
             tuple(r[k] for k in ENTITY_KEY),
         ),
     )
+    if any(r["window_start_ms_count"] >= 2 for r in ranked):
+        ranked = [r for r in ranked if r["window_start_ms_count"] >= 2]
     taken: dict[str, int] = {}
     first: list[dict[str, Any]] = []
     rest: list[dict[str, Any]] = []
