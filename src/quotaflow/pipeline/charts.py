@@ -185,6 +185,7 @@ def connection_timeline(tl: ConnectionTimeline, t0_label: str) -> bytes:
             mid, tl.max_ip_throttle_ms, color=THROTTLE_COLOR, linewidth=1.0, linestyle=":", label="max IP throttle"
         )
     bottom.set_ylabel("ms")
+    bottom.set_ylim(bottom=0)  # delays are never negative; an all-zero run would otherwise centre on 0
     bottom.set_xlabel(f"seconds since {t0_label}")
     bottom.legend(fontsize=8, loc="upper right")
     bottom.grid(alpha=0.3)
