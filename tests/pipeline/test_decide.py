@@ -68,3 +68,18 @@ def test_read_rates_equals_engine_read_window() -> None:
     assert read_rates(state, groups, now, settings).tolist() == want
     assert read_rates(state, groups, now, settings, compiled=False).tolist() == want
     assert want[0] > 0 and want[3] == 0.0  # a live window, and one read after everything expired
+
+
+def test_window_rounds_decide_exactly_like_the_plain_pass(prepared: pa.Table) -> None:
+    """The windows' round-by-round kernel runs give the same throttles as the single-call decision pass."""
+    from quotaflow.pipeline.decide import RequestPass
+
+    settings = WindowSettings()
+    table = prepared.take(pa.array(replay.group_order(prepared, list(RequestPass.KEYS))))
+    plain = RequestPass(settings)(table)
+    rounds, stats = RequestPass(settings).windows(table)
+    assert stats is not None
+    assert np.array_equal(plain, rounds) and (plain > 0).any()
+    assert int(stats.throttle_count.sum()) == int((plain > 0).sum())
+    assert int(stats.throttle_ms_sum.sum()) == int(plain.sum())
+    assert (stats.rate[stats.recorded] >= 0).all() and (stats.rate > 0).any()
