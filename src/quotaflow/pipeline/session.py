@@ -5,6 +5,8 @@
 * ``streaming``: UI off, RocksDB state store (exact per-key state across micro-batches, small JVM heap).
 
 All presets enable Arrow (the pipeline moves rows between the JVM and Python with ``mapInArrow``) and keep logs quiet.
+A ``local`` master binds the driver, its block manager and the UI to 127.0.0.1 only: Spark's defaults pick the
+first non-loopback interface (and the UI listens on 0.0.0.0).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Final
 PRESETS: Final[dict[str, dict[str, str]]] = {
     "local": {
         "spark.master": "local[*]",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "8",
     },
     "test": {
@@ -47,6 +50,10 @@ COMMON: Final[dict[str, str]] = {
 }
 
 
+LOOPBACK: Final = "127.0.0.1"
+LOCAL_ONLY: Final[dict[str, str]] = {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
+
+
 def get_session(preset: str = "local", master: str | None = None, **conf: str) -> Any:
     """The (possibly already running) SparkSession for ``preset``; ``master`` overrides the preset's master."""
     if preset not in PRESETS:
@@ -60,6 +67,9 @@ def get_session(preset: str = "local", master: str | None = None, **conf: str) -
     settings = {**COMMON, **PRESETS[preset], **conf}
     if master is not None:
         settings["spark.master"] = master
+    if settings["spark.master"].startswith("local"):
+        settings = {**LOCAL_ONLY, **settings}
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # read by the JVM at launch: UI and RPC on loopback
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
