@@ -115,3 +115,18 @@ def test_vectors_through_spark(spark: Any, vectors_dir: Path, name: str, mode: s
     result = run_set(vectors_dir, name, mode, args, engine="spark")
     assert result.passed, result.problems
     assert result.rows > 0
+
+
+def test_broker_config_sets_windows_and_connection_limits(events: Path, quota_store: Path, tmp_path: Path) -> None:
+    """--broker-config: quota.window.* change the decisions; a broker-wide connection rate delays accepts."""
+    props = tmp_path / "server.properties"
+    props.write_text("quota.window.num=3\nquota.window.size.seconds=2\nmax.connection.creation.rate=5\n"
+                     "inter.broker.listener.name=REPLICATION\n")  # fmt: skip
+    default = replay.run(job.JobSpec(events, quota_store, tmp_path / "a"))
+    tuned = replay.run(job.JobSpec(events, quota_store, tmp_path / "b", broker_config=props))
+    assert default.counts == tuned.counts
+    a, b = _read(tmp_path / "a", "decisions"), _read(tmp_path / "b", "decisions")
+    assert not a["throttle_ms"].equals(b["throttle_ms"])
+    assert b["throttle_ms_request"].max() <= 2_000 and a["throttle_ms_request"].max() <= 1_000  # cap = one window
+    ca, cb = _read(tmp_path / "a", "connections"), _read(tmp_path / "b", "connections")
+    assert (ca["accept_delay_ms"] == 0).all() and (cb["accept_delay_ms"] > 0).any()
