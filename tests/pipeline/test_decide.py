@@ -34,12 +34,12 @@ def test_batch_size_and_compilation_do_not_change_decisions(
     prepared: pa.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = WindowSettings()
-    whole = replay._passes(prepared, settings)
+    whole = replay.passes(prepared, settings)
     monkeypatch.setattr(replay, "BATCH_ROWS", 997)  # many batches: quota-ids continue across batch boundaries
-    small = replay._passes(prepared, settings)
+    small = replay.passes(prepared, settings)
     sub = prepared.slice(0, 3_000)
-    plain = replay._passes(sub, settings, compiled=False)
-    compiled = replay._passes(sub, settings)
+    plain = replay.passes(sub, settings, compiled=False)
+    compiled = replay.passes(sub, settings)
     for col in ("throttle_ms_request", "throttle_ms_produce", "throttle_ms_fetch", "throttle_ms"):
         assert np.array_equal(whole[col].to_numpy(), small[col].to_numpy()), col
         assert np.array_equal(plain[col].to_numpy(), compiled[col].to_numpy()), col

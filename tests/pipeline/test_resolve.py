@@ -36,3 +36,21 @@ def test_resolution_matches_core_precedence(quota_store: Path) -> None:
 def test_missing_store_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         load_config(tmp_path / "none.db")
+
+
+def test_components_keep_shared_quota_ids_together(quota_store: Path) -> None:
+    from quotaflow.pipeline.resolve import components
+
+    config = load_config(quota_store)
+    pairs = [("tenant-0000", "a"), ("tenant-0000", "b"), ("u1", "shared"), ("u2", "shared"), ("u3", "solo")]
+    res = resolve_clients(config, pairs)
+    comp = components(res)
+    rows = res.to_pylist()
+    for t in QUOTA_TYPES:  # any two rows with the same quota-id of any type are in one component
+        for i, a in enumerate(rows):
+            for j, b in enumerate(rows):
+                if a[f"{t}_qid"] == b[f"{t}_qid"]:
+                    assert comp[i] == comp[j]
+    by = {(r["user"], r["client_id"]): c for r, c in zip(rows, comp, strict=True)}
+    assert by[("tenant-0000", "a")] == by[("tenant-0000", "b")]  # tenant-0000's user quota
+    assert by[("u1", "shared")] == by[("u2", "shared")]  # request quota on <default> client-id: tags ("", client)

@@ -33,7 +33,7 @@ from quotaflow.events import (
 )
 from quotaflow.pipeline import job
 from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings
-from quotaflow.pipeline.resolve import NO_TYPE, TYPE_CODE, QuotaConfig, resolve_clients
+from quotaflow.pipeline.resolve import NO_TYPE, TYPE_CODE, QuotaConfig, components, resolve_clients
 from quotaflow.pipeline.windows import ENTITY_SCHEMA, PARTIAL_SCHEMA, WINDOW_KEYS, ByteWindows, RequestWindows
 
 Progress = Callable[[str], None]
@@ -99,6 +99,7 @@ def prepare(spark: Any, good: Any, config: QuotaConfig, *, tags: bool = False) -
 
     pairs = [(r["user"], r["client_id"]) for r in good.select("user", "client_id").distinct().collect()]
     res = resolve_clients(config, pairs)
+    res = res.append_column("component", pa.array(components(res), pa.int64()))
     if not tags:
         res = res.drop_columns([c for c in res.column_names if "_tag_" in c])
     res = spark.createDataFrame(res)
@@ -163,10 +164,39 @@ def _zeros_fn(fields: tuple[pa.Field, ...]) -> Callable[[Iterator[pa.RecordBatch
     return fn
 
 
-def decide(df: Any, settings: WindowSettings, *, identity: bool = False) -> Any:
-    """The two passes over prepared rows; returns rows with the four decision columns (helpers still attached).
+def _component_fn(settings: WindowSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """One partition holds whole components: both passes run on it at once with replay's table code."""
+    from quotaflow.pipeline.replay import passes
 
-    ``identity`` swaps the kernel for zeros and keeps everything else (the benchmark's floor)."""
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = pa.Table.from_batches(list(batches))
+        if table.num_rows:
+            yield from passes(table, settings).to_batches(max_chunksize=100_000)
+
+    return fn
+
+
+def decide(df: Any, settings: WindowSettings, *, identity: bool = False, strategy: str = "component") -> Any:
+    """Decisions for prepared rows (helpers still attached); ``identity`` swaps the kernel for zeros.
+
+    ``component`` (default): one shuffle by (broker, component), each partition decided whole in the Python
+    worker (both passes, sorted there). ``passes``: two shuffles (request quota-id, then byte quota-id), Spark
+    sorts, one kernel call per Arrow batch with state carried across batches (bounded worker memory)."""
+    if strategy == "component":
+        return _decide_components(df, settings, identity)
+    return _decide_passes(df, settings, identity)
+
+
+def _decide_components(df: Any, settings: WindowSettings, identity: bool) -> Any:
+    existing = [f.name for f in REQUEST_DECISION_FIELDS if f.name in df.columns]
+    df = df.drop(*existing)
+    order = (REQUEST_DECISION_FIELDS[2], REQUEST_DECISION_FIELDS[0], REQUEST_DECISION_FIELDS[1],
+             REQUEST_DECISION_FIELDS[3])  # fmt: skip
+    fn = _zeros_fn(order) if identity else _component_fn(settings)
+    return df.repartition("broker", "component").mapInArrow(fn, _with_fields(df.schema, order))
+
+
+def _decide_passes(df: Any, settings: WindowSettings, identity: bool) -> Any:
     from pyspark.sql import functions as F
 
     existing = [f.name for f in REQUEST_DECISION_FIELDS if f.name in df.columns]

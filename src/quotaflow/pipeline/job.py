@@ -34,7 +34,7 @@ DEFAULT_HEADROOM: Final = 1.2
 # Columns the passes add to request rows and drop before writing.
 HELPER_COLUMNS: Final = (
     "request_qid", "request_limit", "request_enabled", "byte_type", "byte_qid", "byte_limit", "byte_enabled",
-    "request_tag_user", "request_tag_client_id", "byte_tag_user", "byte_tag_client_id",
+    "request_tag_user", "request_tag_client_id", "byte_tag_user", "byte_tag_client_id", "component",
 )  # fmt: skip
 
 

@@ -89,7 +89,7 @@ def _slim(table: pa.Table, cols: list[str], broker_codes: pa.Array) -> pa.Table:
     return table.select(cols).set_column(0, "broker", broker_codes)
 
 
-def _passes(table: pa.Table, settings: WindowSettings, compiled: bool = True) -> pa.Table:
+def passes(table: pa.Table, settings: WindowSettings, compiled: bool = True) -> pa.Table:
     """Run the request pass then the byte pass; return the table with the four decision columns appended."""
     n = table.num_rows
     broker_codes = pc.dictionary_encode(table.column("broker")).combine_chunks().indices
@@ -138,7 +138,7 @@ def _drop_existing_decisions(table: pa.Table) -> pa.Table:
 def decide_requests(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
                     compiled: bool = True) -> pa.Table:  # fmt: skip
     """Decisions for good request rows, helper columns still attached (windows need them)."""
-    return _passes(prepare(_drop_existing_decisions(table), config), settings, compiled)
+    return passes(prepare(_drop_existing_decisions(table), config), settings, compiled)
 
 
 def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:

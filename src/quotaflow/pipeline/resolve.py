@@ -126,6 +126,27 @@ def resolve_clients(config: QuotaConfig, pairs: Iterable[tuple[str, str]]) -> pa
     return pa.table(cols, schema=RESOLUTION_SCHEMA)
 
 
+def components(res: pa.Table) -> list[int]:
+    """Per resolution row, the id of its connected component: pairs sharing any quota-id (of any type) belong
+    together, so partitioning rows by (broker, component) keeps every quota-id of every type in one partition."""
+    parent = list(range(res.num_rows))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for t in QUOTA_TYPES:
+        first: dict[int, int] = {}
+        for row, qid in enumerate(res.column(f"{t}_qid").to_pylist()):
+            other = first.setdefault(qid, row)
+            a, b = find(row), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return [find(i) for i in range(res.num_rows)]
+
+
 def kernel_bound(limit: float | None) -> float:
     """An unmatched quota-id still has Kafka's ``Long.MAX_VALUE`` quota (checked, never violated in practice)."""
     return UNLIMITED if limit is None else float(limit)
