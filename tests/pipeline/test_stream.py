@@ -116,7 +116,8 @@ def test_usage_meters_what_each_quota_type_counts(spark: Any) -> None:
         (T0 + 30, "b2", 1, None, False, 9, 1_000, 4_000, 40, 12),  # consumer fetch: response bytes + thread time
         (T0 + 40, "b0", 1, None, True, 9, 5_000, 8_000, 80, None),  # follower fetch: exempt from both
         (T0 + 50, "b1", 3, None, False, 9, 9, 16_000, 160, None),   # metadata: thread time only
-        (T0 + 60, "b2", 4, None, False, 9, 9, 32_000, 320, None),   # LEADER_AND_ISR: cluster action, exempt
+        (T0 + 60, "b2", 4, None, False, 9, 9, 32_000, 320, None),   # LEADER_AND_ISR: exempt-throttle API
+        (T0 + 70, "b0", 52, None, False, 9, 9, 128_000, 1_280, None),  # VOTE: cluster action, counted (no error)
         (T0 + 1_010, "b0", 0, -1, False, 300, 0, 64_000, 640, 0),  # next window
     ]
     table = pa.Table.from_pylist([
@@ -126,11 +127,11 @@ def test_usage_meters_what_each_quota_type_counts(spark: Any) -> None:
     ], schema=pa.schema([*REQUEST_SCHEMA, *REQUEST_DECISION_FIELDS]))  # per-type throttle columns left null
     df = spark.createDataFrame(table.to_pandas(), st.request_schema())
     out = rows(st.usage(df, 1000))
-    assert [(r["window_start_ms"], r["requests"]) for r in out] == [(T0, 6), (T0 + 1000, 1)]
+    assert [(r["window_start_ms"], r["requests"]) for r in out] == [(T0, 7), (T0 + 1000, 1)]
     first, second = out
     assert first["produce_bytes"] == 100 + 50
     assert first["fetch_bytes"] == 1_000
-    assert first["request_thread_ns"] == (1_000 + 10) + (4_000 + 40) + (16_000 + 160)
+    assert first["request_thread_ns"] == (1_000 + 10) + (4_000 + 40) + (16_000 + 160) + (128_000 + 1_280)
     assert first["request_rate"] == pytest.approx(first["request_thread_ns"] * 1e-7)
     assert (first["throttled_requests"], first["throttle_ms"]) == (2, 30 + 12)  # null = no decision logged
     assert (second["throttled_requests"], second["throttle_ms"]) == (0, 0)

@@ -43,7 +43,7 @@ from quotaflow.core.errors import CommandError
 from quotaflow.events import (
     API_FETCH,
     API_PRODUCE,
-    CLUSTER_ACTION_API_KEYS,
+    EXEMPT_THROTTLE_API_KEYS,
     QUARANTINE_REASON,
     REQUEST_DECISION_FIELDS,
     REQUEST_RULES,
@@ -112,7 +112,7 @@ def metered(events: DataFrame) -> DataFrame:
     """Good request events reduced to what each quota type meters, with an event-time column."""
     api = F.col("api_key")
     follower = F.col("is_follower")
-    exempt = follower | api.isin(*sorted(CLUSTER_ACTION_API_KEYS)) | ((api == API_PRODUCE) & (F.col("acks") == 0))
+    exempt = follower | api.isin(*sorted(EXEMPT_THROTTLE_API_KEYS)) | ((api == API_PRODUCE) & (F.col("acks") == 0))
     applied = F.coalesce(F.col("throttle_ms"), F.lit(0)) if "throttle_ms" in events.columns else F.lit(0)
     return events.select(
         F.timestamp_millis(F.col("ts_ms")).alias("event_time"),
