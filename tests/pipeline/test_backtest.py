@@ -71,6 +71,25 @@ def test_backtest_equals_replay(spark: Any, events: Path, quota_store: Path, loo
     assert summary["counts"]["requests"] == 12_002
 
 
+@pytest.mark.spark
+def test_one_tenant_leaves_partitions_empty_and_still_decides(spark: Any, quota_store: Path, tmp_path: Path) -> None:
+    """One (broker, component) and 4 shuffle partitions: three partitions get no rows (and no Arrow batch)."""
+    rows = [{"ts_ms": 1_700_000_000_000 + 10 * i, "broker": "b0", "listener": "PLAINTEXT", "user": "tenant-0000",
+             "client_id": "app", "client_ip": "10.0.0.1", "api_key": 0, "api_version": 9, "request_bytes": 500_000,
+             "response_bytes": 50, "io_thread_ns": 1_000, "network_thread_ns": 100, "acks": 1, "is_follower": False,
+             "seq": i} for i in range(60)]  # fmt: skip
+    (tmp_path / "ev" / "requests").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema(list(REQUEST_SCHEMA))),
+                   tmp_path / "ev" / "requests" / "part-0.parquet")  # fmt: skip
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) > 1
+    sb = backtest.run(job.JobSpec(tmp_path / "ev", quota_store, tmp_path / "bt"), spark=spark)
+    sr = replay.run(job.JobSpec(tmp_path / "ev", quota_store, tmp_path / "rp"))
+    assert sb.counts["requests"] == sr.counts["requests"] == 60
+    a, b = _read(tmp_path / "rp", "decisions"), _read(tmp_path / "bt", "decisions")
+    assert a["throttle_ms_produce"].tolist() == b["throttle_ms_produce"].tolist()
+    assert (a["throttle_ms_produce"] > 0).any()  # 30 MB/s against tenant-0000's 2 MB/s
+
+
 def test_replay_compare(events: Path, quota_store: Path, loose_store: Path, tmp_path: Path) -> None:
     """--compare: per quota-id throttling under both stores, and the one-row summary (Spark reuses this code)."""
     out = tmp_path / "rp"

@@ -22,14 +22,11 @@ def backtest(events: Path, store: Path, out: Path, broker_config: Path | None, c
     spec = spec_from(events, store, out, broker_config, compare, headroom)
     console = Console(stderr=True)
     try:
-        with console.status("backtest") as status:
-            summary = job.run(spec, master=master, progress=lambda s: status.update(f"backtest: {s}"))
+        spec.validate()  # a clear error before Spark starts
+        from quotaflow.pipeline.session import session_scope
+
+        with console.status("backtest") as status, session_scope("local", master) as spark:
+            summary = job.run(spec, spark=spark, progress=lambda s: status.update(f"backtest: {s}"))
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
-    finally:
-        from pyspark.sql import SparkSession
-
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            active.stop()
     print_summary(summary, out)

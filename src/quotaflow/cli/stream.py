@@ -41,10 +41,9 @@ def stream(events: Path, checkpoint: Path, out: Path, master: str | None, window
             max_files_per_trigger=max_files_per_trigger, input_format=input_format,
         )
         st.check_inputs(cfg)
-        with console.status("starting Spark") as status:
-            from quotaflow.pipeline.session import get_session
+        from quotaflow.pipeline.session import session_scope
 
-            spark = get_session("streaming", master=master)
+        with console.status("starting Spark") as status, session_scope("streaming", master) as spark:
 
             def show(p: st.StreamProgress) -> None:
                 status.update(
@@ -57,8 +56,6 @@ def stream(events: Path, checkpoint: Path, out: Path, master: str | None, window
             except KeyboardInterrupt:
                 console.print("interrupted: stopped; restart with the same --checkpoint to resume")
                 return
-            finally:
-                spark.stop()
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     console.print(f"{result.batches} batches, {result.input_rows:,} events, "

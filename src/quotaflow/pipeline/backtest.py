@@ -169,7 +169,10 @@ def _component_fn(settings: WindowSettings) -> Callable[[Iterator[pa.RecordBatch
     from quotaflow.pipeline.replay import passes
 
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
+        received = list(batches)
+        if not received:  # more partitions than components: an empty partition has no batch (and no schema)
+            return
+        table = pa.Table.from_batches(received)
         if table.num_rows:
             yield from passes(table, settings).to_batches(max_chunksize=100_000)
 

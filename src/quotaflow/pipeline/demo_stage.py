@@ -24,20 +24,19 @@ def run(events_dir: Path, store_path: Path, out_dir: Path,
     Pass the gateway's broker properties as ``broker_config`` (e.g. ``quota.window.num``) so the backtest windows
     the traffic the way the gateway did.
 
-    Starts Spark (preset ``local``) unless ``spark`` is given, and stops only a session it started: the demo leaves
-    no JVM behind, a test keeps its shared session."""
+    Uses ``spark``, else the active session, else starts one (preset ``local``) and stops it: the demo leaves no
+    JVM behind, a test keeps its shared session."""
     from quotaflow.pipeline import backtest, job
-    from quotaflow.pipeline.session import get_session
+    from quotaflow.pipeline.session import session_scope
 
     backtest_out = out_dir / BACKTEST_DIR
     spec = job.JobSpec(events=events_dir, store=store_path, out=backtest_out, broker_config=broker_config)
     spec.validate()  # a clear error before Spark starts
-    session = spark if spark is not None else get_session("local")
-    try:
-        summary = backtest.run(spec, spark=session, progress=progress)
-    finally:
-        if spark is None:
-            session.stop()
+    if spark is not None:
+        summary = backtest.run(spec, spark=spark, progress=progress)
+    else:
+        with session_scope("local") as session:
+            summary = backtest.run(spec, spark=session, progress=progress)
     report = build_report(backtest_out, out_dir / REPORT_DIR, progress=progress)
     return {
         "backtest": str(backtest_out),

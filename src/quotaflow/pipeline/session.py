@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 PRESETS: Final[dict[str, dict[str, str]]] = {
@@ -75,3 +77,20 @@ def get_session(preset: str = "local", master: str | None = None, **conf: str) -
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextmanager
+def session_scope(preset: str = "local", master: str | None = None) -> Iterator[Any]:
+    """A SparkSession for one job. The session already active in this thread (a test's, a notebook's, the demo's)
+    is used and left running: only a session this scope started is stopped when the job ends."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    session = get_session(preset, master)
+    try:
+        yield session
+    finally:
+        session.stop()
