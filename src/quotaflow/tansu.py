@@ -21,6 +21,7 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from kafka.protocol.parser import KafkaProtocol
 
 from quotaflow.core.errors import QuotaflowError
+from quotaflow.processes import stop_process
 
 LOOPBACK = "127.0.0.1"
 
@@ -143,14 +144,7 @@ class Tansu:
     def stop(self, timeout: float = 5.0) -> None:
         """Terminate the broker by PID, then kill it if it has not exited within ``timeout`` seconds."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        stop_process(proc, timeout)
 
     def restart(self) -> None:
         """Stop and start again on the same port (memory storage: topics and data are gone afterwards)."""

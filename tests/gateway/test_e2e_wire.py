@@ -9,7 +9,6 @@ import pytest
 from quotaflow.admin import Admin, Alteration
 from quotaflow.cli.wire import (
     KafkaWireConnection,
-    SaslAuthenticationFailedError,
     SaslPlain,
     WireAdmin,
     resolution_to_json,
@@ -18,6 +17,7 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import (
     ClusterAuthorizationFailedError,
     InvalidRequestError,
+    SaslAuthenticationFailedError,
     UnsupportedVersionError,
 )
 from quotaflow.core.filters import FilterComponent, QuotaFilter

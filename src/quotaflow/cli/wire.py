@@ -71,33 +71,9 @@ class BrokerConnectionError(StoreError):
     """The gateway (where the quotas live) could not be reached, closed the connection, or did not speak Kafka."""
 
 
-class SaslAuthenticationFailedError(KafkaError):
-    errno = 58
-    name = "SASL_AUTHENTICATION_FAILED"
-    description = "SASL Authentication failed."
-
-
-class IllegalSaslStateError(KafkaError):
-    errno = 34
-    name = "ILLEGAL_SASL_STATE"
-    description = "Request is not valid given the current SASL state."
-
-
-class UnsupportedSaslMechanismError(KafkaError):
-    errno = 33
-    name = "UNSUPPORTED_SASL_MECHANISM"
-    description = "The broker does not support the requested SASL mechanism."
-
-
-_SASL_ERRORS: Final[dict[int, type[KafkaError]]] = {
-    c.errno: c for c in (SaslAuthenticationFailedError, IllegalSaslStateError, UnsupportedSaslMechanismError)
-}
-
-
 def error_for(code: int, message: str | None) -> KafkaError:
     """The quotaflow error type for a Kafka error code, carrying the broker's message."""
-    cls = _SASL_ERRORS.get(code) or for_code(code)
-    return cls(message)
+    return for_code(code)(message)
 
 
 @dataclass(frozen=True, slots=True)

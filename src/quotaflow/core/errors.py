@@ -4,6 +4,8 @@
     ├── KafkaError                      one class per Kafka error code (``errno``), registry ``for_code``
     │   ├── UnknownServerError          -1  UNKNOWN_SERVER_ERROR
     │   ├── ClusterAuthorizationFailedError 31 CLUSTER_AUTHORIZATION_FAILED
+    │   ├── UnsupportedSaslMechanismError 33 UNSUPPORTED_SASL_MECHANISM
+    │   ├── IllegalSaslStateError       34  ILLEGAL_SASL_STATE
     │   ├── UnsupportedVersionError     35  UNSUPPORTED_VERSION
     │   ├── InvalidConfigurationError   40  INVALID_CONFIG
     │   ├── InvalidRequestError         42  INVALID_REQUEST
@@ -54,6 +56,18 @@ class ClusterAuthorizationFailedError(KafkaError):
     description = "Cluster authorization failed."
 
 
+class UnsupportedSaslMechanismError(KafkaError):
+    errno = 33
+    name = "UNSUPPORTED_SASL_MECHANISM"
+    description = "The broker does not support the requested SASL mechanism."
+
+
+class IllegalSaslStateError(KafkaError):
+    errno = 34
+    name = "ILLEGAL_SASL_STATE"
+    description = "Request is not valid given the current SASL state."
+
+
 class UnsupportedVersionError(KafkaError):
     errno = 35
     name = "UNSUPPORTED_VERSION"
@@ -92,6 +106,8 @@ _REGISTRY: dict[int, type[KafkaError]] = {
     for cls in (
         UnknownServerError,
         ClusterAuthorizationFailedError,
+        UnsupportedSaslMechanismError,
+        IllegalSaslStateError,
         UnsupportedVersionError,
         InvalidConfigurationError,
         InvalidRequestError,

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import TracebackType
 
 from quotaflow.core.errors import QuotaflowError
+from quotaflow.processes import stop_process
 from quotaflow.tansu import LOOPBACK, api_versions_probe
 
 _READY = re.compile(r"quotaflow gateway ready: PLAINTEXT=[^\s:]+:(\d+)(?: metrics=http://[^\s:]+:(\d+))?")
@@ -104,14 +105,7 @@ class GatewayProcess:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (the gateway closes its connections and flushes its event log), then SIGKILL after ``timeout``."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        stop_process(proc, timeout)
 
     def __enter__(self) -> GatewayProcess:
         return self.start()

@@ -1,0 +1,17 @@
+"""Child processes the project starts (the tansu broker, gateway subprocesses) are stopped one way: by PID."""
+
+from __future__ import annotations
+
+import subprocess
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds; nothing if it already exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
