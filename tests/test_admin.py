@@ -18,6 +18,7 @@ from quotaflow.core.errors import InvalidRequestError, KafkaError, UnsupportedVe
 from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
 from quotaflow.core.precedence import quota_limit
 from quotaflow.store.sqlite import SqliteStore
+from worked_example import PARTIAL_MATCH_COUNTS
 
 E = FilterComponent.exact
 D = FilterComponent.default
@@ -178,24 +179,7 @@ def test_describe_match_exact(worked: Admin) -> None:
         assert exact(worked, entity) == {}
 
 
-@pytest.mark.parametrize(
-    ("flt", "count"),
-    [
-        (QuotaFilter.contains([E("user", "user-1")]), 3),
-        (QuotaFilter.contains([E("user", "unknown")]), 0),
-        (QuotaFilter.contains([E("client-id", "client-id-2")]), 2),
-        (QuotaFilter.contains([D("user")]), 2),
-        (QuotaFilter.contains_only([E("user", "user-2")]), 1),
-        (QuotaFilter.contains_only([E("client-id", "client-id-1")]), 0),
-        (QuotaFilter.contains_only([A("user")]), 4),
-        (QuotaFilter.contains([A("user")]), 10),
-        (QuotaFilter.contains_only([A("client-id")]), 1),
-        (QuotaFilter.contains([A("client-id")]), 7),
-        (QuotaFilter.contains([A("ip")]), 2),
-        (QuotaFilter.contains([]), 13),
-        (QuotaFilter.contains_only([]), 0),
-    ],
-)
+@pytest.mark.parametrize(("flt", "count"), PARTIAL_MATCH_COUNTS)
 def test_describe_match_partial(worked: Admin, flt: QuotaFilter, count: int) -> None:
     assert len(worked.describe(flt)) == count
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
 from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
+from worked_example import PARTIAL_MATCH_COUNTS
 
 E = FilterComponent.exact
 D = FilterComponent.default
@@ -32,24 +33,7 @@ WORKED: list[dict[str, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("flt", "count"),
-    [
-        (QuotaFilter.contains([E("user", "user-1")]), 3),
-        (QuotaFilter.contains([E("user", "unknown")]), 0),
-        (QuotaFilter.contains([E("client-id", "client-id-2")]), 2),
-        (QuotaFilter.contains([D("user")]), 2),
-        (QuotaFilter.contains_only([E("user", "user-2")]), 1),
-        (QuotaFilter.contains_only([E("client-id", "client-id-1")]), 0),
-        (QuotaFilter.contains_only([A("user")]), 4),
-        (QuotaFilter.contains([A("user")]), 10),
-        (QuotaFilter.contains_only([A("client-id")]), 1),
-        (QuotaFilter.contains([A("client-id")]), 7),
-        (QuotaFilter.contains([A("ip")]), 2),
-        (QuotaFilter.contains([]), 13),
-        (QuotaFilter.contains_only([]), 0),
-    ],
-)
+@pytest.mark.parametrize(("flt", "count"), PARTIAL_MATCH_COUNTS)
 def test_worked_example_counts(flt: QuotaFilter, count: int) -> None:
     flt.validate()
     assert sum(flt.matches(e) for e in WORKED) == count

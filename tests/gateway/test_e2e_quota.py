@@ -78,6 +78,11 @@ def produce_flat_out(bootstrap: str, topic: str, client_id: str, stop: threading
             "acks": 1,
         }
     )
+    produce_until(producer, topic, stop)
+
+
+def produce_until(producer: Producer, topic: str, stop: threading.Event) -> None:
+    """Produce as fast as the client allows until ``stop``; what is still queued then is dropped."""
     while not stop.is_set():
         try:
             producer.produce(topic, VALUE)
@@ -208,13 +213,7 @@ def test_a_throttled_connection_sends_nothing_until_its_throttle_ends(
                 "acks": 1,
             }
         )
-        while not stop.is_set():
-            try:
-                producer.produce(topic, VALUE)
-            except BufferError:
-                producer.poll(0.01)
-        producer.purge()
-        producer.flush(5)
+        produce_until(producer, topic, stop)
 
     run_for(6.0, pipelining)
     gw.flush_events()
