@@ -26,7 +26,7 @@ lint: setup
 	$(BIN)/mypy
 
 conformance: setup
-	$(BIN)/python -m quotaflow.conformance ../shared/kafka-reference/vectors
+	$(BIN)/python -m quotaflow.conformance $${QUOTAFLOW_KAFKA_REFERENCE:-../shared/kafka-reference}/vectors
 
 test: setup
 	$(BIN)/ruff check src tests bench

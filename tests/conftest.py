@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-VECTORS = ROOT.parent / "shared" / "kafka-reference" / "vectors"
+from reference import VECTORS
 
 
 @pytest.fixture(scope="session")

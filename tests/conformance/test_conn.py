@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from quotaflow.conformance.conn import format_value, run
-
-VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "kafka-reference" / "vectors"
+from reference import VECTORS
 
 
 def conn_vectors() -> list[tuple[str, str]]:
