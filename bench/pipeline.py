@@ -5,7 +5,9 @@ reading the Parquet input to the decisions written as Parquet:
 
 * spark     the backtest's decision job (quarantine split, broadcast resolution, request pass, byte pass, write);
 * identity  the same Spark job with the kernel replaced by zeros (same read, joins, shuffles, sorts, write);
-* replay    ``quotaflow replay``'s decision path in one process (pyarrow + numpy + the same kernel).
+* replay    ``quotaflow replay``'s decision path in one process (pyarrow + numpy + the same kernel);
+* copy      Spark reading the events and writing them back unchanged: the cheapest Spark job that reads and
+            writes every row, a lower bound for any Spark backtest on the machine.
 
 Spark start-up is measured once, separately. Run::
 
@@ -59,14 +61,21 @@ def spark_decisions(spark: Any, events: Path, config: QuotaConfig, out: Path, id
     t0 = time.perf_counter()
     req = backtest.read_events(spark, events, REQUESTS_DIR)
     good, _ = backtest.split_malformed(req, REQUESTS_DIR)
-    decided = backtest.decide(backtest.prepare(spark, good, config), WindowSettings(), identity=identity)
+    decided = backtest.decisions(spark, good, config, WindowSettings(), identity=identity)
     decided.drop(*[c for c in job.HELPER_COLUMNS if c in decided.columns]).write.mode("overwrite").parquet(str(out))
+    return time.perf_counter() - t0
+
+
+def spark_copy(spark: Any, events: Path, out: Path) -> float:
+    """Spark's bare floor on this machine: read the request events and write them back as Parquet, nothing else."""
+    t0 = time.perf_counter()
+    spark.read.parquet(str(events / REQUESTS_DIR)).write.mode("overwrite").parquet(str(out))
     return time.perf_counter() - t0
 
 
 def replay_decisions(events: Path, config: QuotaConfig, out: Path) -> float:
     t0 = time.perf_counter()
-    table = read_dataset(events, REQUESTS_DIR)
+    table = read_dataset(events, REQUESTS_DIR, dictionary=True)  # as replay.run reads
     assert table is not None
     good, _ = split_malformed(table, REQUESTS_DIR)
     decided = replay.decide_requests(good, config, WindowSettings())
@@ -110,10 +119,11 @@ def main() -> None:
                 generate(TrafficSpec(events=n, seed=42), events)
                 print(f"generated {n} in {time.perf_counter() - t:.1f} s", flush=True)
             for _ in range(args.repeat):
+                copy = spark_copy(spark, events, args.workdir / "out-copy")
                 ident = spark_decisions(spark, events, config, args.workdir / "out-identity", identity=True)
                 sp = spark_decisions(spark, events, config, args.workdir / "out-spark", identity=False)
                 rp = replay_decisions(events, config, args.workdir / "out-replay")
-                row = {"events": n, "spark_s": sp, "identity_s": ident, "replay_s": rp}
+                row = {"events": n, "spark_s": sp, "identity_s": ident, "replay_s": rp, "copy_s": copy}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -122,15 +132,16 @@ def main() -> None:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Spark master {args.master}, "
         f"Arrow batch {args.batch}. Spark start-up (session + first job): {startup:.1f} s, not included below.",
         "",
-        "| events | Spark backtest s | events/s | identity floor s | events/s | kernel overhead | replay s | events/s "
-        "| Spark µs/event | replay µs/event |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| events | Spark backtest s | events/s | identity floor s | events/s | kernel overhead | Spark read→write s "
+        "| events/s | replay s | events/s | Spark µs/event | replay µs/event |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         n = r["events"]
         lines.append(
             f"| {n:,} | {r['spark_s']:.1f} | {n / r['spark_s']:,.0f} | {r['identity_s']:.1f} | "
-            f"{n / r['identity_s']:,.0f} | {100 * (r['spark_s'] / r['identity_s'] - 1):+.0f} % | {r['replay_s']:.1f} | "
+            f"{n / r['identity_s']:,.0f} | {100 * (r['spark_s'] / r['identity_s'] - 1):+.0f} % | {r['copy_s']:.1f} | "
+            f"{n / r['copy_s']:,.0f} | {r['replay_s']:.1f} | "
             f"{n / r['replay_s']:,.0f} | {1e6 * r['spark_s'] / n:.2f} | {1e6 * r['replay_s'] / n:.2f} |"
         )
     print("\n".join(lines))

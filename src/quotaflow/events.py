@@ -151,26 +151,43 @@ def check_events_dir(events: Path) -> dict[str, list[Path]]:
     return found
 
 
-def _read_file(path: Path) -> pa.Table:
+STRING_DICTIONARY: Final = pa.dictionary(pa.int32(), pa.string())
+
+
+def _string_columns(kind: str) -> list[str]:
+    return [f.name for f in schema_for(kind) if f.type == pa.string()]
+
+
+def _read_file(path: Path, kind: str, dictionary: bool) -> pa.Table:
     try:
         if path.suffix == ".parquet":
-            return pq.read_table(path)
+            if not dictionary:
+                return pq.read_table(path)
+            names = set(pq.read_schema(path).names)
+            return pq.read_table(path, read_dictionary=[c for c in _string_columns(kind) if c in names])
         return pajson.read_json(path)
     except (pa.ArrowInvalid, OSError) as e:
         raise EventsInputError(f"cannot read {path}: {e}") from e
 
 
-def conform(table: pa.Table, kind: str, path: object = "") -> pa.Table:
+def conform(table: pa.Table, kind: str, path: object = "", dictionary: bool = False) -> pa.Table:
     """Cast the schema columns to their types (extra columns kept as they are, missing nullable ones added).
 
-    ``seq`` may be missing; every other required column must be present."""
+    ``seq`` may be missing; every other required column must be present. With ``dictionary`` the string columns
+    are dictionary-encoded (low-cardinality names: integer codes for grouping, and cheap to carry and write)."""
     schema = schema_for(kind)
     columns: dict[str, pa.ChunkedArray] = {}
     for f in schema:
         if f.name in table.column_names:
             col = table.column(f.name)
+            want = STRING_DICTIONARY if dictionary and f.type == pa.string() else f.type
             try:
-                columns[f.name] = col if col.type == f.type else pc.cast(col, f.type, safe=True)
+                if col.type == want:
+                    columns[f.name] = col
+                elif want == STRING_DICTIONARY:
+                    columns[f.name] = pc.dictionary_encode(pc.cast(col, pa.string(), safe=True))
+                else:
+                    columns[f.name] = pc.cast(col, want, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 raise EventsInputError(f"{kind} {path}: column {f.name} cannot be read as {f.type}: {e}") from e
         elif f.nullable:
@@ -195,14 +212,14 @@ def assign_seq(tables: Sequence[pa.Table]) -> list[pa.Table]:
     return out
 
 
-def read_dataset(events: Path, kind: str) -> pa.Table | None:
+def read_dataset(events: Path, kind: str, *, dictionary: bool = False) -> pa.Table | None:
     """Read ``events/<kind>/`` (Parquet and/or JSON lines) into one table, schema columns conformed, seq assigned.
 
-    Returns None when the dataset is absent."""
+    Returns None when the dataset is absent. ``dictionary``: string columns come dictionary-encoded."""
     files = dataset_files(events / kind)
     if not files:
         return None
-    tables = [conform(_read_file(p), kind, p) for p in files]
+    tables = [conform(_read_file(p, kind, dictionary), kind, p, dictionary) for p in files]
     tables = assign_seq(tables)
     return pa.concat_tables(tables, promote_options="permissive")
 
@@ -218,8 +235,19 @@ def malformed_mask(table: pa.Table, kind: str) -> tuple[pa.Array, pa.Array]:
     return bad, reason
 
 
+def _may_break(table: pa.Table, rule: Rule) -> bool:
+    """Whether any row can break ``rule``, from null counts and a min (no per-row work)."""
+    col = table.column(rule.column)
+    if rule.kind == "null":
+        return bool(col.null_count > 0)
+    low = pc.min(col).as_py()
+    return bool(low is not None and low < 0)
+
+
 def split_malformed(table: pa.Table, kind: str) -> tuple[pa.Table, pa.Table]:
     """(good rows, malformed rows with a ``reason`` column). Nothing is dropped."""
+    if not any(_may_break(table, rule) for rule in rules_for(kind)):
+        return table, table.slice(0, 0).append_column(QUARANTINE_REASON, pa.array([], pa.string()))
     bad, reason = malformed_mask(table, kind)
     good = table.filter(pc.invert(bad))
     quarantined = table.filter(bad).append_column(QUARANTINE_REASON, pc.filter(reason, bad))

@@ -6,20 +6,26 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from quotaflow.engine.exempt import is_request_quota_exempt
 from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.pipeline import replay
-from quotaflow.pipeline.decide import WindowSettings, request_exempt
+from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings, request_exempt
 from quotaflow.pipeline.resolve import load_config
+from quotaflow.pipeline.windows import table_order
 
 
 @pytest.fixture(scope="module")
 def prepared(traffic: Path, quota_store: Path) -> pa.Table:
+    """The traffic's good rows with every helper column the batch passes read (as the window pass sees them)."""
     table = read_dataset(traffic, REQUESTS_DIR)
     assert table is not None
-    return replay.prepare(table.slice(0, 12_000), load_config(quota_store))
+    return replay.decide_requests(table.slice(0, 12_000), load_config(quota_store), WindowSettings())
+
+
+DECISIONS = ("throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request", "throttle_ms")
 
 
 def test_exemptions_match_engine(prepared: pa.Table) -> None:
@@ -30,23 +36,57 @@ def test_exemptions_match_engine(prepared: pa.Table) -> None:
     assert 0 < got.sum() < len(want)
 
 
-def test_batch_size_and_compilation_do_not_change_decisions(
-    prepared: pa.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _batched(prepared: pa.Table, rows: int) -> dict[str, np.ndarray]:
+    """The batch drivers (Spark's two-pass strategy): sorted batches of ``rows`` rows, state carried across."""
     settings = WindowSettings()
-    whole = replay.passes(prepared, settings)
-    monkeypatch.setattr(replay, "BATCH_ROWS", 997)  # many batches: quota-ids continue across batch boundaries
-    small = replay.passes(prepared, settings)
-    sub = prepared.slice(0, 3_000)
-    plain = replay.passes(sub, settings, compiled=False)
-    compiled = replay.passes(sub, settings)
-    for col in ("throttle_ms_request", "throttle_ms_produce", "throttle_ms_fetch", "throttle_ms"):
-        assert np.array_equal(whole[col].to_numpy(), small[col].to_numpy()), col
+    n = prepared.num_rows
+    req = np.zeros(n, dtype=np.int64)
+    order = table_order(prepared, RequestPass.KEYS)
+    rp = RequestPass(settings)
+    for start in range(0, n, rows):
+        idx = order[start : start + rows]
+        req[idx] = rp(prepared.take(pa.array(idx)))
+    with_req = prepared.set_column(prepared.schema.get_field_index("throttle_ms_request"), "throttle_ms_request",
+                                   pa.array(req))  # fmt: skip
+    recorded = with_req.filter(pc.not_equal(with_req["byte_type"], 3))
+    rec_rows = np.flatnonzero(prepared["byte_type"].to_numpy() != 3)
+    order = table_order(recorded, BytePass.KEYS)
+    produce, fetch = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    bp = BytePass(settings)
+    for start in range(0, len(order), rows):
+        idx = order[start : start + rows]
+        p, f = bp(recorded.take(pa.array(idx)))
+        produce[rec_rows[idx]], fetch[rec_rows[idx]] = p, f
+    return {"throttle_ms_request": req, "throttle_ms_produce": produce, "throttle_ms_fetch": fetch}
+
+
+def test_batch_drivers_equal_the_whole_array_passes(prepared: pa.Table) -> None:
+    """Two implementations of the same passes agree: per-batch drivers with carried state (997-row batches cut
+    quota-ids everywhere) and the one-call whole-array path used by replay and the Spark UDF."""
+    batched = _batched(prepared, 997)
+    for col, values in batched.items():
+        assert np.array_equal(values, prepared[col].to_numpy()), col
+    applied = prepared["throttle_ms"].to_numpy()
+    assert (applied > 0).any() and (prepared["throttle_ms_fetch"].to_numpy() > 0).any()
+    assert np.array_equal(applied, np.maximum.reduce([batched[c] for c in batched]))
+
+
+def test_row_order_and_compilation_do_not_change_decisions(traffic: Path, quota_store: Path) -> None:
+    """Shuffled rows (a Spark partition arrives unordered) decide the same as time-ordered rows, and the
+    pure-Python kernel gives what the compiled one gives."""
+    table = read_dataset(traffic, REQUESTS_DIR, dictionary=True)
+    assert table is not None
+    config = load_config(quota_store)
+    settings = WindowSettings()
+    want = replay.decide(replay.prepare(table, config), settings)
+    perm = np.random.default_rng(5).permutation(table.num_rows)
+    shuffled = replay.decide(replay.prepare(table.take(pa.array(perm)), config), settings)
+    sub = replay.prepare(table.slice(0, 3_000), config)
+    plain, compiled = replay.decide(sub, settings, compiled=False), replay.decide(sub, settings)
+    for col in DECISIONS:
+        assert np.array_equal(shuffled[col].to_numpy(), want[col].to_numpy()[perm]), col
         assert np.array_equal(plain[col].to_numpy(), compiled[col].to_numpy()), col
-    applied = whole["throttle_ms"].to_numpy()
-    assert (applied > 0).any()
-    assert np.array_equal(applied, np.maximum.reduce([whole[c].to_numpy() for c in (
-        "throttle_ms_request", "throttle_ms_produce", "throttle_ms_fetch")]))  # fmt: skip
+    assert (want["throttle_ms"].to_numpy() > 0).any()
 
 
 def test_read_rates_equals_engine_read_window() -> None:
@@ -72,10 +112,8 @@ def test_read_rates_equals_engine_read_window() -> None:
 
 def test_window_rounds_decide_exactly_like_the_plain_pass(prepared: pa.Table) -> None:
     """The windows' round-by-round kernel runs give the same throttles as the single-call decision pass."""
-    from quotaflow.pipeline.decide import RequestPass
-
     settings = WindowSettings()
-    table = prepared.take(pa.array(replay.group_order(prepared, list(RequestPass.KEYS))))
+    table = prepared.take(pa.array(table_order(prepared, RequestPass.KEYS)))
     plain = RequestPass(settings)(table)
     rounds, stats = RequestPass(settings).windows(table)
     assert stats is not None

@@ -41,10 +41,25 @@ except ImportError:  # pragma: no cover - numba is a dependency; the fallback ke
     HAVE_NUMBA = False  # type: ignore[misc]
 
 
+# The kernel allocates nothing, so it is compiled without numba's runtime (NRT): with NRT every call to a helper
+# increments and decrements the reference counts of the state arrays it is passed, atomic operations that cost
+# ~100 ns per record on this VM (measured: 125 ns vs 5 ns per record for the same loop).
+NO_NRT: Final[dict[str, Any]] = {"_nrt": False}
+
+
 def _jitable(fn: F) -> F:
     if HAVE_NUMBA:
-        register_jitable(fn)  # registers an overload for compiled callers; returns fn unchanged
+        register_jitable(**NO_NRT)(fn)  # registers an overload for compiled callers; returns fn unchanged
     return fn
+
+
+def compile_kernel(fn: F) -> F:
+    """``fn`` compiled like the kernel (numba, cached, no GIL, no runtime); ``fn`` itself without numba."""
+    if not HAVE_NUMBA:
+        return fn
+    import numba
+
+    return cast(F, numba.njit(cache=True, nogil=True, **NO_NRT)(fn))
 
 
 I64 = npt.NDArray[np.int64]
@@ -210,9 +225,7 @@ _compiled: Callable[..., None] | None = None
 def _compiled_loop() -> Callable[..., None]:
     global _compiled
     if _compiled is None:
-        import numba
-
-        _compiled = cast(Callable[..., None], numba.njit(cache=True, nogil=True)(_decide_loop))
+        _compiled = compile_kernel(_decide_loop)
     return _compiled
 
 

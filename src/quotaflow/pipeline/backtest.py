@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +32,8 @@ from quotaflow.events import (
     schema_for,
 )
 from quotaflow.pipeline import job
-from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings
-from quotaflow.pipeline.resolve import NO_TYPE, TYPE_CODE, QuotaConfig, components, resolve_clients
+from quotaflow.pipeline.decide import BytePass, ManagerView, RequestPass, RequestRows, WindowSettings, decide_rows
+from quotaflow.pipeline.resolve import NO_TYPE, QUOTA_TYPES, TYPE_CODE, QuotaConfig, components, resolve_clients
 from quotaflow.pipeline.windows import ENTITY_SCHEMA, PARTIAL_SCHEMA, WINDOW_KEYS, ByteWindows, RequestWindows
 
 Progress = Callable[[str], None]
@@ -164,46 +164,83 @@ def _zeros_fn(fields: tuple[pa.Field, ...]) -> Callable[[Iterator[pa.RecordBatch
     return fn
 
 
-def _component_fn(settings: WindowSettings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """One partition holds whole components: both passes run on it at once with replay's table code."""
-    from quotaflow.pipeline.replay import passes
+SLIM_COLUMNS: Final = ("_broker", "_pair", "ts_ms", "seq", "api_key", "acks", "is_follower", "request_bytes",
+                       "response_bytes", "io_thread_ns", "network_thread_ns")  # fmt: skip
 
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        received = list(batches)
-        if not received:  # more partitions than components: an empty partition has no batch (and no schema)
+
+def _decision_udf(views: dict[str, ManagerView], settings: WindowSettings, identity: bool) -> Any:
+    """A scalar-iterator Arrow UDF over one partition of whole (broker, component)s: only the columns the passes
+    read cross to Python and only the four decisions come back (Spark keeps the other columns in the JVM and
+    zips the result back onto each row). ``views`` is each manager's view per resolution row (``_pair``)."""
+    from pyspark.sql.pandas.functions import arrow_udf
+
+    out_type = ", ".join(f"{f.name} {_spark_type(f.type).simpleString()}" for f in REQUEST_DECISION_FIELDS)
+
+    def fn(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        received = [list(b) for b in batches]
+        if not received:
             return
-        table = pa.Table.from_batches(received)
-        if table.num_rows:
-            yield from passes(table, settings).to_batches(max_chunksize=100_000)
+        table = pa.table([pa.chunked_array([b[i] for b in received]) for i in range(len(SLIM_COLUMNS))],
+                         names=list(SLIM_COLUMNS))  # fmt: skip
+        if identity:
+            zeros = np.zeros(table.num_rows, dtype=np.int64)
+            results: tuple[np.ndarray, ...] = (zeros,) * len(REQUEST_DECISION_FIELDS)
+        else:
+            pair = table.column("_pair").to_numpy()
+            rows = RequestRows.of_arrow(table, table.column("_broker").to_numpy().astype(np.int64))
+            results = decide_rows(rows, pair, views, settings)  # one thread: Spark runs a task per core
+        struct = pa.StructArray.from_arrays([pa.array(r, pa.int64()) for r in results],
+                                            fields=list(REQUEST_DECISION_FIELDS))  # fmt: skip
+        start = 0
+        for b in received:  # one output batch per input batch, same lengths
+            yield struct.slice(start, len(b[0]))
+            start += len(b[0])
 
-    return fn
+    make: Any = arrow_udf  # pyspark's stubs know no struct (DDL) return type for it
+    udf = make(out_type)(fn)  # fn's type hints make it a scalar-iterator UDF
+    return udf.asNondeterministic()  # evaluated once per row, not once per extracted field
 
 
-def decide(df: Any, settings: WindowSettings, *, identity: bool = False, strategy: str = "component") -> Any:
-    """Decisions for prepared rows (helpers still attached); ``identity`` swaps the kernel for zeros.
+def decisions(spark: Any, good: Any, config: QuotaConfig, settings: WindowSettings, *, identity: bool = False,
+              strategy: str = "component") -> Any:  # fmt: skip
+    """Good request rows with the four decision columns (no helper columns); ``identity`` decides zeros.
 
-    ``component`` (default): one shuffle by (broker, component), each partition decided whole in the Python
-    worker (both passes, sorted there). ``passes``: two shuffles (request quota-id, then byte quota-id), Spark
-    sorts, one kernel call per Arrow batch with state carried across batches (bounded worker memory)."""
-    if strategy == "component":
-        return _decide_components(df, settings, identity)
-    return _decide_passes(df, settings, identity)
+    ``component`` (default): the distinct (broker, user, client_id) are resolved on the driver; a broadcast join
+    adds each row's resolution row and component (pairs sharing any quota-id); one shuffle by (broker,
+    component) puts whole quota-ids in one partition, where :func:`_decision_udf` runs both passes at once.
+    ``passes``: two shuffles (request quota-id, then byte quota-id), Spark sorts, one kernel call per Arrow batch
+    with state carried across batches (bounded worker memory; every column crosses to Python twice)."""
+    existing = [f.name for f in REQUEST_DECISION_FIELDS if f.name in good.columns]
+    good = good.drop(*existing)
+    if strategy == "passes":
+        decided = _decide_passes(prepare(spark, good, config), settings, identity)
+        return decided.drop(*[c for c in job.HELPER_COLUMNS if c in decided.columns])
+    return _decide_components(spark, good, config, settings, identity)
 
 
-def _decide_components(df: Any, settings: WindowSettings, identity: bool) -> Any:
-    existing = [f.name for f in REQUEST_DECISION_FIELDS if f.name in df.columns]
-    df = df.drop(*existing)
-    order = (REQUEST_DECISION_FIELDS[2], REQUEST_DECISION_FIELDS[0], REQUEST_DECISION_FIELDS[1],
-             REQUEST_DECISION_FIELDS[3])  # fmt: skip
-    fn = _zeros_fn(order) if identity else _component_fn(settings)
-    return df.repartition("broker", "component").mapInArrow(fn, _with_fields(df.schema, order))
+def _decide_components(spark: Any, good: Any, config: QuotaConfig, settings: WindowSettings, identity: bool) -> Any:
+    from pyspark.sql import functions as F
+
+    found = good.select("broker", "user", "client_id").distinct().collect()
+    brokers = sorted({r["broker"] for r in found})
+    res = resolve_clients(config, [(r["user"], r["client_id"]) for r in found])
+    keys = pa.table({"user": res.column("user"), "client_id": res.column("client_id"),
+                     "_pair": pa.array(np.arange(res.num_rows), pa.int32()),
+                     "_component": pa.array(components(res), pa.int64())})  # fmt: skip
+    code = F.create_map(*[x for i, b in enumerate(brokers) for x in (F.lit(b), F.lit(i))])[F.col("broker")]
+    df = good.join(F.broadcast(spark.createDataFrame(keys)), ["user", "client_id"], "inner")
+    df = df.withColumn("_broker", code).repartition("_broker", "_component")
+    views = {t: ManagerView.of_resolution(res, t) for t in QUOTA_TYPES}
+    udf = _decision_udf(views, settings, identity)
+    slim = [F.coalesce(F.col("acks"), F.lit(1).cast("byte")).alias("acks") if c == "acks" else F.col(c)
+            for c in SLIM_COLUMNS]  # fmt: skip
+    df = df.withColumn("_decisions", udf(*slim))
+    return df.select(*good.columns, *[F.col("_decisions")[f.name].alias(f.name) for f in REQUEST_DECISION_FIELDS])
 
 
 def _decide_passes(df: Any, settings: WindowSettings, identity: bool) -> Any:
     from pyspark.sql import functions as F
 
-    existing = [f.name for f in REQUEST_DECISION_FIELDS if f.name in df.columns]
-    df = df.drop(*existing)
     rkeys = list(RequestPass.KEYS)
     r = df.repartition(*[F.col(k) for k in rkeys]).sortWithinPartitions(*rkeys, "ts_ms", "seq")
     rfn = _zeros_fn(REQUEST_DECISION_FIELDS[2:3]) if identity else _request_fn(settings)
@@ -306,7 +343,6 @@ def run(
     config = spec.quota_config()
     if spec.out.exists():
         shutil.rmtree(spec.out)
-    helpers = list(job.HELPER_COLUMNS)
     req = read_events(spark, spec.events, REQUESTS_DIR)
     if req is not None:
         good, bad = split_malformed(req, REQUESTS_DIR)
@@ -315,8 +351,7 @@ def run(
             summary.counts["requests_quarantined"] = spark.read.parquet(
                 str(spec.out / job.QUARANTINE / REQUESTS_DIR)).count()  # fmt: skip
         with summary.timed("decisions", progress):
-            decided = decide(prepare(spark, good, config), settings, identity=identity)
-            _write(decided.drop(*[c for c in helpers if c in decided.columns]), spec.out / job.DECISIONS)
+            _write(decisions(spark, good, config, settings, identity=identity), spec.out / job.DECISIONS)
         decided_df = spark.read.parquet(str(spec.out / job.DECISIONS))
         summary.counts["requests"] = decided_df.count() + summary.counts["requests_quarantined"]
         if not identity:
@@ -354,8 +389,7 @@ def _compare(spark: Any, spec: job.JobSpec, good: Any, win_a: Any, settings: Win
     assert spec.compare is not None
     other = spec.quota_config(spec.compare)
     tmp = spec.out / "_compare_tmp"
-    decided_b = decide(prepare(spark, good, other), settings)
-    _write(decided_b.drop(*[c for c in job.HELPER_COLUMNS if c in decided_b.columns]), tmp)
+    _write(decisions(spark, good, other, settings), tmp)
     win_b = windows(prepare(spark, spark.read.parquet(str(tmp)), other, tags=True), settings)
     a = win_a.toArrow()
     b = win_b.toArrow()

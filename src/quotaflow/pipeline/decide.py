@@ -14,8 +14,10 @@ All work per batch is vectorised; the per-row loop is the kernel's (``decide_gro
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -32,6 +34,7 @@ from quotaflow.engine.kernel import (
     MODE_SKIP,
     KernelState,
     _measure,
+    compile_kernel,
     decide_groups,
 )
 from quotaflow.events import API_FETCH, API_PRODUCE
@@ -193,19 +196,16 @@ class WindowStats:
 
 
 def _read_rates_loop(value: F64, start: I64, last: I64, n: I64, groups: I64, now: I64, samples: int,
-                     window_ms: int, out: F64) -> None:  # fmt: skip
-    """``read_window(..., mutate=False).rate`` for many (group, time) pairs: each read on a scratch copy."""
-    slots = value.shape[1]
-    v = np.empty((1, slots), dtype=np.float64)
-    s = np.empty((1, slots), dtype=np.int64)
-    la = np.empty((1, slots), dtype=np.int64)
-    nn = np.empty(1, dtype=np.int64)
+                     window_ms: int, v: F64, s: I64, la: I64, nn: I64, out: F64) -> None:  # fmt: skip
+    """``read_window(..., mutate=False).rate`` for many (group, time) pairs: each read on the scratch row
+    ``v, s, la, nn`` (one group's copy, allocated by the caller: the compiled loop allocates nothing)."""
     for i in range(groups.shape[0]):
         g = groups[i]
         t = now[i]
-        v[0, :] = value[g, :]
-        s[0, :] = start[g, :]
-        la[0, :] = last[g, :]
+        for j in range(value.shape[1]):
+            v[0, j] = value[g, j]
+            s[0, j] = start[g, j]
+            la[0, j] = last[g, j]
         nn[0] = n[g]
         if nn[0] == 0:  # SampledStat.oldest creates a sample when there is none
             v[0, 0] = 0.0
@@ -225,13 +225,14 @@ def read_rates(state: KernelState, groups: I64, now_ms: I64, settings: WindowSet
     loop: Callable[..., None] = _read_rates_loop
     if compiled and HAVE_NUMBA:
         if _read_rates_compiled is None:
-            import numba
-
-            _read_rates_compiled = numba.njit(cache=True, nogil=True)(_read_rates_loop)
+            _read_rates_compiled = compile_kernel(_read_rates_loop)
         loop = _read_rates_compiled
     out = np.zeros(len(groups), dtype=np.float64)
+    slots = state.value.shape[1]
+    scratch = (np.empty((1, slots)), np.empty((1, slots), np.int64), np.empty((1, slots), np.int64),
+               np.empty(1, np.int64))  # fmt: skip
     loop(state.value, state.start, state.last, state.n, np.ascontiguousarray(groups, dtype=np.int64),
-         np.ascontiguousarray(now_ms, dtype=np.int64), settings.samples, settings.window_ms, out)  # fmt: skip
+         np.ascontiguousarray(now_ms, dtype=np.int64), settings.samples, settings.window_ms, *scratch, out)  # fmt: skip
     return out
 
 
@@ -244,13 +245,20 @@ def _keys_at(keys: Sequence[pa.Array | pa.ChunkedArray], i: int) -> tuple[object
     return tuple(k[i].as_py() for k in keys)
 
 
-def request_exempt(batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.bool_]:
-    """SPEC §5 exemptions known from an event: exempt-throttle APIs, follower fetches, produce with acks=0."""
-    api = _np(batch.column("api_key"))
-    acks = _np(pc.fill_null(batch.column("acks"), 1))
-    follower = _np(batch.column("is_follower")).astype(bool)
+def exempt_from_request_quota(api: npt.NDArray[np.int16], acks: npt.NDArray[np.int8],
+                               follower: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:  # fmt: skip
+    """SPEC §5 exemptions known from an event: exempt-throttle APIs, follower fetches, produce with acks=0
+    (``acks`` with nulls filled by any value other than 0)."""
     exempt: npt.NDArray[np.bool_] = np.isin(api, _EXEMPT_KEYS) | follower | ((api == PRODUCE_API_KEY) & (acks == 0))
     return exempt
+
+
+def request_exempt(batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.bool_]:
+    """:func:`exempt_from_request_quota` of an Arrow batch."""
+    return exempt_from_request_quota(
+        _np(batch.column("api_key")), _np(pc.fill_null(batch.column("acks"), 1)),
+        _np(batch.column("is_follower")).astype(bool),
+    )  # fmt: skip
 
 
 class RequestPass:
@@ -259,25 +267,31 @@ class RequestPass:
     KEYS: Final = ("broker", "request_qid")
 
     def __init__(self, settings: WindowSettings, compiled: bool = True) -> None:
-        self.driver = GroupDriver(settings, unrecord=False, max_throttle_ms=settings.window_ms, compiled=compiled)
+        self.driver = request_driver(settings, compiled)
 
-    def inputs(self, batch: pa.RecordBatch | pa.Table) -> KernelInputs:
+    @staticmethod
+    def records(off: I64, bounds: F64, ts: I64, io_ns: I64, network_ns: I64,
+                skip: npt.NDArray[np.bool_]) -> KernelInputs:  # fmt: skip
         """Two records per request (io time checked, then network time unchecked), same timestamp."""
-        n = batch.num_rows
-        keys = [batch.column(k) for k in self.KEYS]
-        off = group_offsets(keys)
-        ts = _np(batch.column("ts_ms")).astype(np.int64)
-        skip = request_exempt(batch) | ~_np(batch.column("request_enabled")).astype(bool)
+        n = len(ts)
         values = np.empty(2 * n, dtype=np.float64)
-        values[0::2] = _np(batch.column("io_thread_ns")) * NANOS_TO_PERCENT
-        values[1::2] = _np(batch.column("network_thread_ns")) * NANOS_TO_PERCENT
+        values[0::2] = io_ns * NANOS_TO_PERCENT
+        values[1::2] = network_ns * NANOS_TO_PERCENT
         modes = np.empty(2 * n, dtype=np.int8)
         modes[0::2] = np.where(skip, MODE_SKIP, MODE_CHECK)
         modes[1::2] = np.where(skip, MODE_SKIP, MODE_NOCHECK)
-        return KernelInputs(
-            off * 2, _keys_at(keys, 0), _keys_at(keys, n - 1), _bounds(batch.column("request_limit"), off),
-            np.repeat(ts, 2), values, modes, np.zeros(2 * n, dtype=np.int64),
+        return KernelInputs(off * 2, (), (), bounds, np.repeat(ts, 2), values, modes, np.zeros(2 * n, dtype=np.int64))
+
+    def inputs(self, batch: pa.RecordBatch | pa.Table) -> KernelInputs:
+        n = batch.num_rows
+        keys = [batch.column(k) for k in self.KEYS]
+        off = group_offsets(keys)
+        skip = request_exempt(batch) | ~_np(batch.column("request_enabled")).astype(bool)
+        x = self.records(
+            off, _bounds(batch.column("request_limit"), off), _np(batch.column("ts_ms")).astype(np.int64),
+            _np(batch.column("io_thread_ns")), _np(batch.column("network_thread_ns")), skip,
         )  # fmt: skip
+        return replace(x, first_keys=_keys_at(keys, 0), last_keys=_keys_at(keys, n - 1))
 
     def __call__(self, batch: pa.RecordBatch | pa.Table) -> I64:
         if batch.num_rows == 0:
@@ -293,9 +307,12 @@ class RequestPass:
 
 
 def byte_type(batch: pa.RecordBatch | pa.Table) -> npt.NDArray[np.int8]:
+    """:func:`byte_types` of an Arrow batch."""
+    return byte_types(_np(batch.column("api_key")), _np(batch.column("is_follower")).astype(bool))
+
+
+def byte_types(api: npt.NDArray[np.int16], follower: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
     """0 produce, 1 consumer fetch, 3 neither (follower fetch, other APIs): which byte-rate manager records."""
-    api = _np(batch.column("api_key"))
-    follower = _np(batch.column("is_follower")).astype(bool)
     out = np.full(len(api), NO_TYPE, dtype=np.int8)
     out[api == API_PRODUCE] = TYPE_CODE["produce"]
     out[(api == API_FETCH) & ~follower] = TYPE_CODE["fetch"]
@@ -311,10 +328,7 @@ class BytePass:
     TYPES: Final = (("produce", "request_bytes"), ("fetch", "response_bytes"))
 
     def __init__(self, settings: WindowSettings, compiled: bool = True) -> None:
-        self.drivers = {
-            "produce": GroupDriver(settings, unrecord=False, max_throttle_ms=-1, compiled=compiled),
-            "fetch": GroupDriver(settings, unrecord=True, max_throttle_ms=-1, compiled=compiled),
-        }
+        self.drivers = {name: byte_driver(name, settings, compiled) for name, _ in self.TYPES}
 
     def inputs(self, sub: pa.RecordBatch | pa.Table, value_col: str) -> KernelInputs:
         keys = [sub.column(k) for k in self.KEYS]
@@ -353,6 +367,174 @@ class BytePass:
         return out
 
 
+def byte_driver(name: str, settings: WindowSettings, compiled: bool = True) -> GroupDriver:
+    """The produce or fetch manager: uncapped throttle; fetch un-records a throttled response."""
+    return GroupDriver(settings, unrecord=name == "fetch", max_throttle_ms=-1, compiled=compiled)
+
+
+def request_driver(settings: WindowSettings, compiled: bool = True) -> GroupDriver:
+    """The request manager: throttle capped at one sample window (KIP-124)."""
+    return GroupDriver(settings, unrecord=False, max_throttle_ms=settings.window_ms, compiled=compiled)
+
+
 def applied(request_ms: I64, produce_ms: I64, fetch_ms: I64) -> I64:
     """The throttle the broker applies: the largest of the managers' (non-applicable ones are 0)."""
     return np.maximum(np.maximum(request_ms, produce_ms), fetch_ms)
+
+
+# -- whole datasets as numpy arrays (replay, and one Spark partition holding whole quota-ids) --------------------
+@dataclass(frozen=True, slots=True)
+class ManagerView:
+    """One quota manager's view of each row: dense quota-id, kernel bound (null limit = ``UNLIMITED``) and whether
+    the manager records at all (``quotaTypesEnabled``)."""
+
+    qid: I64
+    bound: F64
+    enabled: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of_resolution(cls, res: pa.Table, quota_type: str) -> ManagerView:
+        """Per resolution row (one distinct (user, client_id) pair of :func:`~.resolve.resolve_clients`)."""
+        return cls(
+            _np(res.column(f"{quota_type}_qid")).astype(np.int64),
+            _np(pc.fill_null(res.column(f"{quota_type}_limit"), UNLIMITED)).astype(np.float64),
+            _np(res.column(f"{quota_type}_enabled")).astype(bool),
+        )
+
+    def take(self, rows: I64) -> ManagerView:
+        return ManagerView(self.qid[rows], self.bound[rows], self.enabled[rows])
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRows:
+    """The columns the decisions read, one entry per request row; ``broker`` is any dense integer code."""
+
+    broker: I64
+    ts_ms: I64
+    seq: I64
+    api_key: npt.NDArray[np.int16]
+    acks: npt.NDArray[np.int8]  # nulls filled with 1 (only acks=0 matters)
+    is_follower: npt.NDArray[np.bool_]
+    request_bytes: I64
+    response_bytes: I64
+    io_thread_ns: I64
+    network_thread_ns: I64
+
+    @classmethod
+    def of_arrow(cls, batch: pa.RecordBatch | pa.Table, broker: I64) -> RequestRows:
+        def col(name: str) -> np.ndarray:
+            return _np(batch.column(name))
+
+        return cls(
+            broker, col("ts_ms").astype(np.int64), col("seq").astype(np.int64), col("api_key"),
+            _np(pc.fill_null(batch.column("acks"), 1)), col("is_follower").astype(bool),
+            col("request_bytes"), col("response_bytes"), col("io_thread_ns"), col("network_thread_ns"),
+        )  # fmt: skip
+
+
+def codes(col: pa.Array | pa.ChunkedArray) -> tuple[I64, pa.Array]:
+    """(dense integer code per row, the distinct values): a dictionary column's own indices, else hashed once."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()  # one dictionary for all chunks
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    return col.indices.to_numpy(zero_copy_only=False).astype(np.int64), col.dictionary
+
+
+def time_order(ts_ms: I64, seq: I64) -> I64 | None:
+    """Row order by (ts_ms, seq), or None when the rows already come that way (generated and logged data do)."""
+    if len(ts_ms) < 2:
+        return None
+    dt = np.diff(ts_ms)
+    if bool(np.all((dt > 0) | ((dt == 0) & (np.diff(seq) > 0)))):
+        return None
+    return np.lexsort((seq, ts_ms)).astype(np.int64)
+
+
+def group_order(key: I64, timeline: I64 | None) -> I64:
+    """Rows grouped by ``key`` (dense, ≥ 0), each group in timeline order (``None``: row order).
+
+    A stable sort keeps the timeline inside each group; keys that fit 16 bits sort by radix in O(n)."""
+    k = key if timeline is None else key[timeline]
+    small = len(k) == 0 or int(k.max()) < 1 << 16
+    order = np.argsort(k.astype(np.uint16) if small else k, kind="stable").astype(np.int64)
+    return order if timeline is None else timeline[order]
+
+
+def run_offsets(sorted_key: I64) -> I64:
+    """Start of each run of equal keys in a sorted key array, plus the end (length G + 1)."""
+    starts = np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1
+    return np.concatenate(([0], starts, [len(sorted_key)])).astype(np.int64)
+
+
+def _grouped(broker: I64, qid: I64, timeline: I64 | None) -> tuple[I64, I64]:
+    """(row order, group offsets) for one manager: groups are (broker, quota-id), time-ordered inside."""
+    width = int(qid.max()) + 1 if len(qid) else 1
+    key = broker * width + qid
+    order = group_order(key, timeline)
+    return order, run_offsets(key[order])
+
+
+def group_ranges(offsets: I64, parts: int) -> list[tuple[int, int]]:
+    """Up to ``parts`` ranges of whole groups ``[g0, g1)`` holding about equal numbers of rows."""
+    groups = len(offsets) - 1
+    targets = np.linspace(0, offsets[-1], parts + 1)[1:-1]
+    cuts = np.unique(np.concatenate(([0], np.searchsorted(offsets, targets), [groups])))
+    return [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _each(fn: Callable[..., None], items: Sequence[tuple[object, ...]], threads: int) -> None:
+    """``fn(*item)`` for every item, on ``threads`` threads (the kernel and numpy release the GIL)."""
+    if threads <= 1 or len(items) <= 1:
+        for item in items:
+            fn(*item)
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for f in [pool.submit(fn, *item) for item in items]:
+            f.result()
+
+
+def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], settings: WindowSettings,
+                compiled: bool = True, threads: int = 1) -> tuple[I64, I64, I64, I64]:  # fmt: skip
+    """(throttle_ms_produce, throttle_ms_fetch, throttle_ms_request, throttle_ms) for every row of whole quota-ids.
+
+    ``pair`` is each row's index into ``views`` (each manager's view per resolved (user, client_id)). The same
+    passes as :class:`RequestPass` and :class:`BytePass` (request first, so fetch sees its throttle), each run once
+    over all rows; groups are independent, so ranges of them run on ``threads`` threads."""
+    n = len(rows.ts_ms)
+    timeline = time_order(rows.ts_ms, rows.seq)
+    req = np.zeros(n, dtype=np.int64)
+    out = {"produce": np.zeros(n, dtype=np.int64), "fetch": np.zeros(n, dtype=np.int64)}
+    if n == 0:
+        return out["produce"], out["fetch"], req, req.copy()
+    exempt = exempt_from_request_quota(rows.api_key, rows.acks, rows.is_follower)
+    rv = views["request"]
+    order, offsets = _grouped(rows.broker, rv.qid[pair], timeline)
+
+    def request_range(g0: int, g1: int) -> None:
+        o = order[offsets[g0] : offsets[g1]]
+        p = pair[o]
+        off = offsets[g0 : g1 + 1] - offsets[g0]
+        x = RequestPass.records(off, rv.bound[p[off[:-1]]], rows.ts_ms[o], rows.io_thread_ns[o],
+                                rows.network_thread_ns[o], exempt[o] | ~rv.enabled[p])  # fmt: skip
+        req[o] = request_driver(settings, compiled).run(x)[0::2]
+
+    _each(request_range, group_ranges(offsets, threads), threads)
+    btype = byte_types(rows.api_key, rows.is_follower)
+    values = {"produce": rows.request_bytes, "fetch": rows.response_bytes}
+
+    def byte_pass(name: str) -> None:
+        mine = btype == TYPE_CODE[name]
+        if not mine.any():
+            return
+        sub = np.flatnonzero(mine) if timeline is None else timeline[mine[timeline]]  # time-ordered rows
+        v = views[name]
+        local, off = _grouped(rows.broker[sub], v.qid[pair[sub]], None)
+        o = sub[local]
+        p = pair[o]
+        x = KernelInputs(off, (), (), v.bound[p[off[:-1]]], rows.ts_ms[o], values[name][o].astype(np.float64),
+                         np.where(v.enabled[p], MODE_CHECK, MODE_SKIP).astype(np.int8), req[o])  # fmt: skip
+        out[name][o] = byte_driver(name, settings, compiled).run(x)
+
+    _each(byte_pass, [(name,) for name, _ in BytePass.TYPES], threads)
+    return out["produce"], out["fetch"], req, applied(req, out["produce"], out["fetch"])

@@ -7,13 +7,15 @@ checks the two write identical decisions. Rows are grouped with one stable sort 
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -21,113 +23,114 @@ import pyarrow.parquet as pq
 from quotaflow.events import CONNECTIONS_DIR, REQUEST_DECISION_FIELDS, REQUESTS_DIR, read_dataset, split_malformed
 from quotaflow.pipeline import job
 from quotaflow.pipeline.connections import decide_all
-from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings, applied, byte_type
-from quotaflow.pipeline.resolve import TYPE_CODE, QuotaConfig, resolve_clients
+from quotaflow.pipeline.decide import (
+    I64,
+    ManagerView,
+    RequestRows,
+    WindowSettings,
+    byte_types,
+    codes,
+    decide_rows,
+)
+from quotaflow.pipeline.resolve import QUOTA_TYPES, TYPE_CODE, QuotaConfig, resolve_clients
 from quotaflow.pipeline.windows import entities_from_windows, window_rows
 
 BATCH_ROWS: Final = 1 << 20
+STATISTICS_COLUMNS: Final = ("ts_ms", "window_start_ms", "throttle_ms")
+THREADS: Final = min(os.cpu_count() or 1, 4)  # decisions and writes (numpy, the kernel and Parquet release the GIL)
 Progress = Callable[[str], None]
 
 
-def _key_index(table: pa.Table, res: pa.Table) -> pa.Array:
-    """Row -> index of its (user, client_id) in the resolution table (vectorised string match)."""
-    sep = "\x00"
-    keys = pc.binary_join_element_wise(table.column("user"), table.column("client_id"), sep)
-    res_keys = pc.binary_join_element_wise(res.column("user"), res.column("client_id"), sep)
-    return pc.index_in(keys, value_set=res_keys)
+def resolve_pairs(table: pa.Table, config: QuotaConfig) -> tuple[I64, pa.Table]:
+    """(each row's index into the resolution table, the resolution of the distinct (user, client_id) pairs)."""
+    users, user_values = codes(table.column("user"))
+    clients, client_values = codes(table.column("client_id"))
+    width = max(len(client_values), 1)
+    pair_codes = pc.dictionary_encode(pa.array(users * width + clients))
+    distinct = pair_codes.dictionary.to_numpy()
+    pairs = list(zip(user_values.take(pa.array(distinct // width)).to_pylist(),
+                     client_values.take(pa.array(distinct % width)).to_pylist(), strict=True))  # fmt: skip
+    res = resolve_clients(config, pairs)
+    resolved = zip(res.column("user").to_pylist(), res.column("client_id").to_pylist(), strict=True)
+    rank = {pair: i for i, pair in enumerate(resolved)}
+    remap = np.array([rank[pair] for pair in pairs], dtype=np.int64)
+    return remap[pair_codes.indices.to_numpy()], res
 
 
-def prepare(table: pa.Table, config: QuotaConfig) -> pa.Table:
-    """Attach every helper column the passes need (quota-ids, limits, enabled flags, byte type) to request rows."""
-    pairs = table.select(["user", "client_id"]).group_by(["user", "client_id"]).aggregate([])
-    res = resolve_clients(config, zip(pairs.column("user").to_pylist(), pairs.column("client_id").to_pylist(),
-                                      strict=True))  # fmt: skip
-    idx = _key_index(table, res)
-    bt = byte_type(table)
-    is_fetch = pa.array(bt == TYPE_CODE["fetch"])
-    cols = {
-        "request_qid": res.column("request_qid").take(idx),
-        "request_limit": res.column("request_limit").take(idx),
-        "request_enabled": res.column("request_enabled").take(idx),
-        "byte_type": pa.array(bt, pa.int8()),
-        "byte_qid": pc.if_else(is_fetch, res.column("fetch_qid").take(idx), res.column("produce_qid").take(idx)),
-        "byte_limit": pc.if_else(is_fetch, res.column("fetch_limit").take(idx), res.column("produce_limit").take(idx)),
-        "byte_enabled": pc.if_else(
-            is_fetch, res.column("fetch_enabled").take(idx), res.column("produce_enabled").take(idx)
-        ),
-    }
-    for name, col in cols.items():
-        table = table.append_column(name, col)
-    for part in ("tag_user", "tag_client_id"):  # the quota-ids, for windows and entities
-        table = table.append_column(f"request_{part}", res.column(f"request_{part}").take(idx))
-        table = table.append_column(f"byte_{part}", pc.if_else(
-            is_fetch, res.column(f"fetch_{part}").take(idx), res.column(f"produce_{part}").take(idx)))  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Good request rows with what the passes read: numpy columns, each row's resolution row and manager views."""
+
+    table: pa.Table
+    rows: RequestRows
+    pair: I64
+    res: pa.Table
+    views: dict[str, ManagerView]
+
+
+def prepare(table: pa.Table, config: QuotaConfig) -> Prepared:
+    pair, res = resolve_pairs(table, config)
+    broker, _ = codes(table.column("broker"))
+    views = {t: ManagerView.of_resolution(res, t) for t in QUOTA_TYPES}
+    return Prepared(table, RequestRows.of_arrow(table, broker), pair, res, views)
+
+
+def helper_columns(p: Prepared) -> dict[str, pa.Array]:
+    """The per-row helper columns the window pass reads (quota-ids, limits, flags, byte type and quota-id tags),
+    taken from the resolution table; tags are dictionary arrays over it, so attaching them copies no strings."""
+    bt = byte_types(p.rows.api_key, p.rows.is_follower)
+    fetch = bt == TYPE_CODE["fetch"]
+    request_idx = pa.array(p.pair.astype(np.int32))
+    byte_idx = pa.array(p.pair.astype(np.int32) + fetch.astype(np.int32) * p.res.num_rows)  # fetch rows: 2nd half
+
+    def request(part: str) -> pa.Array:
+        return p.res.column(f"request_{part}").combine_chunks()
+
+    def byte(part: str) -> pa.Array:
+        return pa.concat_arrays([p.res.column(f"{t}_{part}").combine_chunks() for t in ("produce", "fetch")])
+
+    cols: dict[str, pa.Array] = {}
+    for part in ("qid", "limit", "enabled"):
+        cols[f"request_{part}"] = request(part).take(request_idx)
+        if part == "qid":
+            cols["byte_type"] = pa.array(bt, pa.int8())
+        cols[f"byte_{part}"] = byte(part).take(byte_idx)
+    for part in ("tag_user", "tag_client_id"):
+        cols[f"request_{part}"] = pa.DictionaryArray.from_arrays(request_idx, request(part))
+        cols[f"byte_{part}"] = pa.DictionaryArray.from_arrays(byte_idx, byte(part))
+    return cols
+
+
+def decide(p: Prepared, settings: WindowSettings, compiled: bool = True) -> pa.Table:
+    """The good rows with the four decision columns appended (schema order of REQUEST_DECISION_FIELDS)."""
+    produce, fetch, request, throttle = decide_rows(p.rows, p.pair, p.views, settings, compiled, THREADS)
+    table = p.table
+    for f, values in zip(REQUEST_DECISION_FIELDS, (produce, fetch, request, throttle), strict=True):
+        table = table.append_column(f, pa.array(values, pa.int64()))
     return table
 
 
-def group_order(table: pa.Table, keys: list[str]) -> npt.NDArray[np.int64]:
-    """Row order grouping by ``keys`` then (ts_ms, seq): one stable sort on a combined integer key when the rows
-    already come in (ts_ms, seq) order (generated and logged data do), else a full lexicographic sort."""
-    ts = table.column("ts_ms").to_numpy()
-    seq = table.column("seq").to_numpy()
-    combined = np.zeros(table.num_rows, dtype=np.int64)
-    for k in keys:
-        col = table.column(k)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            code = pc.dictionary_encode(col).combine_chunks().indices.to_numpy().astype(np.int64)
-        else:
-            code = col.to_numpy().astype(np.int64)
-        combined = combined * (int(code.max()) + 1 if len(code) else 1) + code
-    in_order = len(ts) < 2 or bool(np.all((ts[1:] > ts[:-1]) | ((ts[1:] == ts[:-1]) & (seq[1:] > seq[:-1]))))
-    if in_order:
-        return np.argsort(combined, kind="stable").astype(np.int64)
-    return np.lexsort((seq, ts, combined)).astype(np.int64)
+def write_parts(table: pa.Table, out: Path, rows_per_file: int = BATCH_ROWS, threads: int = THREADS) -> None:
+    """One Parquet dataset: files of at most ``rows_per_file`` rows, at least one per thread, written in parallel.
 
-
-def _slim(table: pa.Table, cols: list[str], broker_codes: pa.Array) -> pa.Table:
-    """The columns a pass needs, with the broker as an integer code (grouping only needs equality)."""
-    return table.select(cols).set_column(0, "broker", broker_codes)
-
-
-def passes(table: pa.Table, settings: WindowSettings, compiled: bool = True) -> pa.Table:
-    """Run the request pass then the byte pass; return the table with the four decision columns appended."""
-    n = table.num_rows
-    broker_codes = pc.dictionary_encode(table.column("broker")).combine_chunks().indices
-    req = np.zeros(n, dtype=np.int64)
-    cols = ["broker", "request_qid", "request_limit", "request_enabled", "ts_ms", "seq", "io_thread_ns",
-            "network_thread_ns", "api_key", "acks", "is_follower"]  # fmt: skip
-    slim = _slim(table, cols, broker_codes)
-    order = group_order(slim, list(RequestPass.KEYS))
-    sorted_req = slim.take(pa.array(order))
-    rp = RequestPass(settings, compiled)
-    for start in range(0, n, BATCH_ROWS):
-        req[order[start : start + BATCH_ROWS]] = rp(sorted_req.slice(start, BATCH_ROWS))
-    table = table.append_column(REQUEST_DECISION_FIELDS[2], pa.array(req, pa.int64()))
-
-    produce = np.zeros(n, dtype=np.int64)
-    fetch = np.zeros(n, dtype=np.int64)
-    cols = ["broker", "byte_type", "byte_qid", "byte_limit", "byte_enabled", "ts_ms", "seq", "request_bytes",
-            "response_bytes", "throttle_ms_request"]  # fmt: skip
-    recorded = np.flatnonzero(table.column("byte_type").to_numpy() != 3)
-    slim = _slim(table, cols, broker_codes).take(pa.array(recorded))
-    sub_order = group_order(slim, list(BytePass.KEYS))
-    order = recorded[sub_order]
-    sorted_b = slim.take(pa.array(sub_order))
-    bp = BytePass(settings, compiled)
-    for start in range(0, len(order), BATCH_ROWS):
-        p, f = bp(sorted_b.slice(start, BATCH_ROWS))
-        rows = order[start : start + BATCH_ROWS]
-        produce[rows] = p
-        fetch[rows] = f
-    table = table.append_column(REQUEST_DECISION_FIELDS[0], pa.array(produce, pa.int64()))
-    table = table.append_column(REQUEST_DECISION_FIELDS[1], pa.array(fetch, pa.int64()))
-    return table.append_column(REQUEST_DECISION_FIELDS[3], pa.array(applied(req, produce, fetch), pa.int64()))
-
-
-def write_parts(table: pa.Table, out: Path, rows_per_file: int = BATCH_ROWS) -> None:
+    String columns are dictionary-encoded in the file; the Arrow schema is not stored, so dictionary columns read
+    back as plain strings (as Spark's files do). Min/max statistics are kept for the columns readers filter on
+    (time, and the applied throttle); computing them for every column costs a quarter of the write."""
     out.mkdir(parents=True, exist_ok=True)
-    for i, start in enumerate(range(0, max(table.num_rows, 1), rows_per_file)):
-        pq.write_table(table.slice(start, rows_per_file), out / f"part-{i:05d}.parquet")
+    n = table.num_rows
+    per = max(1, min(rows_per_file, -(-n // threads)))
+    dict_cols = [f.name for f in table.schema
+                 if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]  # fmt: skip
+
+    stats = [c for c in STATISTICS_COLUMNS if c in table.column_names]
+
+    def one(i: int) -> None:
+        pq.write_table(table.slice(i * per, per), out / f"part-{i:05d}.parquet", use_dictionary=dict_cols,
+                       write_statistics=stats, store_schema=False)  # fmt: skip
+
+    files = max(1, -(-n // per))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(one, range(files)))
 
 
 def _drop_existing_decisions(table: pa.Table) -> pa.Table:
@@ -137,8 +140,12 @@ def _drop_existing_decisions(table: pa.Table) -> pa.Table:
 
 def decide_requests(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
                     compiled: bool = True) -> pa.Table:  # fmt: skip
-    """Decisions for good request rows, helper columns still attached (windows need them)."""
-    return passes(prepare(_drop_existing_decisions(table), config), settings, compiled)
+    """Decisions for good request rows, helper columns attached (windows need them)."""
+    p = prepare(_drop_existing_decisions(table), config)
+    decided = decide(p, settings, compiled)
+    for name, col in helper_columns(p).items():
+        decided = decided.append_column(name, col)
+    return decided
 
 
 def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
@@ -150,7 +157,7 @@ def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
     if spec.out.exists():
         shutil.rmtree(spec.out)
     with summary.timed("read", progress):
-        requests = read_dataset(spec.events, REQUESTS_DIR)
+        requests = read_dataset(spec.events, REQUESTS_DIR, dictionary=True)
         connections = read_dataset(spec.events, CONNECTIONS_DIR)
     if requests is not None:
         good, bad = split_malformed(requests, REQUESTS_DIR)

@@ -14,7 +14,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings, WindowStats, group_offsets
+from quotaflow.pipeline.decide import (
+    I64,
+    BytePass,
+    RequestPass,
+    WindowSettings,
+    WindowStats,
+    codes,
+    group_offsets,
+    group_order,
+    time_order,
+)
 
 WINDOW_KEYS: Final = ("broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms")
 PARTIAL_SCHEMA: Final = pa.schema(
@@ -62,12 +72,15 @@ def _partial(
     keep = stats.recorded
     rows = pa.array(first[stats.group[keep]])
     tu, tc = TAG_COLUMNS[quota_type]
+    def text(name: str) -> pa.Array:  # dictionary-encoded in replay, plain in Spark
+        return pc.cast(batch.column(name).take(rows), pa.string())
+
     return pa.table(
         [
-            batch.column("broker").take(rows),
+            text("broker"),
             pa.array([quota_type] * len(rows), pa.string()),
-            batch.column(tu).take(rows),
-            batch.column(tc).take(rows),
+            text(tu),
+            text(tc),
             pa.array(stats.window_start_ms[keep], pa.int64()),
             pa.array(stats.value_sum[keep], pa.float64()),
             pa.array(stats.rate[keep], pa.float64()),
@@ -120,14 +133,22 @@ def merge_partials(partials: pa.Table) -> pa.Table:
     return agg.select(WINDOW_SCHEMA.names).cast(WINDOW_SCHEMA).sort_by([(k, "ascending") for k in WINDOW_KEYS])
 
 
+def table_order(table: pa.Table, keys: tuple[str, ...]) -> I64:
+    """Row order grouping ``table`` by ``keys`` (any column types), each group in (ts_ms, seq) order."""
+    combined = np.zeros(table.num_rows, dtype=np.int64)
+    for k in keys:
+        code, values = codes(table.column(k))
+        combined = combined * max(len(values), 1) + code
+    ts, seq = (table.column(c).to_numpy().astype(np.int64) for c in ("ts_ms", "seq"))
+    return group_order(combined, time_order(ts, seq))
+
+
 def window_rows(decided: pa.Table, settings: WindowSettings, batch_rows: int = 1 << 20) -> pa.Table:
     """All window rows of a decided request table (helper and tag columns attached), single process."""
-    from quotaflow.pipeline.replay import group_order
-
     parts = []
     for keys, windows in ((RequestPass.KEYS, RequestWindows(settings)), (BytePass.KEYS, ByteWindows(settings))):
         table = decided if keys == RequestPass.KEYS else decided.filter(pc.not_equal(decided["byte_type"], 3))
-        ordered = table.take(pa.array(group_order(table, list(keys))))
+        ordered = table.take(pa.array(table_order(table, keys)))
         parts += [windows(ordered.slice(s, batch_rows)) for s in range(0, ordered.num_rows, batch_rows)]
     return merge_partials(pa.concat_tables(parts) if parts else PARTIAL_SCHEMA.empty_table())
 
