@@ -426,8 +426,8 @@ class RequestRows:
             return _np(batch.column(name))
 
         return cls(
-            broker, col("ts_ms").astype(np.int64), col("seq").astype(np.int64), col("api_key"),
-            _np(pc.fill_null(batch.column("acks"), 1)), col("is_follower").astype(bool),
+            broker, col("ts_ms").astype(np.int64, copy=False), col("seq").astype(np.int64, copy=False), col("api_key"),
+            _np(pc.fill_null(batch.column("acks"), 1)), col("is_follower").astype(bool, copy=False),
             col("request_bytes"), col("response_bytes"), col("io_thread_ns"), col("network_thread_ns"),
         )  # fmt: skip
 
@@ -448,7 +448,7 @@ def time_order(ts_ms: I64, seq: I64) -> I64 | None:
     dt = np.diff(ts_ms)
     if bool(np.all((dt > 0) | ((dt == 0) & (np.diff(seq) > 0)))):
         return None
-    return np.lexsort((seq, ts_ms)).astype(np.int64)
+    return np.lexsort((seq, ts_ms)).astype(np.int64, copy=False)
 
 
 def group_order(key: I64, timeline: I64 | None) -> I64:
@@ -457,7 +457,7 @@ def group_order(key: I64, timeline: I64 | None) -> I64:
     A stable sort keeps the timeline inside each group; keys that fit 16 bits sort by radix in O(n)."""
     k = key if timeline is None else key[timeline]
     small = len(k) == 0 or int(k.max()) < 1 << 16
-    order = np.argsort(k.astype(np.uint16) if small else k, kind="stable").astype(np.int64)
+    order = np.argsort(k.astype(np.uint16) if small else k, kind="stable").astype(np.int64, copy=False)
     return order if timeline is None else timeline[order]
 
 
