@@ -14,10 +14,10 @@ All work per batch is vectorised; the per-row loop is the kernel's (``decide_gro
 
 from __future__ import annotations
 
-import itertools
+import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Final
 
 import numpy as np
@@ -34,6 +34,8 @@ from quotaflow.engine.kernel import (
     MODE_SKIP,
     KernelState,
     _measure,
+    _record,
+    _throttle,
     compile_kernel,
     decide_groups,
 )
@@ -420,6 +422,9 @@ class RequestRows:
     io_thread_ns: I64
     network_thread_ns: I64
 
+    def take(self, idx: I64) -> RequestRows:
+        return RequestRows(*(getattr(self, f.name)[idx] for f in fields(self)))
+
     @classmethod
     def of_arrow(cls, batch: pa.RecordBatch | pa.Table, broker: I64) -> RequestRows:
         def col(name: str) -> np.ndarray:
@@ -467,20 +472,115 @@ def run_offsets(sorted_key: I64) -> I64:
     return np.concatenate(([0], starts, [len(sorted_key)])).astype(np.int64)
 
 
-def _grouped(broker: I64, qid: I64, timeline: I64 | None) -> tuple[I64, I64]:
-    """(row order, group offsets) for one manager: groups are (broker, quota-id), time-ordered inside."""
-    width = int(qid.max()) + 1 if len(qid) else 1
-    key = broker * width + qid
-    order = group_order(key, timeline)
-    return order, run_offsets(key[order])
+def _rows_loop(part: int, parts: int, component: I64, ts: I64, broker: I64, pair: I64, api: npt.NDArray[np.int16],
+               acks: npt.NDArray[np.int8], follower: npt.NDArray[np.bool_], io_ns: I64, net_ns: I64, req_bytes: I64,
+               resp_bytes: I64, exempt_api: npt.NDArray[np.bool_], qid: I64, bound: F64,
+               enabled: npt.NDArray[np.bool_], width: I64, samples: int, window_ms: int,
+               value: F64, start: I64, last: I64, n: I64, current: I64, out: I64) -> None:  # fmt: skip
+    """All three managers over rows in (ts_ms, seq) order, one row at a time (the passes of :class:`RequestPass`
+    and :class:`BytePass` fused): per row the request quota records io-thread time with a check and network-thread
+    time without, then produce records ``request_bytes`` or a consumer fetch ``response_bytes`` with the request
+    throttle as floor for un-recording. Manager ``m`` (0 request, 1 produce, 2 fetch) of the row's pair ``p`` has
+    quota-id ``qid[m, p]``, quota ``bound[m, p]``, flag ``enabled[m, p]``; its group at broker ``b`` is
+    ``b * width[m] + qid[m, p]`` in the state rows ``[m * groups_per_manager, ...)``. ``out[m, r]`` is manager m's own
+    throttle. Only rows whose (broker, component) falls in ``part`` of ``parts`` are decided (threads split rows so)."""
+    slots = samples + 1
+    age = samples * window_ms
+    per = value.shape[0] // 3
+    for r in range(ts.shape[0]):
+        p = pair[r]
+        b = broker[r]
+        if (b * 1000003 + component[p]) % parts != part:
+            continue
+        t = ts[r]
+        a = api[r]
+        fol = follower[r]
+        req_ms = 0
+        exempt = exempt_api[a] or fol or (a == 0 and acks[r] == 0)
+        if not exempt and enabled[0, p]:
+            g = b * width[0] + qid[0, p]
+            x = io_ns[r] * NANOS_TO_PERCENT
+            _record(value, start, last, n, current, g, slots, window_ms, x, t)
+            q = bound[0, p]
+            if q != math.inf:
+                total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
+                rate = total / (w / 1000.0)
+                if not rate <= q:
+                    req_ms = _throttle(rate, q, w, window_ms)
+            _record(value, start, last, n, current, g, slots, window_ms, net_ns[r] * NANOS_TO_PERCENT, t)
+        out[0, r] = req_ms
+        m = 1 if a == API_PRODUCE else (2 if a == API_FETCH and not fol else 0)
+        if m == 0 or not enabled[m, p]:
+            continue
+        g = m * per + b * width[m] + qid[m, p]
+        x = float(req_bytes[r] if m == 1 else resp_bytes[r])
+        _record(value, start, last, n, current, g, slots, window_ms, x, t)
+        own = 0
+        q = bound[m, p]
+        if q != math.inf:
+            total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
+            rate = total / (w / 1000.0)
+            if not rate <= q:
+                own = _throttle(rate, q, w, -1)
+        out[m, r] = own
+        if m == 2 and max(own, req_ms) > 0:
+            _record(value, start, last, n, current, g, slots, window_ms, -x, t)
 
 
-def group_ranges(offsets: I64, parts: int) -> list[tuple[int, int]]:
-    """Up to ``parts`` ranges of whole groups ``[g0, g1)`` holding about equal numbers of rows."""
-    groups = len(offsets) - 1
-    targets = np.linspace(0, offsets[-1], parts + 1)[1:-1]
-    cuts = np.unique(np.concatenate(([0], np.searchsorted(offsets, targets), [groups])))
-    return [(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
+_rows_compiled: Callable[..., None] | None = None
+
+
+def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], settings: WindowSettings,
+                compiled: bool = True, threads: int = 1,
+                component: I64 | None = None) -> tuple[I64, I64, I64, I64]:  # fmt: skip
+    """(throttle_ms_produce, throttle_ms_fetch, throttle_ms_request, throttle_ms) for every row of whole quota-ids.
+
+    ``pair`` is each row's index into ``views`` (each manager's view per resolved (user, client_id)). One compiled
+    loop over the rows in (ts_ms, seq) order decides all three managers per row (:func:`_rows_loop`): no grouping
+    sort, no per-manager arrays. Rows that arrive out of order (a shuffled Spark partition) are put in order once.
+    With ``component`` (per pair: pairs sharing a quota-id share it) rows are split over ``threads`` threads by
+    (broker, component); the loop releases the GIL."""
+    global _rows_compiled
+    n = len(rows.ts_ms)
+    timeline = time_order(rows.ts_ms, rows.seq)
+    if timeline is not None:
+        rows, pair = rows.take(timeline), pair[timeline]
+    order = ("request", "produce", "fetch")
+    qid = np.stack([views[m].qid for m in order]).astype(np.int64)
+    width = np.array([int(q.max()) + 1 if len(q) else 1 for q in qid], dtype=np.int64)
+    brokers = int(rows.broker.max()) + 1 if n else 1
+    state = KernelState.empty(3 * brokers * int(width.max()), settings.samples)
+    out = np.zeros((3, n), dtype=np.int64)
+    comp = np.zeros(len(views["request"].qid), dtype=np.int64) if component is None else component
+    parts = max(1, threads if component is not None else 1)
+    exempt_api = np.zeros(1 << 15, dtype=bool)
+    exempt_api[_EXEMPT_KEYS] = True
+    loop: Callable[..., None] = _rows_loop
+    if compiled and HAVE_NUMBA:
+        if _rows_compiled is None:
+            _rows_compiled = compile_kernel(_rows_loop)
+        loop = _rows_compiled
+    bound = np.stack([views[m].bound for m in order]).astype(np.float64)
+    enabled = np.stack([views[m].enabled for m in order]).astype(bool)
+    i64 = np.int64
+    args = (c(comp, i64), c(rows.ts_ms, i64), c(rows.broker, i64), c(pair, i64), c(rows.api_key, np.int16),
+            c(rows.acks, np.int8), c(rows.is_follower, np.bool_), c(rows.io_thread_ns, i64),
+            c(rows.network_thread_ns, i64), c(rows.request_bytes, i64), c(rows.response_bytes, i64), exempt_api, qid,
+            bound, enabled, width, settings.samples, settings.window_ms, state.value, state.start, state.last, state.n,
+            state.current, out)  # fmt: skip
+    _each(lambda k: loop(k, parts, *args), [(k,) for k in range(parts)], parts)
+    req, produce, fetch = out[0], out[1], out[2]
+    result = (produce, fetch, req, applied(req, produce, fetch))
+    if timeline is None:
+        return result
+    back = np.empty(n, dtype=np.int64)
+    back[timeline] = np.arange(n)
+    return (result[0][back], result[1][back], result[2][back], result[3][back])
+
+
+def c(a: np.ndarray, dtype: type) -> np.ndarray:
+    """``a`` as a contiguous array of ``dtype``, copied only when it is not one already."""
+    return np.ascontiguousarray(a, dtype=dtype)
 
 
 def _each(fn: Callable[..., None], items: Sequence[tuple[object, ...]], threads: int) -> None:
@@ -492,49 +592,3 @@ def _each(fn: Callable[..., None], items: Sequence[tuple[object, ...]], threads:
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for f in [pool.submit(fn, *item) for item in items]:
             f.result()
-
-
-def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], settings: WindowSettings,
-                compiled: bool = True, threads: int = 1) -> tuple[I64, I64, I64, I64]:  # fmt: skip
-    """(throttle_ms_produce, throttle_ms_fetch, throttle_ms_request, throttle_ms) for every row of whole quota-ids.
-
-    ``pair`` is each row's index into ``views`` (each manager's view per resolved (user, client_id)). The same
-    passes as :class:`RequestPass` and :class:`BytePass` (request first, so fetch sees its throttle), each run once
-    over all rows; groups are independent, so ranges of them run on ``threads`` threads."""
-    n = len(rows.ts_ms)
-    timeline = time_order(rows.ts_ms, rows.seq)
-    req = np.zeros(n, dtype=np.int64)
-    out = {"produce": np.zeros(n, dtype=np.int64), "fetch": np.zeros(n, dtype=np.int64)}
-    if n == 0:
-        return out["produce"], out["fetch"], req, req.copy()
-    exempt = exempt_from_request_quota(rows.api_key, rows.acks, rows.is_follower)
-    rv = views["request"]
-    order, offsets = _grouped(rows.broker, rv.qid[pair], timeline)
-
-    def request_range(g0: int, g1: int) -> None:
-        o = order[offsets[g0] : offsets[g1]]
-        p = pair[o]
-        off = offsets[g0 : g1 + 1] - offsets[g0]
-        x = RequestPass.records(off, rv.bound[p[off[:-1]]], rows.ts_ms[o], rows.io_thread_ns[o],
-                                rows.network_thread_ns[o], exempt[o] | ~rv.enabled[p])  # fmt: skip
-        req[o] = request_driver(settings, compiled).run(x)[0::2]
-
-    _each(request_range, group_ranges(offsets, threads), threads)
-    btype = byte_types(rows.api_key, rows.is_follower)
-    values = {"produce": rows.request_bytes, "fetch": rows.response_bytes}
-
-    def byte_pass(name: str) -> None:
-        mine = btype == TYPE_CODE[name]
-        if not mine.any():
-            return
-        sub = np.flatnonzero(mine) if timeline is None else timeline[mine[timeline]]  # time-ordered rows
-        v = views[name]
-        local, off = _grouped(rows.broker[sub], v.qid[pair[sub]], None)
-        o = sub[local]
-        p = pair[o]
-        x = KernelInputs(off, (), (), v.bound[p[off[:-1]]], rows.ts_ms[o], values[name][o].astype(np.float64),
-                         np.where(v.enabled[p], MODE_CHECK, MODE_SKIP).astype(np.int8), req[o])  # fmt: skip
-        out[name][o] = byte_driver(name, settings, compiled).run(x)
-
-    _each(byte_pass, [(name,) for name, _ in BytePass.TYPES], threads)
-    return out["produce"], out["fetch"], req, applied(req, out["produce"], out["fetch"])

@@ -32,7 +32,7 @@ from quotaflow.pipeline.decide import (
     codes,
     decide_rows,
 )
-from quotaflow.pipeline.resolve import QUOTA_TYPES, TYPE_CODE, QuotaConfig, resolve_clients
+from quotaflow.pipeline.resolve import QUOTA_TYPES, TYPE_CODE, QuotaConfig, components, resolve_clients
 from quotaflow.pipeline.windows import entities_from_windows, window_rows
 
 BATCH_ROWS: Final = 1 << 20
@@ -103,7 +103,8 @@ def helper_columns(p: Prepared) -> dict[str, pa.Array]:
 
 def decide(p: Prepared, settings: WindowSettings, compiled: bool = True) -> pa.Table:
     """The good rows with the four decision columns appended (schema order of REQUEST_DECISION_FIELDS)."""
-    produce, fetch, request, throttle = decide_rows(p.rows, p.pair, p.views, settings, compiled, THREADS)
+    component = np.array(components(p.res), dtype=np.int64)  # threads split rows by (broker, component)
+    produce, fetch, request, throttle = decide_rows(p.rows, p.pair, p.views, settings, compiled, THREADS, component)
     table = p.table
     for f, values in zip(REQUEST_DECISION_FIELDS, (produce, fetch, request, throttle), strict=True):
         table = table.append_column(f, pa.array(values, pa.int64()))
