@@ -121,3 +121,19 @@ def test_window_rounds_decide_exactly_like_the_plain_pass(prepared: pa.Table) ->
     assert int(stats.throttle_count.sum()) == int((plain > 0).sum())
     assert int(stats.throttle_ms_sum.sum()) == int(plain.sum())
     assert (stats.rate[stats.recorded] >= 0).all() and (stats.rate > 0).any()
+
+
+def test_state_rows_follow_the_quota_ids_present_not_brokers_times_quota_ids() -> None:
+    """Kernel state is one row per (manager, broker, quota-id) the rows use: a high broker code and a wide quota-id
+    range do not allocate brokers × quota-ids rows."""
+    from quotaflow.pipeline.decide import Combos, ManagerView
+
+    qid = np.array([0, 4_999, 4_999, 7], dtype=np.int64)  # pairs 1 and 2 share a quota-id
+    view = ManagerView(qid, np.full(4, 100.0), np.ones(4, dtype=bool))
+    views = {"request": view, "produce": view, "fetch": view}
+    broker = np.array([900, 900, 900, 3, 3], dtype=np.int64)
+    pair = np.array([0, 1, 2, 2, 3], dtype=np.int64)
+    combos = Combos.of(broker, pair, views)
+    assert combos.groups == 3 * 4  # (900, 0), (900, 4999), (3, 4999), (3, 7) per manager
+    g = combos.group[1][combos.combo]
+    assert g[1] == g[2] and g[2] != g[3] and len(set(g.tolist())) == 4

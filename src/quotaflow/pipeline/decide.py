@@ -472,36 +472,33 @@ def run_offsets(sorted_key: I64) -> I64:
     return np.concatenate(([0], starts, [len(sorted_key)])).astype(np.int64)
 
 
-def _rows_loop(part: int, parts: int, component: I64, ts: I64, broker: I64, pair: I64, api: npt.NDArray[np.int16],
+def _rows_loop(part: int, part_of: I64, combo: npt.NDArray[np.int32], ts: I64, api: npt.NDArray[np.int16],
                acks: npt.NDArray[np.int8], follower: npt.NDArray[np.bool_], io_ns: I64, net_ns: I64, req_bytes: I64,
-               resp_bytes: I64, exempt_api: npt.NDArray[np.bool_], qid: I64, bound: F64,
-               enabled: npt.NDArray[np.bool_], width: I64, samples: int, window_ms: int,
+               resp_bytes: I64, exempt_api: npt.NDArray[np.bool_], group: I64, bound: F64,
+               enabled: npt.NDArray[np.bool_], samples: int, window_ms: int,
                value: F64, start: I64, last: I64, n: I64, current: I64, out: I64) -> None:  # fmt: skip
     """All three managers over rows in (ts_ms, seq) order, one row at a time (the passes of :class:`RequestPass`
     and :class:`BytePass` fused): per row the request quota records io-thread time with a check and network-thread
     time without, then produce records ``request_bytes`` or a consumer fetch ``response_bytes`` with the request
-    throttle as floor for un-recording. Manager ``m`` (0 request, 1 produce, 2 fetch) of the row's pair ``p`` has
-    quota-id ``qid[m, p]``, quota ``bound[m, p]``, flag ``enabled[m, p]``; its group at broker ``b`` is
-    ``b * width[m] + qid[m, p]`` in the state rows ``[m * groups_per_manager, ...)``. ``out[m, r]`` is manager m's own
-    throttle. Only rows whose (broker, component) falls in ``part`` of ``parts`` are decided (threads split rows so)."""
+    throttle as floor for un-recording. A row's ``combo`` is its (broker, user, client_id); manager ``m`` (0
+    request, 1 produce, 2 fetch) keeps its windowed sum for that combo in state row ``group[m, combo]`` (one row per
+    (broker, quota-id)) with quota ``bound[m, combo]`` and flag ``enabled[m, combo]``. ``out[m, r]`` is manager
+    m's own throttle. Only rows of combos with ``part_of[combo] == part`` are decided (threads split rows so)."""
     slots = samples + 1
     age = samples * window_ms
-    per = value.shape[0] // 3
     for r in range(ts.shape[0]):
-        p = pair[r]
-        b = broker[r]
-        if (b * 1000003 + component[p]) % parts != part:
+        k = combo[r]
+        if part_of[k] != part:
             continue
         t = ts[r]
         a = api[r]
         fol = follower[r]
         req_ms = 0
         exempt = exempt_api[a] or fol or (a == 0 and acks[r] == 0)
-        if not exempt and enabled[0, p]:
-            g = b * width[0] + qid[0, p]
-            x = io_ns[r] * NANOS_TO_PERCENT
-            _record(value, start, last, n, current, g, slots, window_ms, x, t)
-            q = bound[0, p]
+        if not exempt and enabled[0, k]:
+            g = group[0, k]
+            _record(value, start, last, n, current, g, slots, window_ms, io_ns[r] * NANOS_TO_PERCENT, t)
+            q = bound[0, k]
             if q != math.inf:
                 total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
                 rate = total / (w / 1000.0)
@@ -510,13 +507,13 @@ def _rows_loop(part: int, parts: int, component: I64, ts: I64, broker: I64, pair
             _record(value, start, last, n, current, g, slots, window_ms, net_ns[r] * NANOS_TO_PERCENT, t)
         out[0, r] = req_ms
         m = 1 if a == API_PRODUCE else (2 if a == API_FETCH and not fol else 0)
-        if m == 0 or not enabled[m, p]:
+        if m == 0 or not enabled[m, k]:
             continue
-        g = m * per + b * width[m] + qid[m, p]
+        g = group[m, k]
         x = float(req_bytes[r] if m == 1 else resp_bytes[r])
         _record(value, start, last, n, current, g, slots, window_ms, x, t)
         own = 0
-        q = bound[m, p]
+        q = bound[m, k]
         if q != math.inf:
             total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
             rate = total / (w / 1000.0)
@@ -528,6 +525,40 @@ def _rows_loop(part: int, parts: int, component: I64, ts: I64, broker: I64, pair
 
 
 _rows_compiled: Callable[..., None] | None = None
+MANAGERS: Final = ("request", "produce", "fetch")
+
+
+@dataclass(frozen=True, slots=True)
+class Combos:
+    """The distinct (broker, pair) of a set of rows: each row's combo, and per manager and combo the state row
+    (dense over the (broker, quota-id) present, so state grows with what the rows use, not brokers × quota-ids),
+    quota and enabled flag."""
+
+    combo: npt.NDArray[np.int32]
+    group: I64  # [3, C]
+    bound: F64  # [3, C]
+    enabled: npt.NDArray[np.bool_]  # [3, C]
+    broker: I64  # [C]
+    pair: I64  # [C]
+    groups: int
+
+    @classmethod
+    def of(cls, broker: I64, pair: I64, views: dict[str, ManagerView]) -> Combos:
+        pairs = max(len(views["request"].qid), 1)
+        codes = pc.dictionary_encode(pa.array(broker.astype(np.int64) * pairs + pair))
+        distinct = codes.dictionary.to_numpy()
+        cb, cp = distinct // pairs, distinct % pairs
+        group = np.zeros((3, len(distinct)), dtype=np.int64)
+        used = 0
+        for m, name in enumerate(MANAGERS):
+            qid = views[name].qid[cp]
+            keys, dense = np.unique(cb * (int(qid.max(initial=0)) + 1) + qid, return_inverse=True)
+            group[m] = used + dense.reshape(-1)
+            used += len(keys)
+        return cls(
+            codes.indices.to_numpy(), group, np.stack([views[m].bound[cp] for m in MANAGERS]).astype(np.float64),
+            np.stack([views[m].enabled[cp] for m in MANAGERS]).astype(bool), cb, cp, used,
+        )  # fmt: skip
 
 
 def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], settings: WindowSettings,
@@ -539,20 +570,18 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
     loop over the rows in (ts_ms, seq) order decides all three managers per row (:func:`_rows_loop`): no grouping
     sort, no per-manager arrays. Rows that arrive out of order (a shuffled Spark partition) are put in order once.
     With ``component`` (per pair: pairs sharing a quota-id share it) rows are split over ``threads`` threads by
-    (broker, component); the loop releases the GIL."""
+    (broker, component), which keeps every quota-id in one thread; the loop releases the GIL."""
     global _rows_compiled
     n = len(rows.ts_ms)
     timeline = time_order(rows.ts_ms, rows.seq)
     if timeline is not None:
         rows, pair = rows.take(timeline), pair[timeline]
-    order = ("request", "produce", "fetch")
-    qid = np.stack([views[m].qid for m in order]).astype(np.int64)
-    width = np.array([int(q.max()) + 1 if len(q) else 1 for q in qid], dtype=np.int64)
-    brokers = int(rows.broker.max()) + 1 if n else 1
-    state = KernelState.empty(3 * brokers * int(width.max()), settings.samples)
+    combos = Combos.of(rows.broker, pair, views)
+    state = KernelState.empty(max(combos.groups, 1), settings.samples)
     out = np.zeros((3, n), dtype=np.int64)
-    comp = np.zeros(len(views["request"].qid), dtype=np.int64) if component is None else component
     parts = max(1, threads if component is not None else 1)
+    comp = np.zeros_like(combos.pair) if component is None else component[combos.pair]
+    part_of = (combos.broker * 1_000_003 + comp) % parts
     exempt_api = np.zeros(1 << 15, dtype=bool)
     exempt_api[_EXEMPT_KEYS] = True
     loop: Callable[..., None] = _rows_loop
@@ -560,15 +589,13 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
         if _rows_compiled is None:
             _rows_compiled = compile_kernel(_rows_loop)
         loop = _rows_compiled
-    bound = np.stack([views[m].bound for m in order]).astype(np.float64)
-    enabled = np.stack([views[m].enabled for m in order]).astype(bool)
     i64 = np.int64
-    args = (c(comp, i64), c(rows.ts_ms, i64), c(rows.broker, i64), c(pair, i64), c(rows.api_key, np.int16),
+    args = (c(part_of, i64), c(combos.combo, np.int32), c(rows.ts_ms, i64), c(rows.api_key, np.int16),
             c(rows.acks, np.int8), c(rows.is_follower, np.bool_), c(rows.io_thread_ns, i64),
-            c(rows.network_thread_ns, i64), c(rows.request_bytes, i64), c(rows.response_bytes, i64), exempt_api, qid,
-            bound, enabled, width, settings.samples, settings.window_ms, state.value, state.start, state.last, state.n,
-            state.current, out)  # fmt: skip
-    _each(lambda k: loop(k, parts, *args), [(k,) for k in range(parts)], parts)
+            c(rows.network_thread_ns, i64), c(rows.request_bytes, i64), c(rows.response_bytes, i64), exempt_api,
+            combos.group, combos.bound, combos.enabled, settings.samples, settings.window_ms, state.value, state.start,
+            state.last, state.n, state.current, out)  # fmt: skip
+    _each(lambda k: loop(k, *args), [(k,) for k in range(parts)], parts)
     req, produce, fetch = out[0], out[1], out[2]
     result = (produce, fetch, req, applied(req, produce, fetch))
     if timeline is None:
