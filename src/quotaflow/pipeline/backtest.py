@@ -34,7 +34,14 @@ from quotaflow.events import (
 from quotaflow.pipeline import job
 from quotaflow.pipeline.decide import BytePass, ManagerView, RequestPass, RequestRows, WindowSettings, decide_rows
 from quotaflow.pipeline.resolve import NO_TYPE, QUOTA_TYPES, TYPE_CODE, QuotaConfig, components, resolve_clients
-from quotaflow.pipeline.windows import ENTITY_SCHEMA, PARTIAL_SCHEMA, WINDOW_KEYS, ByteWindows, RequestWindows
+from quotaflow.pipeline.windows import (
+    ENTITY_SCHEMA,
+    PARTIAL_SCHEMA,
+    WINDOW_INPUTS,
+    WINDOW_KEYS,
+    ByteWindows,
+    RequestWindows,
+)
 
 Progress = Callable[[str], None]
 
@@ -273,6 +280,7 @@ def windows(decided: Any, settings: WindowSettings) -> Any:
             yield from w(b).to_batches()
 
     rkeys, bkeys = list(RequestPass.KEYS), list(BytePass.KEYS)
+    decided = decided.select(*[c for c in WINDOW_INPUTS if c in decided.columns])
     r = decided.repartition(*rkeys).sortWithinPartitions(*rkeys, "ts_ms", "seq").mapInArrow(req_fn, _partial_schema())
     b = decided.filter(F.col("byte_type") != NO_TYPE)
     b = b.repartition(*bkeys).sortWithinPartitions(*bkeys, "ts_ms", "seq").mapInArrow(byte_fn, _partial_schema())

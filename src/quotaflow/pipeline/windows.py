@@ -57,6 +57,13 @@ ENTITY_SCHEMA: Final = pa.schema(
         pa.field("windows", pa.int64()),
     ]
 )
+WINDOW_INPUTS: Final = (
+    "broker", "ts_ms", "seq", "api_key", "acks", "is_follower", "io_thread_ns", "network_thread_ns", "request_bytes",
+    "response_bytes", "throttle_ms_request", "request_qid", "request_limit", "request_enabled", "request_tag_user",
+    "request_tag_client_id", "byte_type", "byte_qid", "byte_limit", "byte_enabled", "byte_tag_user",
+    "byte_tag_client_id",
+)  # fmt: skip
+"""The columns the window passes read: everything else stays behind (takes, shuffles and Arrow transfers)."""
 TAG_COLUMNS: Final = {
     "request": ("request_tag_user", "request_tag_client_id"),
     "produce": ("byte_tag_user", "byte_tag_client_id"),
@@ -145,6 +152,7 @@ def table_order(table: pa.Table, keys: tuple[str, ...]) -> I64:
 
 def window_rows(decided: pa.Table, settings: WindowSettings, batch_rows: int = 1 << 20) -> pa.Table:
     """All window rows of a decided request table (helper and tag columns attached), single process."""
+    decided = decided.select([c for c in WINDOW_INPUTS if c in decided.column_names])
     parts = []
     for keys, windows in ((RequestPass.KEYS, RequestWindows(settings)), (BytePass.KEYS, ByteWindows(settings))):
         table = decided if keys == RequestPass.KEYS else decided.filter(pc.not_equal(decided["byte_type"], 3))
