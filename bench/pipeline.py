@@ -90,10 +90,10 @@ def replay_decisions(events: Path, config: QuotaConfig, out: Path) -> float:
     table = read_dataset(events, REQUESTS_DIR, dictionary=True)  # as replay.run reads
     assert table is not None
     good, _ = split_malformed(table, REQUESTS_DIR)
-    decided = replay.decide_requests(good, config, WindowSettings())
+    decided, _ = replay.decisions(good, config, WindowSettings())  # as replay.run: decisions written first
     if out.exists():
         shutil.rmtree(out)
-    replay.write_parts(decided.drop_columns([c for c in decided.column_names if c in job.HELPER_COLUMNS]), out)
+    replay.write_parts(decided, out)
     return time.perf_counter() - t0
 
 

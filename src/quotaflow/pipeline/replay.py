@@ -139,14 +139,24 @@ def _drop_existing_decisions(table: pa.Table) -> pa.Table:
     return table.drop_columns(existing) if existing else table
 
 
-def decide_requests(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
-                    compiled: bool = True) -> pa.Table:  # fmt: skip
-    """Decisions for good request rows, helper columns attached (windows need them)."""
+def decisions(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
+              compiled: bool = True) -> tuple[pa.Table, Prepared]:  # fmt: skip
+    """Good request rows with their decisions (as written), and what :func:`with_helpers` needs for windows."""
     p = prepare(_drop_existing_decisions(table), config)
-    decided = decide(p, settings, compiled)
+    return decide(p, settings, compiled), p
+
+
+def with_helpers(decided: pa.Table, p: Prepared) -> pa.Table:
+    """The decided rows with the helper columns the window pass reads."""
     for name, col in helper_columns(p).items():
         decided = decided.append_column(name, col)
     return decided
+
+
+def decide_requests(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
+                    compiled: bool = True) -> pa.Table:  # fmt: skip
+    """Decisions for good request rows, helper columns attached (windows need them)."""
+    return with_helpers(*decisions(table, config, settings, compiled))
 
 
 def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
@@ -165,12 +175,11 @@ def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
         summary.counts.update(requests=requests.num_rows, requests_quarantined=bad.num_rows)
         write_parts(bad, spec.out / job.QUARANTINE / REQUESTS_DIR)
         with summary.timed("decisions", progress):
-            decided = decide_requests(good, config, settings)
+            decided, prepared = decisions(good, config, settings)
         with summary.timed("write_decisions", progress):
-            write_parts(decided.drop_columns([c for c in decided.column_names if c in job.HELPER_COLUMNS]),
-                        spec.out / job.DECISIONS)  # fmt: skip
+            write_parts(decided, spec.out / job.DECISIONS)
         with summary.timed("windows", progress):
-            windows = window_rows(decided, settings)
+            windows = window_rows(with_helpers(decided, prepared), settings)
             write_parts(windows, spec.out / job.WINDOWS)
             write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
         summary.counts.update(windows=windows.num_rows)
