@@ -1,6 +1,6 @@
 """The array twin of :class:`~quotaflow.engine.rate.Rate`: one per-key loop over arrays, state in and out.
 
-Bulk drivers (Spark ``mapInArrow``, the single-process replay, the streaming processor) hold many quota-ids'
+Bulk drivers (Spark tasks, the single-process replay, the streaming processor) hold many quota-ids'
 windowed-sum state in a :class:`KernelState` and call :func:`decide_groups` once per batch. The loop is the same
 Kafka 3.8+ arithmetic as ``Rate`` (``samples + 1`` slots, purge by last event, padded window, half-up throttle,
 32-bit truncation) and is compiled with numba when available; ``compiled=False`` runs the very same Python

@@ -1,12 +1,13 @@
 """``quotaflow backtest``: Kafka-exact quota decisions over an events directory on Spark.
 
-Plan (docs/backtest.md): read → quarantine malformed rows → resolve the distinct (user, client_id) pairs on the
-driver with the core's precedence code and broadcast-join the result → request pass (repartition by broker and
-request quota-id, sort by (ts_ms, seq) within partitions, ``mapInArrow`` running the engine kernel per Arrow
-batch with state carried across batches) → byte pass (same, keyed by byte quota-id; fetch sees the request
-throttle) → decisions written. Windows and entities are computed afterwards from the written decisions; the
-connection acceptors run per broker (``applyInArrow``). Row-for-row identical to ``quotaflow replay``.
-"""
+Plan (docs/backtest.md): read → quarantine malformed rows → resolve the distinct (broker, user, client_id) on
+the driver with the core's precedence code and broadcast-join two integers per row (resolution row, component of
+pairs sharing quota-ids) → one shuffle by (broker, component) → a scalar-iterator Arrow UDF that receives only the
+columns the decisions read and runs :func:`~quotaflow.pipeline.decide.decide_rows` (the engine kernel's helpers,
+all three managers per row in (ts_ms, seq) order) → decisions written. ``strategy="passes"`` keeps the two-shuffle
+plan (request pass, then byte pass, ``mapInArrow`` per sorted batch with state carried across batches). Windows and
+entities are computed afterwards from the written decisions; the connection acceptors run per broker
+(``applyInArrow``). Row-for-row identical to ``quotaflow replay``."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 * ``test``: ``local[2]``, UI off, 4 shuffle partitions, small memory: fast start for the test suite.
 * ``streaming``: UI off, RocksDB state store (exact per-key state across micro-batches, small JVM heap).
 
-All presets enable Arrow (the pipeline moves rows between the JVM and Python with ``mapInArrow``) and keep logs quiet.
+All presets enable Arrow (the pipeline moves rows between the JVM and Python as Arrow batches) and keep logs quiet.
 A ``local`` master binds the driver, its block manager and the UI to 127.0.0.1 only: Spark's defaults pick the
 first non-loopback interface (and the UI listens on 0.0.0.0).
 """
