@@ -403,9 +403,6 @@ class ManagerView:
             _np(res.column(f"{quota_type}_enabled")).astype(bool),
         )
 
-    def take(self, rows: I64) -> ManagerView:
-        return ManagerView(self.qid[rows], self.bound[rows], self.enabled[rows])
-
 
 @dataclass(frozen=True, slots=True)
 class RequestRows:
@@ -590,11 +587,12 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
             _rows_compiled = compile_kernel(_rows_loop)
         loop = _rows_compiled
     i64 = np.int64
-    args = (c(part_of, i64), c(combos.combo, np.int32), c(rows.ts_ms, i64), c(rows.api_key, np.int16),
-            c(rows.acks, np.int8), c(rows.is_follower, np.bool_), c(rows.io_thread_ns, i64),
-            c(rows.network_thread_ns, i64), c(rows.request_bytes, i64), c(rows.response_bytes, i64), exempt_api,
-            combos.group, combos.bound, combos.enabled, settings.samples, settings.window_ms, state.value, state.start,
-            state.last, state.n, state.current, out)  # fmt: skip
+    columns = ((part_of, i64), (combos.combo, np.int32), (rows.ts_ms, i64), (rows.api_key, np.int16),
+               (rows.acks, np.int8), (rows.is_follower, np.bool_), (rows.io_thread_ns, i64),
+               (rows.network_thread_ns, i64), (rows.request_bytes, i64), (rows.response_bytes, i64))  # fmt: skip
+    args = (*(_contiguous(a, t) for a, t in columns), exempt_api, combos.group, combos.bound, combos.enabled,
+            settings.samples, settings.window_ms, state.value, state.start, state.last, state.n, state.current,
+            out)  # fmt: skip
     _each(lambda k: loop(k, *args), [(k,) for k in range(parts)], parts)
     req, produce, fetch = out[0], out[1], out[2]
     result = (produce, fetch, req, applied(req, produce, fetch))
@@ -605,7 +603,7 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
     return (result[0][back], result[1][back], result[2][back], result[3][back])
 
 
-def c(a: np.ndarray, dtype: type) -> np.ndarray:
+def _contiguous(a: np.ndarray, dtype: type) -> np.ndarray:
     """``a`` as a contiguous array of ``dtype``, copied only when it is not one already."""
     return np.ascontiguousarray(a, dtype=dtype)
 
