@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Final
 
 import numpy as np
@@ -271,29 +271,23 @@ class RequestPass:
     def __init__(self, settings: WindowSettings, compiled: bool = True) -> None:
         self.driver = request_driver(settings, compiled)
 
-    @staticmethod
-    def records(off: I64, bounds: F64, ts: I64, io_ns: I64, network_ns: I64,
-                skip: npt.NDArray[np.bool_]) -> KernelInputs:  # fmt: skip
-        """Two records per request (io time checked, then network time unchecked), same timestamp."""
-        n = len(ts)
-        values = np.empty(2 * n, dtype=np.float64)
-        values[0::2] = io_ns * NANOS_TO_PERCENT
-        values[1::2] = network_ns * NANOS_TO_PERCENT
-        modes = np.empty(2 * n, dtype=np.int8)
-        modes[0::2] = np.where(skip, MODE_SKIP, MODE_CHECK)
-        modes[1::2] = np.where(skip, MODE_SKIP, MODE_NOCHECK)
-        return KernelInputs(off * 2, (), (), bounds, np.repeat(ts, 2), values, modes, np.zeros(2 * n, dtype=np.int64))
-
     def inputs(self, batch: pa.RecordBatch | pa.Table) -> KernelInputs:
+        """Two records per request (io time checked, then network time unchecked), same timestamp."""
         n = batch.num_rows
         keys = [batch.column(k) for k in self.KEYS]
         off = group_offsets(keys)
+        ts = _np(batch.column("ts_ms")).astype(np.int64)
         skip = request_exempt(batch) | ~_np(batch.column("request_enabled")).astype(bool)
-        x = self.records(
-            off, _bounds(batch.column("request_limit"), off), _np(batch.column("ts_ms")).astype(np.int64),
-            _np(batch.column("io_thread_ns")), _np(batch.column("network_thread_ns")), skip,
+        values = np.empty(2 * n, dtype=np.float64)
+        values[0::2] = _np(batch.column("io_thread_ns")) * NANOS_TO_PERCENT
+        values[1::2] = _np(batch.column("network_thread_ns")) * NANOS_TO_PERCENT
+        modes = np.empty(2 * n, dtype=np.int8)
+        modes[0::2] = np.where(skip, MODE_SKIP, MODE_CHECK)
+        modes[1::2] = np.where(skip, MODE_SKIP, MODE_NOCHECK)
+        return KernelInputs(
+            off * 2, _keys_at(keys, 0), _keys_at(keys, n - 1), _bounds(batch.column("request_limit"), off),
+            np.repeat(ts, 2), values, modes, np.zeros(2 * n, dtype=np.int64),
         )  # fmt: skip
-        return replace(x, first_keys=_keys_at(keys, 0), last_keys=_keys_at(keys, n - 1))
 
     def __call__(self, batch: pa.RecordBatch | pa.Table) -> I64:
         if batch.num_rows == 0:
@@ -463,15 +457,9 @@ def group_order(key: I64, timeline: I64 | None) -> I64:
     return order if timeline is None else timeline[order]
 
 
-def run_offsets(sorted_key: I64) -> I64:
-    """Start of each run of equal keys in a sorted key array, plus the end (length G + 1)."""
-    starts = np.flatnonzero(sorted_key[1:] != sorted_key[:-1]) + 1
-    return np.concatenate(([0], starts, [len(sorted_key)])).astype(np.int64)
-
-
-def _rows_loop(part: int, part_of: I64, combo: npt.NDArray[np.int32], ts: I64, api: npt.NDArray[np.int16],
-               acks: npt.NDArray[np.int8], follower: npt.NDArray[np.bool_], io_ns: I64, net_ns: I64, req_bytes: I64,
-               resp_bytes: I64, exempt_api: npt.NDArray[np.bool_], group: I64, bound: F64,
+def _rows_loop(part: int, part_of: I64, combo: npt.NDArray[np.int32], ts: I64, exempt: npt.NDArray[np.bool_],
+               btype: npt.NDArray[np.int8], io_ns: I64, net_ns: I64, req_bytes: I64, resp_bytes: I64, group: I64,
+               bound: F64,
                enabled: npt.NDArray[np.bool_], samples: int, window_ms: int,
                value: F64, start: I64, last: I64, n: I64, current: I64, out: I64) -> None:  # fmt: skip
     """All three managers over rows in (ts_ms, seq) order, one row at a time (the passes of :class:`RequestPass`
@@ -488,11 +476,8 @@ def _rows_loop(part: int, part_of: I64, combo: npt.NDArray[np.int32], ts: I64, a
         if part_of[k] != part:
             continue
         t = ts[r]
-        a = api[r]
-        fol = follower[r]
         req_ms = 0
-        exempt = exempt_api[a] or fol or (a == 0 and acks[r] == 0)
-        if not exempt and enabled[0, k]:
+        if not exempt[r] and enabled[0, k]:
             g = group[0, k]
             _record(value, start, last, n, current, g, slots, window_ms, io_ns[r] * NANOS_TO_PERCENT, t)
             q = bound[0, k]
@@ -503,8 +488,11 @@ def _rows_loop(part: int, part_of: I64, combo: npt.NDArray[np.int32], ts: I64, a
                     req_ms = _throttle(rate, q, w, window_ms)
             _record(value, start, last, n, current, g, slots, window_ms, net_ns[r] * NANOS_TO_PERCENT, t)
         out[0, r] = req_ms
-        m = 1 if a == API_PRODUCE else (2 if a == API_FETCH and not fol else 0)
-        if m == 0 or not enabled[m, k]:
+        bt = btype[r]
+        if bt == NO_TYPE:
+            continue
+        m = 1 + bt  # byte_types codes produce 0, fetch 1; managers here are request 0, produce 1, fetch 2
+        if not enabled[m, k]:
             continue
         g = group[m, k]
         x = float(req_bytes[r] if m == 1 else resp_bytes[r])
@@ -579,18 +567,18 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
     parts = max(1, threads if component is not None else 1)
     comp = np.zeros_like(combos.pair) if component is None else component[combos.pair]
     part_of = (combos.broker * 1_000_003 + comp) % parts
-    exempt_api = np.zeros(1 << 15, dtype=bool)
-    exempt_api[_EXEMPT_KEYS] = True
+    exempt = exempt_from_request_quota(rows.api_key, rows.acks, rows.is_follower)
+    btype = byte_types(rows.api_key, rows.is_follower)
     loop: Callable[..., None] = _rows_loop
     if compiled and HAVE_NUMBA:
         if _rows_compiled is None:
             _rows_compiled = compile_kernel(_rows_loop)
         loop = _rows_compiled
     i64 = np.int64
-    columns = ((part_of, i64), (combos.combo, np.int32), (rows.ts_ms, i64), (rows.api_key, np.int16),
-               (rows.acks, np.int8), (rows.is_follower, np.bool_), (rows.io_thread_ns, i64),
-               (rows.network_thread_ns, i64), (rows.request_bytes, i64), (rows.response_bytes, i64))  # fmt: skip
-    args = (*(_contiguous(a, t) for a, t in columns), exempt_api, combos.group, combos.bound, combos.enabled,
+    columns = ((part_of, i64), (combos.combo, np.int32), (rows.ts_ms, i64), (exempt, np.bool_), (btype, np.int8),
+               (rows.io_thread_ns, i64), (rows.network_thread_ns, i64), (rows.request_bytes, i64),
+               (rows.response_bytes, i64))  # fmt: skip
+    args = (*(_contiguous(a, t) for a, t in columns), combos.group, combos.bound, combos.enabled,
             settings.samples, settings.window_ms, state.value, state.start, state.last, state.n, state.current,
             out)  # fmt: skip
     _each(lambda k: loop(k, *args), [(k,) for k in range(parts)], parts)
