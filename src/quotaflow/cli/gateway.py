@@ -12,9 +12,10 @@ from pathlib import Path
 
 import click
 
+from quotaflow.cli.common import STORE_HELP
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.server import Gateway, new_event_loop, parse_hostport
-from quotaflow.store import STORE_ENV, store_path
+from quotaflow.store import store_value
 
 
 def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
@@ -34,8 +35,7 @@ def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
 @click.option("--upstream", required=True, metavar="HOST:PORT", help="The Kafka(-compatible) broker to front.")
 @click.option("--listen", "listen", multiple=True, required=True, metavar="NAME=HOST:PORT",
               help="A named listener (repeatable); port 0 picks a free port, printed on startup.")
-@click.option("--store", "store", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help=f"Quota store file (default ${STORE_ENV}, else ./quotaflow.db).")
+@click.option("--store", "store", metavar="PATH|URL", default=None, help=STORE_HELP)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
               help="server.properties-style settings (socket.request.max.bytes, connections.max.idle.ms, "
                    "quota.window.*, connection-rate quotas; the latter reload when the file changes).")
@@ -51,7 +51,7 @@ def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
 @click.option("--broker", "broker_name", default="gateway", show_default=True,
               help="The broker name written into usage events.")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def gateway(upstream: str, listen: tuple[str, ...], store: Path | None, config_path: Path | None,
+def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_path: Path | None,
             metrics_port: int | None, event_log: Path | None, admins: tuple[str, ...],
             inter_broker_listener: str | None, broker_name: str, verbose: int) -> None:
     """Enforce Kafka client quotas (KIP-55/124/612) on live traffic to UPSTREAM and serve the quota admin APIs
@@ -59,7 +59,7 @@ def gateway(upstream: str, listen: tuple[str, ...], store: Path | None, config_p
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        gw = Gateway(parse_hostport(upstream), _listeners(listen), store_path(store), config_path=config_path,
+        gw = Gateway(parse_hostport(upstream), _listeners(listen), store_value(store), config_path=config_path,
                      admin_principals=frozenset(admins) if admins else None, event_log=event_log,
                      metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name)
     except (QuotaflowError, ValueError) as e:

@@ -1,0 +1,475 @@
+"""The quota store in the Kafka cluster itself: ``--store kafka://HOST:PORT[,HOST:PORT...][/TOPIC]``.
+
+One single-partition topic (default ``__quotaflow_quotas``) is the store. Each entity of an AlterClientQuotas
+request is **one record** holding its validated operations (``key -> value``, or null to remove the key), so an
+entity is all-or-nothing and two writers (gateways, CLIs) that alter the same entity at the same time both keep
+their operations: every reader applies the records in log order. A record's change-log ``seq`` is its offset + 1
+(the consumer position after it, the way Kafka commits offsets), so ``changes_since(0)`` is everything.
+
+Readers keep an in-memory view current by consuming the topic from the beginning on a background thread; opening
+the store catches up to the end offset first, so a CLI command or a restarted gateway sees every committed record.
+
+**Compaction.** The topic is created with ``cleanup.policy=compact`` where the broker accepts it. A record's key
+is ``["quota", entity path, sorted keys it touches]``: for every quota key the last record touching it is the last
+record with its exact key set, so it survives compaction, and replaying the survivors in order gives the same
+values as the full log. Credentials are keyed by user, deleted with a tombstone, and hold derived keys only (salt,
+iterations and the PBKDF2 output, never a password).
+
+Client settings follow Kafka's client property names (``security.protocol``, ``sasl.mechanism``,
+``sasl.jaas.config``, ``ssl.ca.location``...), as URL query parameters or in a properties file named by
+``config=FILE``: ``kafka://b1:9093/__quotaflow_quotas?config=/etc/quotaflow/store.properties``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import math
+import re
+import threading
+import time
+import typing
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from quotaflow.brokerconfig import parse_properties
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import QuotaflowError, StoreError
+from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
+from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC: Final = "__quotaflow_quotas"
+DEFAULT_TIMEOUT_MS: Final = 30_000
+FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
+POLL_MS: Final = 100
+QUOTA_KIND: Final = "quota"
+CREDENTIAL_KIND: Final = "credential"
+_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+# Kafka client property -> kafka-python keyword (librdkafka's spelling accepted too where it differs)
+_CLIENT_PROPERTIES: Final[dict[str, str]] = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.truststore.location": "ssl_cafile",  # PEM truststores (Kafka 2.7+, KIP-651)
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.keystore.location": "ssl_certfile",  # PEM keystores (KIP-651)
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+_STORE_PROPERTIES: Final = frozenset({"sasl.jaas.config", "ssl.endpoint.identification.algorithm",
+                                      "request.timeout.ms", "replication.factor", "config"})
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaStoreSpec:
+    """A parsed ``kafka://`` store URL: bootstrap servers, topic, client settings (kafka-python keywords)."""
+
+    bootstrap: tuple[str, ...]
+    topic: str = DEFAULT_TOPIC
+    client: Mapping[str, Any] = field(default_factory=dict)
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    replication_factor: int = 1
+
+    def __str__(self) -> str:  # never the query string: it may carry credentials
+        return f"kafka://{','.join(self.bootstrap)}/{self.topic}"
+
+    @classmethod
+    def parse(cls, url: str) -> KafkaStoreSpec:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme.lower() != "kafka" or not url[len(parts.scheme) + 1:].startswith("//"):
+            raise StoreError(f"invalid Kafka store URL {url!r}: expected kafka://HOST:PORT[,HOST:PORT...][/TOPIC]")
+        servers = tuple(s.strip() for s in parts.netloc.split(",") if s.strip())
+        if not servers:
+            raise StoreError(f"invalid Kafka store URL {url!r}: no bootstrap server")
+        for server in servers:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise StoreError(f"invalid Kafka store URL {url!r}: {server!r} is not HOST:PORT")
+        topic = parts.path.strip("/") or DEFAULT_TOPIC
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) or topic in (".", ".."):
+            raise StoreError(f"invalid Kafka store URL {url!r}: {topic!r} is not a legal topic name")
+        props: dict[str, str] = {}
+        query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        if "config" in query:
+            try:
+                props.update(parse_properties(Path(query["config"]).read_text()))
+            except OSError as e:
+                raise StoreError(f"cannot read the Kafka store's client config {query['config']}: {e.strerror}") from e
+        props.update(query)
+        return cls(servers, topic, *_client_settings(props))
+
+
+def _client_settings(props: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
+    client: dict[str, Any] = {}
+    timeout_ms, replication = DEFAULT_TIMEOUT_MS, 1
+    for key, value in props.items():
+        if key in _CLIENT_PROPERTIES:
+            client[_CLIENT_PROPERTIES[key]] = value.upper() if key in ("security.protocol", "sasl.mechanism",
+                                                                        "sasl.mechanisms") else value
+        elif key == "sasl.jaas.config":
+            options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(value)}
+            if "username" in options:
+                client["sasl_plain_username"] = options["username"]
+            if "password" in options:
+                client["sasl_plain_password"] = options["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            client["ssl_check_hostname"] = value.strip().lower() == "https"
+        elif key in ("request.timeout.ms", "replication.factor"):
+            try:
+                number = int(value)
+            except ValueError as e:
+                raise StoreError(f"Kafka store setting {key}={value!r} is not an integer") from e
+            if key == "request.timeout.ms":
+                timeout_ms = max(1, number)
+            else:
+                replication = number
+        elif key not in _STORE_PROPERTIES:
+            raise StoreError(f"unknown Kafka store setting {key!r} (supported: "
+                             f"{', '.join(sorted({*_CLIENT_PROPERTIES, *_STORE_PROPERTIES}))})")
+    return client, timeout_ms, replication
+
+
+# -- record encoding ------------------------------------------------------------------------------------------
+
+
+def _encode_value(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _decode_value(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"not a quota value: {value!r}")
+
+
+def quota_record(entity: QuotaEntity, ops: Mapping[str, float | None], ts_ms: int) -> tuple[bytes, bytes]:
+    """One entity's operations as one record (key, value)."""
+    key = json.dumps([QUOTA_KIND, entity.path, sorted(ops)], separators=(",", ":"))
+    value = {"entity": entity.path, "ops": {k: _encode_value(v) for k, v in ops.items()}, "ts": ts_ms}
+    return key.encode(), json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+_CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
+
+
+def credential_record(credential: Credential) -> tuple[bytes, bytes]:
+    """A credential's derived key material (every :class:`Credential` field; bytes as base64)."""
+    doc = {f.name: (base64.b64encode(v).decode() if isinstance(v := getattr(credential, f.name), bytes) else v)
+           for f in dataclasses.fields(Credential)}
+    return _credential_key(credential.user), json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _credential_key(user: str) -> bytes:
+    return json.dumps([CREDENTIAL_KIND, user], separators=(",", ":")).encode()
+
+
+def _decode_credential(value: bytes) -> Credential:
+    doc = json.loads(value)
+    args: dict[str, Any] = {name: base64.b64decode(doc[name]) if kind is bytes else kind(doc[name])
+                            for name, kind in _CREDENTIAL_TYPES.items()}
+    return Credential(**args)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- the store ------------------------------------------------------------------------------------------------
+
+
+class KafkaStore:
+    """:class:`~quotaflow.store.base.QuotaStore` over one compacted single-partition topic. Thread-safe."""
+
+    def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.spec = KafkaStoreSpec.parse(spec) if isinstance(spec, str) else spec
+        self.path = str(self.spec)  # for messages, like SqliteStore.path
+        self._clock_ms = clock_ms
+        self._cond = threading.Condition()
+        self._entities: dict[QuotaEntity, Values] = {}
+        self._credentials: dict[str, Credential] = {}
+        self._changes: list[Change] = []
+        self._position = 0  # the next offset to apply; every record below it is in the view
+        self._error: str | None = None
+        self._stop = threading.Event()
+        self.rejected_records = 0  # records that failed validation (a foreign or broken writer): skipped whole
+        self._timeout_s = self.spec.timeout_ms / 1000
+        self._producer: Any = None
+        self._consumer: Any = None
+        try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}", daemon=True)
+        self._thread.start()
+        self._wait_for(self._end_offset, "catch up with")
+
+    # -- connection --------------------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        import kafka
+        from kafka.errors import KafkaError as ClientError
+
+        common = {"bootstrap_servers": list(self.spec.bootstrap), "request_timeout_ms": self.spec.timeout_ms,
+                  **self.spec.client}
+        try:
+            self._ensure_topic(common)
+            self._producer = kafka.KafkaProducer(acks="all", linger_ms=0, retries=5,
+                                                 max_in_flight_requests_per_connection=1, **common)
+            self._consumer = kafka.KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                                 fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                                                 auto_offset_reset="earliest", **common)
+            self._tp = kafka.TopicPartition(self.spec.topic, 0)
+            self._consumer.assign([self._tp])
+            self._consumer.seek_to_beginning(self._tp)
+            self._end_offset = int(self._consumer.end_offsets([self._tp])[self._tp])
+        except ClientError as e:
+            raise StoreError(f"quota store {self}: {_client_reason(e)}") from e
+
+    def _ensure_topic(self, common: Mapping[str, Any]) -> None:
+        """Create the topic (one partition, compacted where the broker allows it) unless it exists; refuse a
+        topic with more than one partition (records must have one total order)."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+        from kafka.errors import KafkaError as ClientError
+        from kafka.errors import TopicAlreadyExistsError
+
+        admin = KafkaAdminClient(**common)
+        try:
+            for configs in ({"cleanup.policy": "compact"}, {}):
+                topic = NewTopic(self.spec.topic, 1, self.spec.replication_factor, topic_configs=configs)
+                try:
+                    admin.create_topics([topic])
+                    log.info("created quota store topic %s (%s)", self.spec.topic, configs or "broker defaults")
+                    break
+                except TopicAlreadyExistsError:
+                    break
+                except ClientError as e:
+                    if not configs:
+                        raise
+                    log.warning("the broker refused a compacted %s (%s); creating it with its defaults",
+                                self.spec.topic, _client_reason(e))
+            described = admin.describe_topics([self.spec.topic])
+            partitions = len(described[0].get("partitions") or []) if described else 0
+            if partitions != 1:
+                raise StoreError(f"quota store {self}: topic {self.spec.topic} has {partitions} partitions; the "
+                                 f"store needs exactly one (one order for every reader)")
+        finally:
+            admin.close()
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+    # -- the view ---------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        from kafka.errors import KafkaError as ClientError
+
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                batches = self._consumer.poll(timeout_ms=POLL_MS)
+                position = int(self._consumer.position(self._tp))
+            except ClientError as e:
+                with self._cond:
+                    self._error = _client_reason(e)
+                log.warning("quota store %s: %s (retrying in %.1f s)", self, self._error, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            except Exception:  # the consumer was closed under us by close()
+                if self._stop.is_set():
+                    return
+                raise
+            backoff = 0.1
+            with self._cond:
+                self._error = None
+                for records in batches.values():
+                    for record in records:
+                        self._apply(record.offset, record.key, record.value)
+                self._position = max(self._position, position)
+                self._cond.notify_all()
+
+    def _apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record to the view (lock held); a record that does not validate is skipped whole."""
+        self._position = offset + 1
+        try:
+            kind = json.loads(key or b"null")
+            if not isinstance(kind, list) or not kind:
+                raise ValueError("not a quotaflow store key")
+            if kind[0] == CREDENTIAL_KIND:
+                user = str(kind[1])
+                if value is None:
+                    self._credentials.pop(user, None)
+                else:
+                    credential = _decode_credential(value)
+                    if credential.user != user:
+                        raise ValueError("credential user does not match its key")
+                    self._credentials[user] = credential
+                return
+            if kind[0] != QUOTA_KIND or value is None:
+                raise ValueError("not a quotaflow store record")
+            entity, ops, ts = _decode_quota(value)
+        except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
+            self.rejected_records += 1
+            log.warning("quota store %s: skipped record at offset %d: %s", self, offset, e)
+            return
+        current = self._entities.get(entity, {})
+        updated = dict(current)
+        for k, v in ops.items():
+            old = updated.get(k)
+            if v is None:
+                if old is None:
+                    continue
+                del updated[k]
+            else:
+                if old is not None and (old == v or (math.isnan(old) and math.isnan(v))):
+                    continue
+                updated[k] = v
+            self._changes.append(Change(offset + 1, ts, entity, k, v))
+        if updated:
+            self._entities[entity] = updated
+        else:
+            self._entities.pop(entity, None)
+
+    def _wait_for(self, offset: int, what: str) -> None:
+        """Block until the view holds every record below ``offset``."""
+        deadline = time.monotonic() + self._timeout_s
+        with self._cond:
+            while self._position < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    reason = f": {self._error}" if self._error else ""
+                    raise StoreError(f"quota store {self}: could not {what} offset {offset} within "
+                                     f"{self._timeout_s:g} s (at {self._position}){reason}")
+                self._cond.wait(min(remaining, 0.5))
+
+    def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Produce ``records`` to the one partition and wait until this store's view has applied them."""
+        from kafka.errors import KafkaError as ClientError
+
+        try:
+            futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0) for k, v in records]
+            self._producer.flush(timeout=self._timeout_s)
+            last = max(int(f.get(timeout=self._timeout_s).offset) for f in futures)
+        except ClientError as e:
+            raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
+        self._wait_for(last + 1, "apply")
+        return last + 1
+
+    # -- QuotaStore ----------------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self._cond:
+            return Snapshot(self._position, {e: dict(v) for e, v in sorted(self._entities.items(),
+                                                                            key=lambda item: item[0].path)})
+
+    def get(self, entity: QuotaEntity) -> Values:
+        with self._cond:
+            return dict(self._entities.get(entity, {}))
+
+    def alter(self, changes: Sequence[EntityChange]) -> int:
+        """One record per entity (all-or-nothing each); returns the seq after the last of them."""
+        ts = self._clock_ms()
+        records = [quota_record(entity, ops, ts) for entity, ops in changes if ops]
+        if not records:
+            return self.last_seq()
+        return self._append(records)
+
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        with self._cond:
+            lo, hi = 0, len(self._changes)
+            while lo < hi:  # first change with seq > seq (the list is in log order)
+                mid = (lo + hi) // 2
+                if self._changes[mid].seq <= seq:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out = self._changes[lo:]
+        return out if limit is None else out[:limit]
+
+    def last_seq(self) -> int:
+        with self._cond:
+            return self._position
+
+    def put_credential(self, credential: Credential) -> None:
+        self._append([credential_record(credential)])
+
+    def get_credential(self, user: str) -> Credential | None:
+        with self._cond:
+            return self._credentials.get(user)
+
+    def delete_credential(self, user: str) -> bool:
+        with self._cond:
+            if user not in self._credentials:
+                return False
+        self._append([(_credential_key(user), None)])
+        return True
+
+    def list_credentials(self) -> list[str]:
+        with self._cond:
+            return sorted(self._credentials)
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = getattr(self, "_thread", None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                try:
+                    client.close(timeout=2) if client is self._producer else client.close()
+                except Exception as e:  # closing is best effort: the process is usually about to exit
+                    log.debug("closing %s: %s", client, e)
+        self._producer = self._consumer = None
+
+    def __enter__(self) -> KafkaStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], int]:
+    doc = json.loads(value)
+    entity = QuotaEntity.from_path(str(doc["entity"]))
+    wire: dict[str | None, str | None] = {k: v for k, v in entity.to_wire().items()}
+    allowed = config_keys_for_entity(wire, resolver=lambda _host: True)
+    ops: dict[str, float | None] = {}
+    for k, raw in dict(doc["ops"]).items():
+        v = _decode_value(raw)
+        if v is not None:
+            validate_quota_key_value(allowed, k, v)
+        ops[str(k)] = v
+    return entity, ops, int(doc["ts"])
+
+
+def _client_reason(error: BaseException) -> str:
+    name = type(error).__name__
+    text = str(error)
+    if name == "NoBrokersAvailable":
+        return "no broker reachable (check the bootstrap servers and security settings)"
+    return f"{name}: {text}" if text and text != name else name
+
+
+if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protocol exactly
+    _conforms: QuotaStore = KafkaStore("kafka://127.0.0.1:9092")
