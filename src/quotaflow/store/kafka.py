@@ -1,19 +1,15 @@
 """The quota store in the Kafka cluster itself: ``--store kafka://HOST:PORT[,HOST:PORT...][/TOPIC]``.
 
-One single-partition topic (default ``__quotaflow_quotas``) is the store. Each entity of an AlterClientQuotas
-request is **one record** holding its validated operations (``key -> value``, or null to remove the key), so an
-entity is all-or-nothing and two writers (gateways, CLIs) that alter the same entity at the same time both keep
-their operations: every reader applies the records in log order. A record's change-log ``seq`` is its offset + 1
-(the consumer position after it, the way Kafka commits offsets), so ``changes_since(0)`` is everything.
+One single-partition topic (default ``__quotaflow_quotas``, created with ``cleanup.policy=compact`` where the
+broker accepts it) is the store; :mod:`quotaflow.store.records` defines its records and the view built from them.
+Each entity of an AlterClientQuotas request is one record of validated operations, so concurrent writers through
+different gateways lose no operation and every entity stays all-or-nothing; the change log's ``seq`` is the
+record's offset + 1.
 
-Readers keep an in-memory view current by consuming the topic from the beginning on a background thread; opening
-the store catches up to the end offset first, so a CLI command or a restarted gateway sees every committed record.
-
-**Compaction.** The topic is created with ``cleanup.policy=compact`` where the broker accepts it. A record's key
-is ``["quota", entity path, sorted keys it touches]``: for every quota key the last record touching it is the last
-record with its exact key set, so it survives compaction, and replaying the survivors in order gives the same
-values as the full log. Credentials are keyed by user, deleted with a tombstone, and hold derived keys only (salt,
-iterations and the PBKDF2 output, never a password).
+Every reader keeps the view current by consuming the topic on a background thread (describe, resolve, credential
+checks and the gateway's change polling read it, never the broker); opening the store first catches up to the end
+offset, so a CLI command or a restarted gateway starts from every committed record, and a write returns once this
+store's own view has applied it (read-your-writes).
 
 Client settings follow Kafka's client property names (``security.protocol``, ``sasl.mechanism``,
 ``sasl.jaas.config``, ``ssl.ca.location``...), as URL query parameters or in a properties file named by
@@ -22,15 +18,10 @@ Client settings follow Kafka's client property names (``security.protocol``, ``s
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import json
 import logging
-import math
 import re
 import threading
 import time
-import typing
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaflow.brokerconfig import parse_properties
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import QuotaflowError, StoreError
-from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
+from quotaflow.core.errors import StoreError
 from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
+from quotaflow.store.records import StoreView, credential_record, credential_tombstone, quota_record
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +40,6 @@ DEFAULT_TOPIC: Final = "__quotaflow_quotas"
 DEFAULT_TIMEOUT_MS: Final = 30_000
 FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
 POLL_MS: Final = 100
-QUOTA_KIND: Final = "quota"
-CREDENTIAL_KIND: Final = "credential"
-_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 # Kafka client property -> kafka-python keyword (librdkafka's spelling accepted too where it differs)
@@ -142,53 +130,6 @@ def _client_settings(props: Mapping[str, str]) -> tuple[dict[str, Any], int, int
     return client, timeout_ms, replication
 
 
-# -- record encoding ------------------------------------------------------------------------------------------
-
-
-def _encode_value(value: float | None) -> float | str | None:
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
-def _decode_value(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value in _NON_FINITE:
-        return _NON_FINITE[value]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ValueError(f"not a quota value: {value!r}")
-
-
-def quota_record(entity: QuotaEntity, ops: Mapping[str, float | None], ts_ms: int) -> tuple[bytes, bytes]:
-    """One entity's operations as one record (key, value)."""
-    key = json.dumps([QUOTA_KIND, entity.path, sorted(ops)], separators=(",", ":"))
-    value = {"entity": entity.path, "ops": {k: _encode_value(v) for k, v in ops.items()}, "ts": ts_ms}
-    return key.encode(), json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
-
-
-_CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
-
-
-def credential_record(credential: Credential) -> tuple[bytes, bytes]:
-    """A credential's derived key material (every :class:`Credential` field; bytes as base64)."""
-    doc = {f.name: (base64.b64encode(v).decode() if isinstance(v := getattr(credential, f.name), bytes) else v)
-           for f in dataclasses.fields(Credential)}
-    return _credential_key(credential.user), json.dumps(doc, separators=(",", ":")).encode()
-
-
-def _credential_key(user: str) -> bytes:
-    return json.dumps([CREDENTIAL_KIND, user], separators=(",", ":")).encode()
-
-
-def _decode_credential(value: bytes) -> Credential:
-    doc = json.loads(value)
-    args: dict[str, Any] = {name: base64.b64decode(doc[name]) if kind is bytes else kind(doc[name])
-                            for name, kind in _CREDENTIAL_TYPES.items()}
-    return Credential(**args)
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -204,13 +145,9 @@ class KafkaStore:
         self.path = str(self.spec)  # for messages, like SqliteStore.path
         self._clock_ms = clock_ms
         self._cond = threading.Condition()
-        self._entities: dict[QuotaEntity, Values] = {}
-        self._credentials: dict[str, Credential] = {}
-        self._changes: list[Change] = []
-        self._position = 0  # the next offset to apply; every record below it is in the view
+        self._view = StoreView(str(self.spec))  # guarded by _cond
         self._error: str | None = None
         self._stop = threading.Event()
-        self.rejected_records = 0  # records that failed validation (a foreign or broken writer): skipped whole
         self._timeout_s = self.spec.timeout_ms / 1000
         self._producer: Any = None
         self._consumer: Any = None
@@ -305,62 +242,20 @@ class KafkaStore:
                 self._error = None
                 for records in batches.values():
                     for record in records:
-                        self._apply(record.offset, record.key, record.value)
-                self._position = max(self._position, position)
+                        self._view.apply(record.offset, record.key, record.value)
+                self._view.advance(position)
                 self._cond.notify_all()
-
-    def _apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record to the view (lock held); a record that does not validate is skipped whole."""
-        self._position = offset + 1
-        try:
-            kind = json.loads(key or b"null")
-            if not isinstance(kind, list) or not kind:
-                raise ValueError("not a quotaflow store key")
-            if kind[0] == CREDENTIAL_KIND:
-                user = str(kind[1])
-                if value is None:
-                    self._credentials.pop(user, None)
-                else:
-                    credential = _decode_credential(value)
-                    if credential.user != user:
-                        raise ValueError("credential user does not match its key")
-                    self._credentials[user] = credential
-                return
-            if kind[0] != QUOTA_KIND or value is None:
-                raise ValueError("not a quotaflow store record")
-            entity, ops, ts = _decode_quota(value)
-        except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
-            self.rejected_records += 1
-            log.warning("quota store %s: skipped record at offset %d: %s", self, offset, e)
-            return
-        current = self._entities.get(entity, {})
-        updated = dict(current)
-        for k, v in ops.items():
-            old = updated.get(k)
-            if v is None:
-                if old is None:
-                    continue
-                del updated[k]
-            else:
-                if old is not None and (old == v or (math.isnan(old) and math.isnan(v))):
-                    continue
-                updated[k] = v
-            self._changes.append(Change(offset + 1, ts, entity, k, v))
-        if updated:
-            self._entities[entity] = updated
-        else:
-            self._entities.pop(entity, None)
 
     def _wait_for(self, offset: int, what: str) -> None:
         """Block until the view holds every record below ``offset``."""
         deadline = time.monotonic() + self._timeout_s
         with self._cond:
-            while self._position < offset:
+            while self._view.position < offset:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._thread.is_alive():
                     reason = f": {self._error}" if self._error else ""
                     raise StoreError(f"quota store {self}: could not {what} offset {offset} within "
-                                     f"{self._timeout_s:g} s (at {self._position}){reason}")
+                                     f"{self._timeout_s:g} s (at {self._view.position}){reason}")
                 self._cond.wait(min(remaining, 0.5))
 
     def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
@@ -378,14 +273,19 @@ class KafkaStore:
 
     # -- QuotaStore ----------------------------------------------------------------------------------------
 
+    @property
+    def rejected_records(self) -> int:
+        """Records that failed validation (a foreign or broken writer), each skipped whole."""
+        with self._cond:
+            return self._view.rejected
+
     def snapshot(self) -> Snapshot:
         with self._cond:
-            return Snapshot(self._position, {e: dict(v) for e, v in sorted(self._entities.items(),
-                                                                            key=lambda item: item[0].path)})
+            return self._view.snapshot()
 
     def get(self, entity: QuotaEntity) -> Values:
         with self._cond:
-            return dict(self._entities.get(entity, {}))
+            return dict(self._view.entities.get(entity, {}))
 
     def alter(self, changes: Sequence[EntityChange]) -> int:
         """One record per entity (all-or-nothing each); returns the seq after the last of them."""
@@ -397,37 +297,29 @@ class KafkaStore:
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         with self._cond:
-            lo, hi = 0, len(self._changes)
-            while lo < hi:  # first change with seq > seq (the list is in log order)
-                mid = (lo + hi) // 2
-                if self._changes[mid].seq <= seq:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            out = self._changes[lo:]
-        return out if limit is None else out[:limit]
+            return self._view.changes_since(seq, limit)
 
     def last_seq(self) -> int:
         with self._cond:
-            return self._position
+            return self._view.position
 
     def put_credential(self, credential: Credential) -> None:
         self._append([credential_record(credential)])
 
     def get_credential(self, user: str) -> Credential | None:
         with self._cond:
-            return self._credentials.get(user)
+            return self._view.credentials.get(user)
 
     def delete_credential(self, user: str) -> bool:
+        """True when ``user`` existed right before this delete's record in the log (the view may lag the log,
+        so the tombstone is always written)."""
+        offset = self._append([credential_tombstone(user)]) - 1
         with self._cond:
-            if user not in self._credentials:
-                return False
-        self._append([(_credential_key(user), None)])
-        return True
+            return any(removed for at, removed in self._view.tombstones if at == offset)
 
     def list_credentials(self) -> list[str]:
         with self._cond:
-            return sorted(self._credentials)
+            return sorted(self._view.credentials)
 
     def close(self) -> None:
         self._stop.set()
@@ -449,26 +341,15 @@ class KafkaStore:
         self.close()
 
 
-def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], int]:
-    doc = json.loads(value)
-    entity = QuotaEntity.from_path(str(doc["entity"]))
-    wire: dict[str | None, str | None] = {k: v for k, v in entity.to_wire().items()}
-    allowed = config_keys_for_entity(wire, resolver=lambda _host: True)
-    ops: dict[str, float | None] = {}
-    for k, raw in dict(doc["ops"]).items():
-        v = _decode_value(raw)
-        if v is not None:
-            validate_quota_key_value(allowed, k, v)
-        ops[str(k)] = v
-    return entity, ops, int(doc["ts"])
-
-
 def _client_reason(error: BaseException) -> str:
+    """kafka-python's error in one line, without its class name twice."""
     name = type(error).__name__
-    text = str(error)
+    text = str(error).strip()
     if name == "NoBrokersAvailable":
         return "no broker reachable (check the bootstrap servers and security settings)"
-    return f"{name}: {text}" if text and text != name else name
+    if text.startswith(name):
+        text = text[len(name):].lstrip(": ")
+    return f"{name}: {text}" if text else name
 
 
 if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protocol exactly
