@@ -13,7 +13,6 @@ client calls when given ``http_url``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import time
@@ -30,8 +29,8 @@ from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from quotaflow import __version__
-from quotaflow.admin import Alteration, AlterResult, Contribution, DescribedEntity, Resolution, ResolvedQuota
-from quotaflow.cli.client_quotas import resolve_json
+from quotaflow.admin.codec import resolution_from_json
+from quotaflow.admin.local import Alteration, AlterResult, DescribedEntity, Resolution
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import (
     ApiError,
@@ -44,7 +43,6 @@ from quotaflow.core.errors import (
     for_code,
 )
 from quotaflow.core.filters import QuotaFilter
-from quotaflow.gateway.config import read_properties
 
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
@@ -62,8 +60,6 @@ SASL_USERNAME: Final = "sasl.username"  # librdkafka's spelling, accepted as an 
 SASL_PASSWORD: Final = "sasl.password"
 REQUEST_TIMEOUT_MS: Final = "request.timeout.ms"
 HTTP_URL: Final = "quotaflow.http.url"  # the gateway's HTTP endpoint, for --resolve
-COMMAND_CONFIG_META: Final = "quotaflow.command_config"  # where --command-config leaves its value (cli.common)
-COMMAND_CONFIG_ENV: Final = "QUOTAFLOW_COMMAND_CONFIG"
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -254,10 +250,17 @@ class WireAdmin:
         ]
 
     def resolve(self, user: str, client_id: str) -> Resolution:
-        return resolution_from_json(self._get_json("/resolve", {"user": user, "client-id": client_id}))
+        return self._resolution(self._get_json("/resolve", {"user": user, "client-id": client_id}))
 
     def resolve_ip(self, ip: str) -> Resolution:
-        return resolution_from_json(self._get_json("/resolve", {"ip": ip}))
+        return self._resolution(self._get_json("/resolve", {"ip": ip}))
+
+    @staticmethod
+    def _resolution(doc: Any) -> Resolution:
+        try:
+            return resolution_from_json(doc)
+        except (KeyError, TypeError, ValueError) as e:
+            raise BrokerConnectionError(f"unexpected /resolve document: {e}") from e
 
     def _get_json(self, path: str, query: Mapping[str, str]) -> Any:
         if self.http_url is None:
@@ -309,54 +312,3 @@ def from_properties(bootstrap: str, props: Mapping[str, str]) -> WireAdmin:
         except ValueError as e:
             raise CommandError(f"{REQUEST_TIMEOUT_MS} must be a number of milliseconds") from e
     return WireAdmin(bootstrap, sasl=sasl_from_properties(props), http_url=props.get(HTTP_URL), timeout=timeout)
-
-
-def _command_config_path() -> str | None:
-    """``--command-config FILE`` of the running command (``configs`` takes ``$QUOTAFLOW_COMMAND_CONFIG`` only)."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    path = None if ctx is None else ctx.meta.get(COMMAND_CONFIG_META)
-    return path or os.environ.get(COMMAND_CONFIG_ENV) or None
-
-
-def open_backend(bootstrap: str) -> WireAdmin:
-    """The ``--bootstrap-server`` backend of ``quotaflow configs`` / ``client-quotas`` (see cli.common)."""
-    path = _command_config_path()
-    return from_properties(bootstrap, read_properties(path) if path else {})
-
-
-# -- the /resolve document --------------------------------------------------------------------------------------
-
-
-def _entity_from(doc: Mapping[str, str | None] | None) -> QuotaEntity | None:
-    return None if doc is None else QuotaEntity.from_wire(doc)
-
-
-def resolution_to_json(resolution: Resolution) -> dict[str, object]:
-    """The ``/resolve`` document the gateway serves: what ``client-quotas --resolve --output json`` prints."""
-    return resolve_json(resolution)
-
-
-def resolution_from_json(doc: Mapping[str, Any]) -> Resolution:
-    """A :class:`Resolution` from the JSON document ``client-quotas --resolve --output json`` prints
-    (:func:`resolution_to_json`), which the gateway serves at ``/resolve``."""
-    try:
-        entity = QuotaEntity.from_wire(doc["entity"])
-        quotas = {
-            key: ResolvedQuota(
-                key=key,
-                value=None if q["value"] is None else float(q["value"]),
-                entity=_entity_from(q["entity"]),
-                level=q["level"],
-                overridden=tuple(
-                    Contribution(int(c["level"]), QuotaEntity.from_wire(c["entity"]), float(c["value"]))
-                    for c in q["overridden"]
-                ),
-                quota_id=q["quota_id"],
-            )
-            for key, q in doc["quotas"].items()
-        }
-        return Resolution(entity, int(doc["seq"]), quotas)
-    except (KeyError, TypeError, ValueError) as e:
-        raise BrokerConnectionError(f"unexpected /resolve document: {e}") from e
