@@ -34,13 +34,13 @@ from quotaflow.admin.local import Alteration, AlterResult, DescribedEntity, Reso
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import (
     ApiError,
+    BrokerConnectionError,
     CommandError,
     InvalidRequestError,
     KafkaError,
-    QuotaflowError,
-    StoreError,
     UnsupportedVersionError,
     for_code,
+    map_errors,
 )
 from quotaflow.core.filters import QuotaFilter
 
@@ -61,10 +61,6 @@ SASL_PASSWORD: Final = "sasl.password"
 REQUEST_TIMEOUT_MS: Final = "request.timeout.ms"
 HTTP_URL: Final = "quotaflow.http.url"  # the gateway's HTTP endpoint, for --resolve
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-class BrokerConnectionError(StoreError):
-    """The gateway (where the quotas live) could not be reached, closed the connection, or did not speak Kafka."""
 
 
 def error_for(code: int, message: str | None) -> KafkaError:
@@ -110,10 +106,8 @@ class KafkaWireConnection:
         self._protocol = KafkaProtocol(client_id=client_id)
         self._blocked_until = 0.0
         self.throttled_ms_total = 0
-        try:
+        with map_errors({OSError: BrokerConnectionError}, f"cannot connect to {host}:{port}: "):
             self._sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as e:
-            raise BrokerConnectionError(f"cannot connect to {host}:{port}: {e}") from e
         try:
             self.versions = self._negotiate()
             if sasl is not None:
@@ -128,26 +122,24 @@ class KafkaWireConnection:
         wait = self._blocked_until - time.monotonic()
         if wait > 0:
             self._sleep(wait)
-        try:
+        where = f"{self.host}:{self.port}"
+        with (
+            map_errors({Exception: BrokerConnectionError}, f"bad response from {where}: "),  # kafka-python's decode
+            map_errors({OSError: BrokerConnectionError}, f"{where}: "),
+        ):
             self._protocol.send_request(request)
             self._sock.sendall(self._protocol.send_bytes())
             deadline = time.monotonic() + self.timeout
             while True:
                 if time.monotonic() > deadline:
-                    raise BrokerConnectionError(f"no response from {self.host}:{self.port} in {self.timeout}s")
+                    raise BrokerConnectionError(f"no response from {where} in {self.timeout}s")
                 data = self._sock.recv(1 << 16)
                 if not data:
-                    raise BrokerConnectionError(f"{self.host}:{self.port} closed the connection")
+                    raise BrokerConnectionError(f"{where} closed the connection")
                 responses = self._protocol.receive_bytes(data)
                 if responses:
                     response = responses[0][1]
                     break
-        except OSError as e:
-            raise BrokerConnectionError(f"{self.host}:{self.port}: {e}") from e
-        except QuotaflowError:
-            raise
-        except Exception as e:  # kafka-python's decode errors: not a Kafka peer, or a broken frame
-            raise BrokerConnectionError(f"bad response from {self.host}:{self.port}: {e}") from e
         throttle_ms = int(getattr(response, "throttle_time_ms", 0) or 0)
         if throttle_ms > 0:
             self.throttled_ms_total += throttle_ms
@@ -257,10 +249,9 @@ class WireAdmin:
 
     @staticmethod
     def _resolution(doc: Any) -> Resolution:
-        try:
+        with map_errors({KeyError: BrokerConnectionError, TypeError: BrokerConnectionError,
+                         ValueError: BrokerConnectionError}, "unexpected /resolve document: "):
             return resolution_from_json(doc)
-        except (KeyError, TypeError, ValueError) as e:
-            raise BrokerConnectionError(f"unexpected /resolve document: {e}") from e
 
     def _get_json(self, path: str, query: Mapping[str, str]) -> Any:
         if self.http_url is None:
@@ -269,13 +260,12 @@ class WireAdmin:
                 "(the gateway's --metrics-port) in the --command-config file"
             )
         url = f"{self.http_url}{path}?{urllib.parse.urlencode(query)}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            raise BrokerConnectionError(f"GET {url}: HTTP {e.code}: {e.read().decode(errors='replace')}") from e
-        except (OSError, ValueError) as e:
-            raise BrokerConnectionError(f"GET {url}: {e}") from e
+        with map_errors({OSError: BrokerConnectionError, ValueError: BrokerConnectionError}, f"GET {url}: "):
+            try:
+                with urllib.request.urlopen(url, timeout=self.timeout) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                raise BrokerConnectionError(f"GET {url}: HTTP {e.code}: {e.read().decode(errors='replace')}") from e
 
     def close(self) -> None:
         self.conn.close()

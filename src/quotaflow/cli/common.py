@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 import click
 
 from quotaflow.admin import Admin, AdminBackend
-from quotaflow.core.errors import CommandError, KafkaError, QuotaflowError, StoreError
+from quotaflow.core.errors import BrokerConnectionError, CommandError, KafkaError, QuotaflowError, StoreError
 from quotaflow.store import open_store
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def kafka_errors(tool: str, args: Sequence[str]) -> Iterator[None]:
     """Turn quotaflow errors raised inside the block into a Kafka-style failure (stderr, exit status 1)."""
     try:
         yield
-    except (KafkaError, CommandError, StoreError) as e:
+    except (KafkaError, CommandError, StoreError, BrokerConnectionError) as e:
         fail(tool, args, e)
 
 
