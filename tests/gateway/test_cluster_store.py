@@ -15,15 +15,15 @@ import pytest
 from click.testing import CliRunner
 
 from quotaflow.admin import Alteration, DescribedEntity
+from quotaflow.admin.wire import WireAdmin
 from quotaflow.cli.main import cli
-from quotaflow.cli.wire import WireAdmin
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.filters import FilterComponent, QuotaFilter
-from quotaflow.gateway.process import GatewayProcess
 from quotaflow.gateway.sasl import hash_password, verify_password
 from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
-from quotaflow.tansu import Tansu
+from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.tansu import Tansu
 
 pytestmark = pytest.mark.broker
 

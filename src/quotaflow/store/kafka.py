@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from quotaflow.brokerconfig import parse_properties
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
+from quotaflow.core.properties import parse_properties
 from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
 from quotaflow.store.records import StoreView, credential_record, credential_tombstone, quota_record
 
