@@ -21,6 +21,7 @@ from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.errors import CommandError
 from quotaflow.gateway.addresses import AddressMap
+from quotaflow.gateway.cluster_quota import cluster_quotas_for
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
@@ -78,6 +79,9 @@ class Gateway:
         self.broker = broker
         self.stream_limit = STREAM_LIMIT
         self.enforcement = Enforcement(self.config)
+        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage (None: Kafka's per broker)
+        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.enforcement, self.upstream,
+                                                 self.config.quota_window_size_seconds, broker)
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
@@ -98,6 +102,8 @@ class Gateway:
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
         self.enforcement.load(snapshot)
         self._store_seq = snapshot.seq
+        if self.cluster_quotas is not None:
+            await self.cluster_quotas.start()
         if self.event_log_dir is not None:
             from quotaflow.gateway.eventlog import EventLog
 
@@ -121,6 +127,8 @@ class Gateway:
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
                                       sources=[self.enforcement, self.connection_quotas])
+        if self.cluster_quotas is not None:
+            self._metrics.add_source(self.cluster_quotas)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         await self._metrics.start()
         self.metrics_address = self._metrics.address
@@ -130,6 +138,8 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.cluster_quotas is not None:
+            await self.cluster_quotas.stop()
         for conn in list(self.connections):
             conn.close()
         if self._listener is not None:
