@@ -39,7 +39,7 @@ class DemoContext:
 
 Stage = Callable[[DemoContext], None]
 
-# One quota at every precedence level (SPEC §4.1), plus connection-rate quotas for ips (KIP-612).
+# One quota at every precedence level (KIP-55), plus connection-rate quotas for ips (KIP-612).
 DEMO_QUOTAS: Final[list[tuple[QuotaEntity, dict[str, float | None]]]] = [
     (QuotaEntity(user="alice", client_id="ingest"), {"producer_byte_rate": 5_000_000.0}),
     (QuotaEntity(user="alice", client_id=DEFAULT), {"producer_byte_rate": 3_000_000.0}),

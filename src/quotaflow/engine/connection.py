@@ -1,4 +1,4 @@
-"""KIP-612 connection quotas: Kafka's ``ConnectionQuotas`` (SPEC §7) as pure state, time passed in.
+"""KIP-612 connection quotas: Kafka's ``ConnectionQuotas`` as pure state, time passed in.
 
 Three creation-rate levels share one :class:`~quotaflow.engine.rate.Rate` kernel: broker-wide
 (``max.connection.creation.rate``), per listener (``listener.name.<l>.max.connection.creation.rate``) and per client
@@ -153,7 +153,7 @@ class ConnectionQuotas:
         except KeyError:
             raise KeyError(f"listener {listener!r} is not registered") from None
 
-    # -- reconfiguration (SPEC §7.3) -------------------------------------------------------------------------------
+    # -- reconfiguration (updateMaxConnectionRate, updateIpConnectionRateQuota) ----------------------------------------
     def update_broker_max_connection_rate(self, rate: int) -> None:
         """``updateBrokerMaxConnectionRate``: replace the bound, keep the samples."""
         if rate < 0:
@@ -219,7 +219,7 @@ class ConnectionQuotas:
             self.update_listener_max_connections(listener, maxes.get(listener))
         self.update_max_connections_per_ip(cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides)
 
-    # -- the per-connection algorithm (SPEC §7.2) --------------------------------------------------------------
+    # -- the per-connection algorithm (ConnectionQuotas.inc) -----------------------------------------------------------
     def _record_and_throttle(self, rate: Rate, now_ms: int) -> int:
         return to_int32(rate.record_and_throttle(1.0, now_ms, self.max_throttle_ms))
 
@@ -305,7 +305,7 @@ class ConnectionQuotas:
     def listener_count(self, listener: str) -> int:
         return self._listener(listener).count
 
-    # -- metrics (SPEC §7.1) -------------------------------------------------------------------------------------
+    # -- metrics (socket-server-metrics) -------------------------------------------------------------------------------
     def ip_rate_bound(self, ip: str) -> float | None:
         """The bound of the IP's rate metric, None when the metric does not exist (never recorded)."""
         sensor = self._ip_sensors.get(ip)

@@ -1,7 +1,7 @@
 """The other metrics-library stats quota managers use: ``Avg`` (throttle-time), ``CumulativeSum`` (queue-size).
 
 ``Avg`` is a sampled stat with exactly ``Rate``'s windowing (samples + 1, purge by last event) whose reading is
-sum / event count over the kept samples, NaN when there are no events (SPEC §2.2, Kafka ``Avg.combine``).
+sum / event count over the kept samples, NaN when there are no events (Kafka's ``Avg.combine``).
 """
 
 from __future__ import annotations
