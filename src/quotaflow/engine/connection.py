@@ -18,7 +18,6 @@ The acceptor drives it in two steps, as Kafka's ``inc`` does around its wait::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -27,13 +26,11 @@ from quotaflow.core.errors import ConnectionThrottledError, InvalidConfiguration
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.rate import Rate, to_int32
+from quotaflow.engine.stats import Avg
 
 GROUP: Final = "socket-server-metrics"
 ACCEPTOR_GROUP: Final = "Acceptor"
 IP_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
-# The broker's MetricConfig defaults (metrics.num.samples, metrics.sample.window.ms) used by the throttle-time Avgs.
-METRIC_SAMPLES: Final = 2
-METRIC_WINDOW_MS: Final = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,27 +46,6 @@ class ConnectionQuotaConfig:
     max_connections_per_ip: int = INT_MAX
     max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     inter_broker_listener: str | None = None
-
-
-class Avg:
-    """Kafka's ``Avg`` SampledStat: windowed sum / windowed event count; NaN with no events.
-
-    Built from two ``Rate`` kernels recorded at identical times, so both roll and purge identically and no
-    windowing logic is duplicated."""
-
-    __slots__ = ("_count", "_sum")
-
-    def __init__(self, samples: int = METRIC_SAMPLES, window_ms: int = METRIC_WINDOW_MS) -> None:
-        self._sum = Rate(samples, window_ms)
-        self._count = Rate(samples, window_ms)
-
-    def record(self, value: float, now_ms: int) -> None:
-        self._sum.record(value, now_ms)
-        self._count.record(1.0, now_ms)
-
-    def measure(self, now_ms: int) -> float:
-        count = self._count.total(now_ms)
-        return math.nan if count == 0 else self._sum.total(now_ms) / count
 
 
 @dataclass(slots=True)
