@@ -45,6 +45,7 @@ from quotaflow.store.base import QuotaStore
 
 STATIC_DIR: Final = Path(__file__).parent / "static"
 MAX_BODY_BYTES: Final = 64 * 1024
+PAGE_HEADER: Final = "x-quotaflow-page"
 
 
 @dataclass(slots=True)
@@ -74,12 +75,14 @@ def _status(error: Exception) -> int:
     return 400
 
 
-def error_response(error: KafkaError | CommandError, extra: dict[str, Any] | None = None) -> JSONResponse:
+def error_response(
+    error: KafkaError | CommandError, extra: dict[str, Any] | None = None, *, challenge: bool = True
+) -> JSONResponse:
     if isinstance(error, KafkaError):
         doc = _error_doc(error)
     else:
         doc = {"code": None, "name": "NOT_FOUND", "message": str(error)}
-    challenge = isinstance(error, SaslAuthenticationFailedError)
+    challenge = challenge and isinstance(error, SaslAuthenticationFailedError)
     headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if challenge else None
     return JSONResponse({"error": doc, **(extra or {})}, status_code=_status(error), headers=headers)
 
@@ -226,7 +229,8 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         try:
             await run_in_threadpool(console.access.require_admin, request.headers.get("authorization"))
         except KafkaError as e:
-            return error_response(e)
+            # the console's own page sends PAGE_HEADER: it offers its sign-in link instead of the browser's dialog
+            return error_response(e, challenge=PAGE_HEADER not in request.headers)
         raw = await request.body()
         if len(raw) > MAX_BODY_BYTES:
             return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
@@ -296,7 +300,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
     async def api_backtests(request: Request) -> Response:
         root = console.config.backtests
         found = [] if root is None else await run_in_threadpool(bt.discover, root)
-        return JSONResponse([{"id": b.id, "path": str(b.path), "summary": bt.run_summary(b)} for b in found])
+        return JSONResponse(await run_in_threadpool(lambda: [bt.listing(b) for b in found]))
 
     async def api_backtest(request: Request) -> Response:
         try:
@@ -377,7 +381,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
     async def backtests_page(request: Request) -> Response:
         root = console.config.backtests
         found = [] if root is None else await run_in_threadpool(bt.discover, root)
-        rows = [{"id": b.id, "path": str(b.path), "summary": bt.run_summary(b)} for b in found]
+        rows = await run_in_threadpool(lambda: [bt.listing(b) for b in found])
         return await page(request, "backtests.html", {"backtests": rows, "root": root})
 
     async def backtest_page(request: Request) -> Response:

@@ -163,6 +163,17 @@ def report_charts(bt: Backtest) -> list[str]:
     return [] if rdir is None else sorted(p.name for p in rdir.glob("*.png"))
 
 
+def listing(bt: Backtest) -> dict[str, Any]:
+    """One line of the Backtests page (``/api/backtests``)."""
+    return {
+        "id": bt.id,
+        "path": str(bt.path),
+        "summary": run_summary(bt),
+        "compared": bt.has("compare"),
+        "report": report_dir(bt) is not None,
+    }
+
+
 def describe(bt: Backtest) -> dict[str, Any]:
     """Everything the backtest page shows, as one JSON document (``/api/backtests/{id}``)."""
     span = time_span(bt)

@@ -79,7 +79,7 @@
   async function submit(validateOnly) {
     clearErrors();
     const body = {entity: readEntity(), ops: readOps(), validate_only: validateOnly};
-    const r = await qf.json("/api/quotas", {method: "POST", headers: {"Content-Type": "application/json"},
+    const r = await qf.json("/api/quotas", {method: "POST", headers: {"Content-Type": "application/json", "X-Quotaflow-Page": "quotas"},
       body: JSON.stringify(body), credentials: "same-origin"});
     if (r.ok) {
       result.className = "ok";
