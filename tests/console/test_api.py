@@ -244,3 +244,13 @@ def test_pages_render(client: TestClient, tmp_path: Path) -> None:
     assert client.get("/").url.path == "/quotas"
     page = client.get("/quotas", params={"user_match": "bogus"})
     assert page.status_code == 400 and "Unknown match type" in page.text
+
+
+def test_resolve_links_from_quotas(client: TestClient) -> None:
+    page = client.get("/quotas").text
+    assert 'href="/resolve?user=alice&amp;client-id=ingest"' in page  # runs the resolve
+    assert 'href="/resolve?user=alice"' in page  # a user-only entity: fills the form, the client-id is asked for
+    partial = client.get("/resolve", params={"user": "alice"})
+    assert partial.status_code == 200 and 'value="alice"' in partial.text and "resolve-table" not in partial.text
+    full = client.get("/resolve", params={"user": "alice", "client-id": "ingest"}).text
+    assert 'href="/quotas?strict=1&amp;user_match=exact&amp;user=alice&amp;client-id_match=exact&amp;client-id=ingest"' in full

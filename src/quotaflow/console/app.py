@@ -111,10 +111,8 @@ def resolve_link(entity: dict[str, str | None] | None) -> str | None:
     """Resolve for the clients this entity applies to: its names, the default parts left for the user to fill."""
     if not entity:
         return None
-    if "ip" in entity:
-        return "/resolve?" + urlencode({"ip": entity["ip"] or ""})
-    query = {t: n or "" for t, n in entity.items()}
-    return "/resolve?" + urlencode(query)
+    named = {t: n for t, n in entity.items() if n is not None}
+    return "/resolve" + ("?" + urlencode(named) if named else "")
 
 
 def shares_text(quota_id: dict[str, str] | None) -> str:
@@ -357,17 +355,13 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         q = request.query_params
         doc: dict[str, Any] | None = None
         error: str | None = None
-        asked = "ip" in q or "user" in q or "client-id" in q
-        if asked:
-            try:
-                if q.get("ip"):
-                    doc = resolve_json(await run_in_threadpool(console.admin.resolve_ip, q["ip"]))
-                elif "user" in q and "client-id" in q:
-                    doc = resolve_json(await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"]))
-                else:
-                    error = "Give a user and a client-id (a client always has both), or an ip"
-            except KafkaError as e:
-                error = f"{e.name}: {e}"
+        try:  # a partial query (a link from a user-only entity) just fills the form
+            if q.get("ip"):
+                doc = resolve_json(await run_in_threadpool(console.admin.resolve_ip, q["ip"]))
+            elif "user" in q and "client-id" in q:
+                doc = resolve_json(await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"]))
+        except KafkaError as e:
+            error = f"{e.name}: {e}"
         return await page(
             request,
             "resolve.html",

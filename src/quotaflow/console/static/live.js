@@ -23,7 +23,7 @@
       scales: {x: {time: true}, ms: {auto: true}},
       axes: [{}, {size: 70, values: (u, v) => v.map(qf.num), label: row.unit}, {side: 1, scale: "ms", size: 60, label: "throttle ms", grid: {show: false}, values: (u, v) => v.map(qf.num)}],
       series: [{}, {label: "rate", stroke: "#0b5cad", width: 1.5, value: (u, v) => v == null ? "—" : qf.num(v)},
-               {label: "quota", stroke: "#c62828", dash: [6, 4], width: 1.5, value: (u, v) => v == null ? "unlimited" : qf.num(v)},
+               {label: "quota", stroke: "#c62828", dash: [6, 4], width: 1.5, value: (u, v, s, i) => i == null ? "—" : v == null ? "unlimited" : qf.num(v)},
                {label: "throttle ms", stroke: "#f0b429", scale: "ms", width: 1, value: (u, v) => v == null ? "—" : qf.num(v)}],
     }, data, el);
     charts.set(row.id, {plot, box, title});
