@@ -253,4 +253,5 @@ def test_resolve_links_from_quotas(client: TestClient) -> None:
     partial = client.get("/resolve", params={"user": "alice"})
     assert partial.status_code == 200 and 'value="alice"' in partial.text and "resolve-table" not in partial.text
     full = client.get("/resolve", params={"user": "alice", "client-id": "ingest"}).text
-    assert 'href="/quotas?strict=1&amp;user_match=exact&amp;user=alice&amp;client-id_match=exact&amp;client-id=ingest"' in full
+    back = "/quotas?strict=1&amp;user_match=exact&amp;user=alice&amp;client-id_match=exact&amp;client-id=ingest"
+    assert f'href="{back}"' in full
