@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -26,10 +26,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+import quotaflow.console.backtests as bt
 from quotaflow.admin import Admin, Alteration
-from quotaflow.console import backtests as bt
+from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM, Access, Principal
-from quotaflow.console.codec import alter_json, describe_json, resolve_json
 from quotaflow.console.live import LiveMetrics
 from quotaflow.console.quotas import ENTITY_TYPES, MATCHES, QUOTA_KEYS, field_of, filter_form, parse_alteration
 from quotaflow.core.errors import (
@@ -44,6 +44,7 @@ from quotaflow.core.precedence import LEVEL_NAMES
 from quotaflow.store.base import QuotaStore
 
 STATIC_DIR: Final = Path(__file__).parent / "static"
+TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
 MAX_BODY_BYTES: Final = 64 * 1024
 PAGE_HEADER: Final = "x-quotaflow-page"
 
@@ -161,7 +162,7 @@ class Console:
 
 
 def _templates() -> Jinja2Templates:
-    env = Environment(loader=PackageLoader("quotaflow.console", "templates"), autoescape=select_autoescape())
+    env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape())
     env.filters["jd"] = lambda v: "unlimited" if v is None else java_double_str(float(v))
     env.filters["entity"] = entity_text
     env.filters["num"] = _num
@@ -217,7 +218,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             found = await run_in_threadpool(console.admin.describe, form.to_filter())
         except KafkaError as e:
             return error_response(e)
-        return JSONResponse(describe_json(found))
+        return JSONResponse(describe_to_json(found))
 
     async def api_quotas_post(request: Request) -> Response:
         if not _same_origin(request):
@@ -244,7 +245,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
 
     async def _alter(alteration: Alteration, validate_only: bool) -> Response:
         results = await run_in_threadpool(console.admin.alter, [alteration], validate_only)
-        doc: dict[str, Any] = {"validate_only": validate_only, "results": alter_json(results)}
+        doc: dict[str, Any] = {"validate_only": validate_only, "results": alter_to_json(results)}
         failed = next((r for r in results if not r.ok), None)
         if failed is not None:
             error = failed.error.exception()
@@ -266,7 +267,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
                 res = await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"])
         except KafkaError as e:
             return error_response(e)
-        return JSONResponse(resolve_json(res))
+        return JSONResponse(resolution_to_json(res))
 
     async def api_whoami(request: Request) -> Response:
         try:
@@ -333,7 +334,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             form, error = filter_form({}), f"{e.name}: {e}"
         if error is None:
             try:
-                found = describe_json(await run_in_threadpool(console.admin.describe, form.to_filter()))
+                found = describe_to_json(await run_in_threadpool(console.admin.describe, form.to_filter()))
             except KafkaError as e:
                 error = f"{e.name}: {e}"
         return await page(
@@ -357,9 +358,9 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         error: str | None = None
         try:  # a partial query (a link from a user-only entity) just fills the form
             if q.get("ip"):
-                doc = resolve_json(await run_in_threadpool(console.admin.resolve_ip, q["ip"]))
+                doc = resolution_to_json(await run_in_threadpool(console.admin.resolve_ip, q["ip"]))
             elif "user" in q and "client-id" in q:
-                doc = resolve_json(await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"]))
+                doc = resolution_to_json(await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"]))
         except KafkaError as e:
             error = f"{e.name}: {e}"
         return await page(

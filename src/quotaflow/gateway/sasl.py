@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from quotaflow.core.errors import SaslAuthenticationFailedError
 from quotaflow.store.base import QuotaStore
 from quotaflow.store.credentials import (
     DEFAULT_ITERATIONS,
@@ -35,8 +36,8 @@ __all__ = [
 ]
 
 
-class SaslAuthenticationError(Exception):
-    """The client's PLAIN message was malformed or its credentials did not verify."""
+class SaslAuthenticationError(SaslAuthenticationFailedError):
+    """The client's PLAIN message was malformed or its credentials did not verify (SASL_AUTHENTICATION_FAILED)."""
 
 
 @dataclass(frozen=True, slots=True)
