@@ -77,3 +77,21 @@ def test_writes_need_a_user_in_the_store_or_read_only(store_path: Path) -> None:
 def test_bad_options(store_path: Path, args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, ["console", "--store", str(store_path), "--read-only", *args])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_the_demo_prints_commands_that_parse(tmp_path: Path) -> None:
+    import shlex
+
+    from quotaflow.cli.console import console
+    from quotaflow.cli.gateway import gateway
+    from quotaflow.demo.main import console_commands
+
+    gateway_cmd, console_cmd = console_commands(tmp_path / "demo-out" / "quotaflow.db", tmp_path / "demo-out")
+    (tmp_path / "demo-out" / "gateway").mkdir(parents=True)
+    (tmp_path / "demo-out" / "gateway" / "gateway.properties").write_text("quota.window.num=3\n")
+    for command, cmd in ((gateway, gateway_cmd), (console, console_cmd)):
+        argv = shlex.split(cmd)
+        assert argv[:2] == ["quotaflow", command.name]
+        ctx = command.make_context(command.name, argv[2:])  # click parses and validates every option
+        assert ctx.params["store"] == tmp_path / "demo-out" / "quotaflow.db"
+    assert "--gateway http://127.0.0.1:9193" in console_cmd and "--metrics-port 9193" in gateway_cmd
