@@ -1,9 +1,13 @@
 """Broker-address rewriting: clients must only ever learn the gateway's addresses, never the upstream's.
 
 Metadata (brokers), FindCoordinator (v0–3 host/port, v4+ coordinators) and DescribeCluster (brokers) carry broker
-addresses. Each upstream node id maps to one gateway address. With one upstream broker every node id maps to the
-address of the listener the client is connected to; with N brokers the map would hold one gateway port per upstream
-node (docs/gateway.md).
+addresses and are rewritten: each upstream node id maps to its gateway address (``gateway.brokers``: one gateway
+port per upstream node per listener).
+
+Other API versions that name brokers are not decoded on the hot path; ApiVersions offers them only up to the last
+version without addresses (:data:`ADDRESS_VERSION_CAPS`): Produce v10+ and Fetch v16+ carry KIP-951 ``NodeEndpoints``
+(a moved leader's host and port), DescribeQuorum v2+ the controllers' listener endpoints. ShareFetch and
+ShareAcknowledge (KIP-932) carry ``NodeEndpoints`` in every version and are not offered (:data:`NEVER_OFFERED`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,12 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 REWRITTEN_APIS: Final = frozenset({ApiKey.Metadata, ApiKey.FindCoordinator, ApiKey.DescribeCluster})
+ADDRESS_VERSION_CAPS: Final[dict[int, int]] = {
+    ApiKey.Produce: 9,  # v10+: NodeEndpoints (KIP-951)
+    ApiKey.Fetch: 15,  # v16+: NodeEndpoints (KIP-951)
+    ApiKey.DescribeQuorum: 1,  # v2+: controller Nodes with their listener endpoints
+}
+NEVER_OFFERED: Final = frozenset({ApiKey.ShareFetch, ApiKey.ShareAcknowledge})  # NodeEndpoints in every version
 
 
 @dataclass(frozen=True, slots=True)

@@ -439,7 +439,8 @@ class ClientConnection:
         return _PASS_THROUGH
 
     def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
-        if protocol.max_known_version(key) is None:
+        known = protocol.max_known_version(key)
+        if known is None or version > known:  # forwarded undecoded: the client is muted, not told
             return protocol.SIZE.pack(len(frame)) + frame
         message = protocol.decode_response(frame, key, version)
         if key in REWRITTEN_APIS:
