@@ -48,3 +48,23 @@ def test_kip511_fallback_is_a_v0_body() -> None:
     decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
     assert decoded.error_code == 35 and decoded.header.correlation_id == 77
     assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, versions.APIVERSIONS_MAX)]
+
+
+def test_an_upstream_that_does_not_speak_the_version_passes_its_range_on() -> None:
+    # KIP-511 from the upstream: error 35 in a v0 body, whatever version was asked (librdkafka's mock cluster does
+    # this for ApiVersions v4); the client must be told a range the upstream speaks, or it retries forever
+    cls = ApiVersionsResponse
+    body = cls[0](error_code=35, api_keys=[cls.ApiVersion(api_key=18, min_version=0, max_version=3)])
+    out = versions.rewrite_response(protocol.encode_response(body, 0, 9)[4:], 4)
+    decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
+    assert decoded.error_code == 35 and decoded.header.correlation_id == 9
+    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, 3)]
+
+
+def test_an_upstream_error_body_that_is_not_v0_steps_the_client_down() -> None:
+    # librdkafka's mock cluster answers ApiVersions v3 with error 35 in a body of its own shape (bytes as captured)
+    frame = bytes.fromhex("00000007" "0023" "01" "0012" "0000" "0002" "00000000")
+    out = versions.rewrite_response(frame, 3)
+    decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
+    assert decoded.error_code == 35 and decoded.header.correlation_id == 7
+    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, 2)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kafka.protocol.api_key import ApiKey
 
@@ -27,25 +27,31 @@ ADDRESS_VERSION_CAPS: Final[dict[int, int]] = {
 NEVER_OFFERED: Final = frozenset({ApiKey.ShareFetch, ApiKey.ShareAcknowledge})  # NodeEndpoints in every version
 
 
+class AddressOf(Protocol):
+    """Upstream node (id, advertised host, port) -> the gateway (host, port) a client must use for it."""
+
+    def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class AddressMap:
-    """Upstream node id -> the gateway (host, port) a client must use for it."""
+    """A fixed node id -> gateway address map (``gateway.brokers.BrokerRoutes`` is the live one)."""
 
     default: tuple[str, int]
     by_node: Mapping[int, tuple[str, int]] = field(default_factory=dict)
 
-    def __call__(self, node_id: int) -> tuple[str, int]:
+    def __call__(self, node_id: int, host: str = "", port: int = 0) -> tuple[str, int]:
         return self.by_node.get(node_id, self.default)
 
 
-def _rewrite_node(obj: Any, node_attr: str, address_of: AddressMap) -> None:
+def _rewrite_node(obj: Any, node_attr: str, address_of: AddressOf) -> None:
     node_id = int(getattr(obj, node_attr))
     if node_id < 0:  # "no coordinator" / error placeholders carry node -1 and no usable address
         return
-    obj.host, obj.port = address_of(node_id)
+    obj.host, obj.port = address_of(node_id, str(obj.host), int(obj.port))
 
 
-def rewrite_addresses(message: Any, api_key: int, address_of: AddressMap) -> None:
+def rewrite_addresses(message: Any, api_key: int, address_of: AddressOf) -> None:
     """Rewrite every broker address in a decoded response, in place."""
     if api_key == ApiKey.Metadata:
         for broker in message.brokers:

@@ -19,6 +19,7 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import UnsupportedVersionError
+from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
 from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_version
 
@@ -59,13 +60,25 @@ def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0) 
     """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
     ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
     cls = RESPONSES[ApiKey.ApiVersions]
+    error_code = protocol.INT16.unpack_from(upstream_frame, 4)[0]  # after the v0 header, in every version
+    if error_code != 0:
+        # KIP-511: the upstream does not speak this version and answered with a v0 body naming its own ApiVersions
+        # range; pass that range on, capped to the gateway's, so the client retries with one both speak. A body
+        # that is not v0 (librdkafka's mock cluster writes its own shape) gets one version less, so a client's
+        # retries step down to one the upstream speaks.
+        lo, hi = 0, max(0, min(APIVERSIONS_MAX, version - 1))
+        try:
+            message = cls.decode(upstream_frame, version=0, header=True)
+        except Exception:  # kafka-python raises assorted errors on malformed input
+            message = None
+        if message is not None:
+            for entry in message.api_keys:
+                if entry.api_key == ApiKey.ApiVersions:
+                    lo, hi = entry.min_version, min(entry.max_version, APIVERSIONS_MAX)
+        fallback = cls[0](error_code=error_code, api_keys=[_api_version(cls, ApiKey.ApiVersions, lo, hi)])
+        return encode_response(fallback, 0, protocol.response_correlation_id(upstream_frame))
     message = cls.decode(upstream_frame, version=version, header=True)
     correlation_id = message.header.correlation_id
-    if message.error_code != 0:
-        # the upstream already answered with a v0 fallback body; keep it, capped to what the gateway decodes
-        fallback = cls[0](error_code=message.error_code,
-                          api_keys=[_api_version(cls, ApiKey.ApiVersions, 0, APIVERSIONS_MAX)])
-        return encode_response(fallback, 0, correlation_id)
     triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys])
     message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
     if version >= 1:
