@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from quotaflow import demo
+from quotaflow.demo import main as demo
 
 
 def test_demo_writes_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

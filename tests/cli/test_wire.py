@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from quotaflow.admin import Admin, Alteration
+from quotaflow.admin.codec import resolution_from_json, resolution_to_json
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import CommandError
 
-wire = pytest.importorskip("quotaflow.cli.wire")
+wire = pytest.importorskip("quotaflow.admin.wire")
 
 
 def test_sasl_plain_from_a_jaas_line() -> None:
@@ -68,11 +69,13 @@ def test_resolve_document_round_trip(tmp_path: Path) -> None:
             ]
         )
         for resolution in (admin.resolve("alice", "c"), admin.resolve("bob", ""), admin.resolve_ip("10.0.0.1")):
-            assert wire.resolution_from_json(wire.resolution_to_json(resolution)) == resolution
+            assert resolution_from_json(resolution_to_json(resolution)) == resolution
     finally:
         admin.close()
+    with pytest.raises(KeyError):
+        resolution_from_json({"entity": {"user": "x"}})
     with pytest.raises(wire.BrokerConnectionError):
-        wire.resolution_from_json({"entity": {"user": "x"}})
+        wire.WireAdmin._resolution({"entity": {"user": "x"}})
 
 
 class FakeBroker:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import DEFAULT, QuotaEntity
-from quotaflow.gateway import demo_stage
+from quotaflow.demo import gateway_stage as demo_stage
 from quotaflow.store import open_store
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

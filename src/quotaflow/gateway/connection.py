@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import InvalidRequestError
+from quotaflow.core.errors import ConnectionClosed, InvalidRequestError
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import broker_key
@@ -46,10 +46,6 @@ SASL_AUTHENTICATION_FAILED: Final = 58
 UNSUPPORTED_SASL_MECHANISM: Final = 33
 ILLEGAL_SASL_STATE: Final = 34
 _RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
-
-
-class ConnectionClosed(Exception):
-    """Stop serving this connection (protocol violation, oversize frame, peer gone)."""
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Final
 
+from quotaflow.core.errors import SaslAuthenticationFailedError
 from quotaflow.store.base import Credential, QuotaStore
 
 PBKDF2_ALGORITHM: Final = "sha512"
@@ -39,8 +40,8 @@ def verify_password(credential: Credential, password: str) -> bool:
 _DUMMY: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
 
 
-class SaslAuthenticationError(Exception):
-    """The client's PLAIN message was malformed or its credentials did not verify."""
+class SaslAuthenticationError(SaslAuthenticationFailedError):
+    """The client's PLAIN message was malformed or its credentials did not verify (SASL_AUTHENTICATION_FAILED)."""
 
 
 @dataclass(frozen=True, slots=True)

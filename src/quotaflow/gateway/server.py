@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from quotaflow.admin import Admin
+from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.errors import CommandError
 from quotaflow.gateway.addresses import AddressOf
@@ -199,8 +200,6 @@ class Gateway:
     # -- resolve (no Kafka API key: JSON on the metrics endpoint) -------------------------------------------
 
     def _resolve_route(self, query: dict[str, list[str]]) -> Any:
-        from quotaflow.cli.wire import resolution_to_json
-
         if "ip" in query:
             return resolution_to_json(self.admin.resolve_ip(query["ip"][0]))
         if "user" not in query and "client-id" not in query:

@@ -144,7 +144,7 @@ PIPELINE_DIR: Final = "pipeline"
 
 def stage_gateway(ctx: DemoContext) -> None:
     """Live traffic: tansu behind the gateway, a throttled and an unthrottled producer, usage events logged."""
-    from quotaflow.gateway import demo_stage
+    from quotaflow.demo import gateway_stage as demo_stage
 
     summary = demo_stage.run(ctx.out_dir / GATEWAY_DIR, ctx.store_path, console=ctx.console)
     ctx.results["gateway usage events (Parquet)"] = Path(summary["events"])
@@ -153,7 +153,7 @@ def stage_gateway(ctx: DemoContext) -> None:
 
 def stage_backtest_report(ctx: DemoContext) -> None:
     """Spark backtest of the gateway's own event log against the store, then the HTML report."""
-    from quotaflow.pipeline import demo_stage
+    from quotaflow.demo import pipeline_stage as demo_stage
 
     gateway_dir = ctx.out_dir / GATEWAY_DIR
     with ctx.console.status("backtest on Spark (local)") as status:
@@ -200,7 +200,3 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{what}: {path.resolve()}")
     console.print(f"Try: quotaflow client-quotas --store {store_path} --resolve --names user=alice,client-id=ingest")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
