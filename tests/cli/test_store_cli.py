@@ -33,6 +33,7 @@ def commands(store: str, events: Path, out: Path) -> list[list[str]]:
         ["backtest", "--events", str(events), "--store", store, "--out", str(out)],
         ["gateway", "--upstream", "127.0.0.1:9", "--listen", "PLAINTEXT=127.0.0.1:0", "--store", store],
         ["store", "copy", store, str(out / "copy.db")],
+        ["console", "--store", store, "--read-only", "--listen", "127.0.0.1:0"],
     ]
 
 

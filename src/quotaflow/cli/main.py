@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "users": "quotaflow.cli.users:users",
     "gateway": "quotaflow.cli.gateway:gateway",
     "store": "quotaflow.cli.store:store",
+    "console": "quotaflow.cli.console:console",
 }
 
 

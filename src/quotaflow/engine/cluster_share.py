@@ -8,9 +8,11 @@ engine, so the fleet together admits ``Q``:
     q_g   = floor + (Q − N · floor) · r_g / max(R, r_g)     when R > 0
     q_g   = Q / N                                           when nobody reports usage for the quota-id
 
-``N`` is the number of live gateways (this one and every peer heard from within the expiry), ``r_g`` this
-gateway's own rate and ``R`` the sum of the live gateways' rates. The shares sum to ``Q``; the floor lets a quiet
-gateway admit a new client and ramp up. A gateway that falls silent drops out of ``N`` once its last report is
+A participant ("gateway" above) is one set of engine managers: a gateway keeps one per upstream broker, as Kafka
+enforces per broker, so a gateway in front of three brokers takes part three times. ``N`` is the number of live
+participants (this gateway's own and every peer's heard from within the expiry), ``r_g`` the participant's own
+rate and ``R`` the sum of the live participants' rates. The shares sum to ``Q``; the floor lets a quiet
+participant admit a new client and ramp up. A gateway that falls silent drops out of ``N`` once its last report is
 older than the expiry, and the survivors' shares grow back to ``Q`` between them. Pure code: time is an argument.
 """
 
@@ -30,10 +32,10 @@ SHARED_TYPES: Final = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST)  #
 UsageKey: TypeAlias = tuple[QuotaType, str, str]
 
 
-def local_share(quota: float, gateways: int, own_rate: float, total_rate: float,
+def local_share(quota: float, participants: int, own_rate: float, total_rate: float,
                 floor_fraction: float = DEFAULT_FLOOR_FRACTION) -> float:
     """``q_g`` for one quota-id: demand-proportional with a floor, an even split without usage."""
-    n = max(1, gateways)
+    n = max(1, participants)
     own = max(0.0, own_rate)
     total = max(total_rate, own)  # the reports cover slightly different periods: never grant more than Q
     if total <= 0.0:
@@ -44,16 +46,23 @@ def local_share(quota: float, gateways: int, own_rate: float, total_rate: float,
 
 @dataclass(frozen=True, slots=True)
 class UsageReport:
-    """One gateway's rates per quota-id for one window, and when this gateway received it (local clock)."""
+    """One participant's rates per quota-id for one window, and when this gateway received it (local clock).
+    ``participant`` is ``<gateway id>/<broker>``."""
 
-    gateway: str
+    participant: str
     received_ms: int
     rates: Mapping[UsageKey, float] = field(default_factory=dict)
 
 
+def participant_id(gateway: str, broker: str) -> str:
+    return f"{gateway}/{broker}"
+
+
 @dataclass(slots=True)
 class ShareTable:
-    """The latest report of every peer; ``shares`` turns them and this gateway's own rates into local quotas."""
+    """The latest report of every peer participant; ``shares`` turns them and this gateway's own participants'
+    rates into their local quotas. ``gateway`` is this gateway's id: reports of its own participants (echoed back by
+    the topic) are ignored."""
 
     gateway: str
     window_ms: int
@@ -70,12 +79,12 @@ class ShareTable:
         return self.expiry_windows * self.window_ms
 
     def receive(self, report: UsageReport) -> None:
-        """Keep a peer's newest report (this gateway's own, echoed back by the topic, is ignored)."""
-        if report.gateway == self.gateway:
+        """Keep a peer participant's newest report (this gateway's own are ignored)."""
+        if report.participant.startswith(self.gateway + "/"):
             return
-        known = self.peers.get(report.gateway)
+        known = self.peers.get(report.participant)
         if known is None or report.received_ms >= known.received_ms:
-            self.peers[report.gateway] = report
+            self.peers[report.participant] = report
 
     def expire(self, now_ms: int) -> list[str]:
         """Forget peers silent for longer than the expiry; returns who was dropped."""
@@ -87,15 +96,19 @@ class ShareTable:
     def live_peers(self, now_ms: int) -> list[UsageReport]:
         return [r for r in self.peers.values() if now_ms - r.received_ms <= self.expiry_ms]
 
-    def shares(self, quotas: Mapping[UsageKey, float], own: Mapping[UsageKey, float],
-               now_ms: int) -> dict[UsageKey, float]:
-        """The local quota for every quota-id in ``quotas`` (its configured cluster-wide value), given this
-        gateway's own current rates."""
+    def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float]],
+               now_ms: int) -> dict[str, dict[UsageKey, float]]:
+        """For each of this gateway's participants (``local``: its current rate per quota-id it meters), the local
+        quota of every quota-id it meters that has a configured cluster-wide value in ``quotas``."""
         peers = self.live_peers(now_ms)
-        n = 1 + len(peers)
-        out: dict[UsageKey, float] = {}
-        for key, quota in quotas.items():
-            mine = own.get(key, 0.0)
-            total = mine + sum(p.rates.get(key, 0.0) for p in peers)
-            out[key] = local_share(quota, n, mine, total, self.floor_fraction)
-        return out
+        n = len(local) + len(peers)
+        totals: dict[UsageKey, float] = {}
+        for rates in [*local.values(), *(p.rates for p in peers)]:
+            for key, rate in rates.items():
+                if key in quotas:
+                    totals[key] = totals.get(key, 0.0) + rate
+        return {
+            participant: {key: local_share(quotas[key], n, rate, totals.get(key, 0.0), self.floor_fraction)
+                          for key, rate in rates.items() if key in quotas}
+            for participant, rates in local.items()
+        }

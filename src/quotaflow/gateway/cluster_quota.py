@@ -1,8 +1,9 @@
 """Cluster-wide quotas at the gateway (``quotaflow.quota.scope=cluster``): share usage through a topic, enforce
 the local share with the unchanged engine.
 
-Every window each gateway publishes its rate per quota-id (produce, fetch and request quotas; the token-bucket
-controller-mutation quota and KIP-612 connection rates stay per gateway, as in docs/cluster-quotas.md) to
+Every window each gateway publishes the rate per quota-id of each of its participants (the engine managers of each
+upstream broker, :mod:`quotaflow.gateway.broker_quotas`; produce, fetch and request quotas; the token-bucket
+controller-mutation quota and KIP-612 connection rates stay local, as in docs/cluster-quotas.md) to
 ``__quotaflow_usage`` in the cluster it fronts, and reads every other gateway's reports from the end of that topic.
 Several times a window it turns the latest reports and its own rates into local shares
 (:mod:`quotaflow.engine.cluster_share`) and sets them as the bounds of its quota sensors: the Kafka-exact engine
@@ -21,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,11 +34,16 @@ from quotaflow.engine.cluster_share import (
     ShareTable,
     UsageKey,
     UsageReport,
+    participant_id,
 )
 from quotaflow.engine.metrics import MetricSample
 
 if TYPE_CHECKING:
+    from quotaflow.engine.sensors import QuotaSensor
+    from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.enforcement import Enforcement
+
+Participants = Callable[[], Mapping[str, "Enforcement"]]  # broker -> its engine managers
 
 log = logging.getLogger(__name__)
 
@@ -97,20 +103,26 @@ def _number(props: Mapping[str, str], key: str, default: Any, kind: type) -> Any
 # -- wire format of a usage report ----------------------------------------------------------------------------
 
 
-def encode_report(gateway: str, window_ms: int, rates: Mapping[UsageKey, float]) -> bytes:
-    rows = [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
-    return json.dumps({"gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
-                       "rates": rows}, separators=(",", ":")).encode()
+def encode_report(gateway: str, window_ms: int, participants: Mapping[str, Mapping[UsageKey, float]]) -> bytes:
+    """One record per gateway and window: every participant's (broker's) rates per quota-id."""
+    doc = {"gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
+           "participants": {broker: [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
+                            for broker, rates in participants.items()}}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def decode_report(value: bytes, received_ms: int) -> UsageReport:
+def decode_report(value: bytes, received_ms: int) -> list[UsageReport]:
     doc = json.loads(value)
-    rates: dict[UsageKey, float] = {}
-    for type_name, user, client, rate in doc["rates"]:
-        quota_type = _TYPES.get(type_name)
-        if quota_type is not None and isinstance(rate, int | float) and rate >= 0:
-            rates[(quota_type, str(user), str(client))] = float(rate)
-    return UsageReport(str(doc["gateway"]), received_ms, rates)
+    gateway = str(doc["gateway"])
+    reports: list[UsageReport] = []
+    for broker, rows in dict(doc["participants"]).items():
+        rates: dict[UsageKey, float] = {}
+        for type_name, user, client, rate in rows:
+            quota_type = _TYPES.get(type_name)
+            if quota_type is not None and isinstance(rate, int | float) and rate >= 0:
+                rates[(quota_type, str(user), str(client))] = float(rate)
+        reports.append(UsageReport(participant_id(gateway, str(broker)), received_ms, rates))
+    return reports
 
 
 def _now_ms() -> int:
@@ -178,7 +190,7 @@ class UsageExchange:
             for records in batches.values():
                 for record in records:
                     try:
-                        reports.append(decode_report(record.value, received))
+                        reports.extend(decode_report(record.value, received))
                     except (ValueError, TypeError, KeyError) as e:
                         self.bad_reports += 1
                         log.debug("usage topic %s: skipped a report at offset %d: %s", self.topic, record.offset, e)
@@ -207,16 +219,16 @@ class UsageExchange:
 class ClusterQuotas:
     """Applies cluster-wide shares to one gateway's engine."""
 
-    def __init__(self, settings: ClusterQuotaSettings, enforcement: Enforcement, bootstrap: str,
+    def __init__(self, settings: ClusterQuotaSettings, participants: Participants, bootstrap: str,
                  window_ms: int, gateway_id: str | None = None) -> None:
         self.settings = settings
-        self.enforcement = enforcement
+        self.participants = participants
         self.window_ms = window_ms
         self.gateway_id = gateway_id or uuid.uuid4().hex[:16]
         self.table = ShareTable(self.gateway_id, window_ms, settings.expiry_windows, settings.floor_fraction)
         self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic)
-        self.shares: dict[UsageKey, float] = {}
-        self.live_gateways = 1
+        self.shares: dict[str, dict[UsageKey, float]] = {}  # broker -> quota-id -> local bound
+        self.live_participants = 0
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -247,56 +259,61 @@ class ClusterQuotas:
                 except Exception as e:  # the broker is away: keep enforcing with what we know
                     log.warning("cannot publish usage to %s: %s", self.settings.usage_topic, e)
 
-    def apply(self, now_ms: int) -> dict[UsageKey, float]:
-        """Take the reports that arrived, compute every quota-id's share and set it as its sensor's bound;
-        returns this gateway's own rates (what it publishes)."""
+    def apply(self, now_ms: int) -> dict[str, dict[UsageKey, float]]:
+        """Take the reports that arrived, compute every participant's share of every quota-id and set it as the
+        bound of that quota-id's sensor; returns this gateway's own rates per participant (what it publishes)."""
         for report in self.exchange.take():
             self.table.receive(report)
         self.table.expire(now_ms)
-        managers = self.enforcement.managers
         engine_now = time.time_ns() // 1_000_000  # the engine's clock (wall time, as the gateway records with)
         quotas: dict[UsageKey, float] = {}
-        own: dict[UsageKey, float] = {}
-        sensors = {}
-        for quota_type in SHARED_TYPES:
-            manager = managers.for_type(quota_type)
-            if not manager.quotas_enabled:
-                continue
-            for qid, sensor in manager.quota_sensors():
-                limit = manager.configured_limit(qid)
-                if limit is None:
+        own: dict[str, dict[UsageKey, float]] = {}
+        sensors: dict[tuple[str, UsageKey], QuotaSensor] = {}
+        for broker, enforcement in self.participants().items():
+            rates = own[broker] = {}
+            for quota_type in SHARED_TYPES:
+                manager = enforcement.managers.for_type(quota_type)
+                if not manager.quotas_enabled:
                     continue
-                key: UsageKey = (quota_type, qid.user, qid.client_id)
-                quotas[key] = limit
-                own[key] = max(0.0, sensor.measure(engine_now))
-                sensors[key] = sensor
+                for qid, sensor in manager.quota_sensors():
+                    limit = manager.configured_limit(qid)
+                    if limit is None:
+                        continue
+                    key: UsageKey = (quota_type, qid.user, qid.client_id)
+                    quotas[key] = limit
+                    rates[key] = max(0.0, sensor.measure(engine_now))
+                    sensors[(broker, key)] = sensor
         self.shares = self.table.shares(quotas, own, now_ms)
-        self.live_gateways = 1 + len(self.table.live_peers(now_ms))
-        for key, share in self.shares.items():
-            sensor = sensors[key]
-            if sensor.bound != share:
-                sensor.set_bound(share)
+        self.live_participants = len(own) + len(self.table.live_peers(now_ms))
+        for broker, shares in self.shares.items():
+            for key, share in shares.items():
+                sensor = sensors[(broker, key)]
+                if sensor.bound != share:
+                    sensor.set_bound(share)
         return own
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
         """``cluster-share`` per quota-id (``kafka_server_produce_cluster_share{user,client_id}``: the local
-        bound the engine enforces) and ``live-gateways`` (``kafka_server_cluster_quota_live_gateways``)."""
-        for (quota_type, user, client_id), share in list(self.shares.items()):
-            yield MetricSample("cluster-share", quota_type.group, (("user", user), ("client-id", client_id)), share,
-                               "This gateway's share of the cluster-wide quota per user/client-id")
-        yield MetricSample("live-gateways", "ClusterQuota", (), float(self.live_gateways),
-                           "Gateways (this one included) whose usage reports are fresh")
+        bound the engine enforces) and ``live-participants`` (``kafka_server_cluster_quota_live_participants``)."""
+        for broker, shares in list(self.shares.items()):
+            for (quota_type, user, client_id), share in shares.items():
+                yield MetricSample("cluster-share", quota_type.group,
+                                   (("broker", broker), ("user", user), ("client-id", client_id)), share,
+                                   "This gateway's share of the cluster-wide quota per user/client-id")
+        yield MetricSample("live-participants", "ClusterQuota", (), float(self.live_participants),
+                           "Participants (engine managers per gateway and broker, this gateway's included) whose "
+                           "usage is fresh")
 
 
-def cluster_quotas_for(props: Mapping[str, str], enforcement: Enforcement, upstream: tuple[str, int],
+def cluster_quotas_for(props: Mapping[str, str], broker_quotas: BrokerQuotas, upstreams: Sequence[tuple[str, int]],
                        window_seconds: int, name: str) -> ClusterQuotas | None:
     """The cluster-quota component a gateway's settings ask for (None with the default ``scope=broker``)."""
     settings = ClusterQuotaSettings.from_properties(props)
     if not settings.cluster:
         return None
-    host, port = upstream
+    bootstrap = ",".join(f"{host}:{port}" for host, port in upstreams)
     gateway_id = f"{name}-{uuid.uuid4().hex[:12]}"
-    return ClusterQuotas(settings, enforcement, f"{host}:{port}", window_seconds * 1000, gateway_id)
+    return ClusterQuotas(settings, lambda: broker_quotas.brokers, bootstrap, window_seconds * 1000, gateway_id)
 
 
 __all__ = ["QUOTA_SCOPE", "ClusterQuotaSettings", "ClusterQuotas", "cluster_quotas_for"]
