@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -65,19 +66,49 @@ def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
                                                             "rate (inter.broker.listener.name).")
 @click.option("--broker", "broker_name", default="gateway", show_default=True,
               help="The broker name written into usage events.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Gateway processes accepting on the same listener ports (SO_REUSEPORT), one core each; worker i "
+                   "serves metrics on --metrics-port + i and logs events under EVENT_LOG/worker-<i>. Give them a "
+                   "kafka:// store and quotaflow.quota.scope=cluster to share quotas (docs/cluster-quotas.md).")
+@click.option("--reuse-port", is_flag=True, hidden=True, help="Set by --workers on its worker processes.")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_path: Path | None,
             metrics_port: int | None, event_log: Path | None, admins: tuple[str, ...],
-            inter_broker_listener: str | None, broker_name: str, port_bases: tuple[str, ...], verbose: int) -> None:
+            inter_broker_listener: str | None, broker_name: str, port_bases: tuple[str, ...], workers: int,
+            reuse_port: bool, verbose: int) -> None:
     """Enforce Kafka client quotas (KIP-55/124/612) on live traffic to UPSTREAM and serve the quota admin APIs
     (DescribeClientQuotas / AlterClientQuotas) from the quota store. Stops on SIGINT / SIGTERM."""
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if workers > 1:
+        from quotaflow.cli.gateway_workers import repeat, supervise
+
+        def child_args(i: int, listeners: Mapping[str, tuple[str, int]]) -> list[str]:
+            args = ["--upstream", upstream, "--broker", broker_name, "--reuse-port", *(["-v"] * verbose),
+                    *repeat("--listen", [f"{n}={h}:{p}" for n, (h, p) in listeners.items()]),
+                    *repeat("--broker-port-base", port_bases), *repeat("--admin-principal", admins)]
+            if store is not None:
+                args += ["--store", store]
+            if config_path is not None:
+                args += ["--config", str(config_path)]
+            if metrics_port is not None:
+                args += ["--metrics-port", str(metrics_port + i if metrics_port else 0)]
+            if event_log is not None:
+                args += ["--event-log", str(event_log / f"worker-{i}")]
+            if inter_broker_listener is not None:
+                args += ["--inter-broker-listener", inter_broker_listener]
+            return args
+
+        try:
+            status = supervise(workers, _listeners(listen), child_args)
+        except OSError as e:
+            raise click.ClickException(f"cannot reserve the listener ports: {e}") from e
+        sys.exit(status)
     try:
         gw = Gateway(parse_upstreams(upstream), _listeners(listen), store_value(store), config_path=config_path,
                      admin_principals=frozenset(admins) if admins else None, event_log=event_log,
                      metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name,
-                     broker_port_base=_port_bases(port_bases))
+                     broker_port_base=_port_bases(port_bases), reuse_port=reuse_port)
     except (QuotaflowError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     loop = new_event_loop()

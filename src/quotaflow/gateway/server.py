@@ -54,6 +54,7 @@ class Gateway:
         inter_broker_listener: str | None = None,
         broker: str = "gateway",
         broker_port_base: Mapping[str, int] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
@@ -76,6 +77,7 @@ class Gateway:
         self.metrics_port = metrics_port
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
+        self.reuse_port = reuse_port  # several processes on the same ports (quotaflow gateway --workers)
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
@@ -113,7 +115,8 @@ class Gateway:
                                                  interval_s=self.config.store_poll_ms / 1000)
         await self._reloader.start()
         self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
-                                       inter_broker_listener=self.inter_broker_listener)
+                                       inter_broker_listener=self.inter_broker_listener,
+                                       reuse_port=self.reuse_port)
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
         self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
