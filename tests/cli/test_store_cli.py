@@ -3,6 +3,7 @@ store (no sqlite3 traceback, no file created for a URL), and ``quotaflow store c
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,13 @@ def test_unsupported_store_url(tmp_path: Path, events: Path, url: str, monkeypat
     for args in commands(url, events, tmp_path / "out"):
         _one_line_failure(run(*args), url.split(":")[0])
     assert set(tmp_path.rglob("*")) == before  # no file, no directory made out of the URL
+
+
+def test_unreachable_cluster_store_is_one_line_within_its_timeout() -> None:
+    started = time.monotonic()
+    result = run("users", "list", "--store", "kafka://127.0.0.1:1/q?request.timeout.ms=1000")
+    _one_line_failure(result, "kafka://127.0.0.1:1/q: KafkaTimeoutError: Unable to bootstrap")
+    assert time.monotonic() - started < 10
 
 
 def test_missing_store_for_reading_commands(tmp_path: Path, events: Path) -> None:

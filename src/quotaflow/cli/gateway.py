@@ -70,54 +70,56 @@ def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
               help="Gateway processes accepting on the same listener ports (SO_REUSEPORT), one core each; worker i "
                    "serves metrics on --metrics-port + i and logs events under EVENT_LOG/worker-<i>. Give them a "
                    "kafka:// store and quotaflow.quota.scope=cluster to share quotas (docs/cluster-quotas.md).")
-@click.option("--reuse-port", is_flag=True, hidden=True, help="Set by --workers on its worker processes.")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_path: Path | None,
             metrics_port: int | None, event_log: Path | None, admins: tuple[str, ...],
             inter_broker_listener: str | None, broker_name: str, port_bases: tuple[str, ...], workers: int,
-            reuse_port: bool, verbose: int) -> None:
+            verbose: int) -> None:
     """Enforce Kafka client quotas (KIP-55/124/612) on live traffic to UPSTREAM and serve the quota admin APIs
     (DescribeClientQuotas / AlterClientQuotas) from the quota store. Stops on SIGINT / SIGTERM."""
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if workers > 1:
-        from quotaflow.cli.gateway_workers import repeat, supervise
+    listeners = _listeners(listen)
+    bases = _port_bases(port_bases)
 
-        def child_args(i: int, listeners: Mapping[str, tuple[str, int]]) -> list[str]:
-            args = ["--upstream", upstream, "--broker", broker_name, "--reuse-port", *(["-v"] * verbose),
-                    *repeat("--listen", [f"{n}={h}:{p}" for n, (h, p) in listeners.items()]),
-                    *repeat("--broker-port-base", port_bases), *repeat("--admin-principal", admins)]
-            if store is not None:
-                args += ["--store", store]
-            if config_path is not None:
-                args += ["--config", str(config_path)]
-            if metrics_port is not None:
-                args += ["--metrics-port", str(metrics_port + i if metrics_port else 0)]
-            if event_log is not None:
-                args += ["--event-log", str(event_log / f"worker-{i}")]
-            if inter_broker_listener is not None:
-                args += ["--inter-broker-listener", inter_broker_listener]
-            return args
-
+    def serve(bind: Mapping[str, tuple[str, int]], worker: int | None) -> None:
+        """One gateway; worker ``i`` of ``--workers`` shares the ports and takes metrics port + i, its own log."""
+        worker_metrics = metrics_port if worker is None or not metrics_port else metrics_port + worker
+        worker_events = event_log if worker is None or event_log is None else event_log / f"worker-{worker}"
         try:
-            status = supervise(workers, _listeners(listen), child_args)
+            gw = Gateway(parse_upstreams(upstream), dict(bind), store_value(store), config_path=config_path,
+                         admin_principals=frozenset(admins) if admins else None, event_log=worker_events,
+                         metrics_port=worker_metrics, inter_broker_listener=inter_broker_listener,
+                         broker=broker_name, broker_port_base=bases, reuse_port=worker is not None)
+        except (QuotaflowError, ValueError) as e:
+            raise click.ClickException(str(e)) from e
+        loop = new_event_loop()
+        try:
+            loop.run_until_complete(_run(gw))
         except OSError as e:
-            raise click.ClickException(f"cannot reserve the listener ports: {e}") from e
-        sys.exit(status)
+            raise click.ClickException(f"cannot start the gateway: {e}") from e
+        finally:
+            loop.close()
+
+    if workers == 1:
+        serve(listeners, None)
+        return
+
+    def worker_main(index: int, bind: Mapping[str, tuple[str, int]]) -> int:
+        try:
+            serve(bind, index)
+        except click.ClickException as e:
+            e.show()
+            return e.exit_code
+        return 0
+
+    from quotaflow.cli.gateway_workers import supervise
+
     try:
-        gw = Gateway(parse_upstreams(upstream), _listeners(listen), store_value(store), config_path=config_path,
-                     admin_principals=frozenset(admins) if admins else None, event_log=event_log,
-                     metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name,
-                     broker_port_base=_port_bases(port_bases), reuse_port=reuse_port)
-    except (QuotaflowError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
-    loop = new_event_loop()
-    try:
-        loop.run_until_complete(_run(gw))
+        status = supervise(workers, listeners, worker_main)
     except OSError as e:
-        raise click.ClickException(f"cannot start the gateway: {e}") from e
-    finally:
-        loop.close()
+        raise click.ClickException(f"cannot reserve the listener ports: {e}") from e
+    sys.exit(status)
 
 
 async def _run(gw: Gateway) -> None:

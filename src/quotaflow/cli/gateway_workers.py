@@ -1,36 +1,35 @@
 """``quotaflow gateway --workers N``: N gateway processes accepting on the same listener ports (SO_REUSEPORT).
 
-One gateway is one event loop on one core. The supervisor binds nothing it listens on: it reserves each listener
-port (port 0 becomes a concrete port, held by a bound, non-listening ``SO_REUSEPORT`` socket so no other program
-takes it), starts N ``quotaflow gateway --reuse-port`` children on those ports and the kernel spreads new
-connections across them. Each worker is a whole gateway: its own engine, upstream connections, per-node ports and
-``--metrics-port`` (PORT + i), its own event log under ``DIR/worker-<i>``. They share quotas and credentials
-through a ``kafka://`` store and, with ``quotaflow.quota.scope=cluster``, the quotas themselves through
-``__quotaflow_usage`` (docs/cluster-quotas.md). A worker that dies is restarted; SIGINT / SIGTERM stop them all.
+One gateway is one event loop on one core. The supervisor listens on nothing: it reserves each listener port (port
+0 becomes a concrete port, held by a bound, never-listening ``SO_REUSEPORT`` socket so no other program takes it),
+forks N workers that each run a whole gateway on those ports, and the kernel spreads new connections across them.
+Each worker has its own engine, upstream connections, node ports, ``--metrics-port`` (PORT + i) and event log
+(``DIR/worker-<i>``). They share quotas and credentials through a ``kafka://`` store and, with
+``quotaflow.quota.scope=cluster``, the quotas themselves through ``__quotaflow_usage`` (docs/cluster-quotas.md).
+A worker that dies is restarted; SIGINT / SIGTERM stop them all (by PID).
 """
 
 from __future__ import annotations
 
-import logging
+import multiprocessing
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from multiprocessing.process import BaseProcess
 from typing import Final
-
-log = logging.getLogger(__name__)
 
 RESTART_DELAY_S: Final = 1.0
 STOP_TIMEOUT_S: Final = 10.0
 EARLY_EXIT_S: Final = 5.0  # a worker that exits this soon after starting, twice in a row, is a configuration error
 
-ChildArgs = Callable[[int, Mapping[str, tuple[str, int]]], list[str]]  # (worker index, resolved listeners) -> argv
+Listeners = Mapping[str, tuple[str, int]]
+Worker = Callable[[int, Listeners], int]  # (worker index, listeners with concrete ports) -> exit status
 
 
-def reserve_ports(listeners: Mapping[str, tuple[str, int]]) -> tuple[dict[str, tuple[str, int]], list[socket.socket]]:
+def reserve_ports(listeners: Listeners) -> tuple[dict[str, tuple[str, int]], list[socket.socket]]:
     """Concrete ports for every listener; the returned sockets hold them (bound, never listening) while the workers
     run."""
     resolved: dict[str, tuple[str, int]] = {}
@@ -51,23 +50,31 @@ def reserve_ports(listeners: Mapping[str, tuple[str, int]]) -> tuple[dict[str, t
     return resolved, held
 
 
+def _child(worker: Worker, index: int, listeners: Listeners) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the supervisor's handlers are not the worker's
+        signal.signal(sig, signal.SIG_DFL)
+    sys.exit(worker(index, listeners))
+
+
 class Supervisor:
-    """Starts, restarts and stops the worker processes (by PID)."""
+    """Forks, restarts and stops the worker processes."""
 
-    def __init__(self, workers: int, child_args: ChildArgs, listeners: Mapping[str, tuple[str, int]]) -> None:
+    def __init__(self, workers: int, worker: Worker, listeners: Listeners) -> None:
         self.workers = workers
-        self.child_args = child_args
+        self.worker = worker
         self.listeners = listeners
-        self.procs: list[subprocess.Popen[bytes] | None] = [None] * workers
-        self._started: list[float] = [0.0] * workers
-        self._early_exits: list[int] = [0] * workers
+        self.procs: list[BaseProcess | None] = [None] * workers
+        self._started = [0.0] * workers
+        self._early_exits = [0] * workers
         self.stopping = threading.Event()
-
-    def command(self, index: int) -> list[str]:
-        return [sys.executable, "-m", "quotaflow.cli.main", "gateway", *self.child_args(index, self.listeners)]
+        # fork: the worker runs the function it is given, with the settings already parsed and checked
+        self._context = multiprocessing.get_context("fork")
 
     def spawn(self, index: int) -> None:
-        self.procs[index] = subprocess.Popen(self.command(index), stdin=subprocess.DEVNULL)
+        proc = self._context.Process(target=_child, args=(self.worker, index, self.listeners),
+                                     name=f"quotaflow-gateway-{index}")
+        proc.start()
+        self.procs[index] = proc
         self._started[index] = time.monotonic()
 
     def run(self) -> int:
@@ -79,17 +86,17 @@ class Supervisor:
         status = 0
         while not self.stopping.wait(0.2):
             for i, proc in enumerate(self.procs):
-                if proc is None or proc.poll() is None:
+                if proc is None or proc.exitcode is None:
                     continue
                 early = time.monotonic() - self._started[i] < EARLY_EXIT_S
                 self._early_exits[i] = self._early_exits[i] + 1 if early else 0
                 if self._early_exits[i] >= 2:
-                    print(f"quotaflow gateway: worker {i} exited with status {proc.returncode} twice right after "
+                    print(f"quotaflow gateway: worker {i} exited with status {proc.exitcode} twice right after "
                           f"starting; stopping", file=sys.stderr, flush=True)
                     status = 1
                     self.stopping.set()
                     break
-                print(f"quotaflow gateway: worker {i} (pid {proc.pid}) exited with status {proc.returncode}; "
+                print(f"quotaflow gateway: worker {i} (pid {proc.pid}) exited with status {proc.exitcode}; "
                       f"restarting it", file=sys.stderr, flush=True)
                 time.sleep(RESTART_DELAY_S)
                 self.spawn(i)
@@ -97,27 +104,22 @@ class Supervisor:
         return status
 
     def stop(self) -> None:
-        procs = [p for p in self.procs if p is not None and p.poll() is None]
+        procs = [p for p in self.procs if p is not None and p.exitcode is None]
         for proc in procs:
             proc.terminate()
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.exitcode is None:
                 proc.kill()
-                proc.wait()
+                proc.join()
 
 
-def supervise(workers: int, listeners: Mapping[str, tuple[str, int]], child_args: ChildArgs) -> int:
-    """Reserve the ports, run ``workers`` gateway processes on them until stopped; the exit status."""
+def supervise(workers: int, listeners: Listeners, worker: Worker) -> int:
+    """Reserve the ports, run ``workers`` forked gateway processes on them until stopped; the exit status."""
     resolved, held = reserve_ports(listeners)
     try:
-        return Supervisor(workers, child_args, resolved).run()
+        return Supervisor(workers, worker, resolved).run()
     finally:
         for sock in held:
             sock.close()
-
-
-def repeat(option: str, values: Sequence[str]) -> list[str]:
-    return [arg for value in values for arg in (option, value)]

@@ -167,7 +167,7 @@ class KafkaStore:
         from kafka.errors import KafkaError as ClientError
 
         common = {"bootstrap_servers": list(self.spec.bootstrap), "request_timeout_ms": self.spec.timeout_ms,
-                  **self.spec.client}
+                  "bootstrap_timeout_ms": self.spec.timeout_ms, **self.spec.client}
         try:
             self._ensure_topic(common)
             self._producer = kafka.KafkaProducer(acks="all", linger_ms=0, retries=5,
