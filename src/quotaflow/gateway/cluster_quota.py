@@ -165,7 +165,9 @@ class UsageExchange:
                     log.info("usage topic %s: the broker refused %s (%s); using its defaults", self.topic, configs, e)
         finally:
             admin.close()
-        self._producer = kafka.KafkaProducer(bootstrap_servers=servers, acks=1, linger_ms=0)
+        # a lost or repeated report costs nothing (the next window's replaces it): acks=1, no idempotence
+        self._producer = kafka.KafkaProducer(bootstrap_servers=servers, acks=1, linger_ms=0,
+                                             enable_idempotence=False)
         self._consumer = kafka.KafkaConsumer(bootstrap_servers=servers, group_id=None, enable_auto_commit=False,
                                              fetch_max_wait_ms=100)
         partitions = [kafka.TopicPartition(self.topic, p)

@@ -158,7 +158,11 @@ class KafkaStore:
             raise
         self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}", daemon=True)
         self._thread.start()
-        self._wait_for(self._end_offset, "catch up with")
+        try:
+            self._wait_for(self._end_offset, "catch up with")
+        except BaseException:
+            self.close()
+            raise
 
     # -- connection --------------------------------------------------------------------------------------
 
@@ -170,7 +174,9 @@ class KafkaStore:
                   "bootstrap_timeout_ms": self.spec.timeout_ms, **self.spec.client}
         try:
             self._ensure_topic(common)
-            self._producer = kafka.KafkaProducer(acks="all", linger_ms=0, retries=5,
+            # idempotent: a retried send must not land twice (a duplicate of an old operation, after another
+            # writer's, would undo that writer's acknowledged change)
+            self._producer = kafka.KafkaProducer(acks="all", linger_ms=0, retries=5, enable_idempotence=True,
                                                  max_in_flight_requests_per_connection=1, **common)
             self._consumer = kafka.KafkaConsumer(group_id=None, enable_auto_commit=False,
                                                  fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
