@@ -116,6 +116,7 @@ class StoreView:
         self.changes: list[Change] = []
         self.position = 0
         self.rejected = 0
+        self._ordered: list[tuple[QuotaEntity, Values]] | None = None  # entities by path, until the next change
         # (offset, removed something) of the latest credential tombstones: a delete learns whether the user
         # existed right before its own record, whatever other writers did
         self.tombstones: deque[tuple[int, bool]] = deque(maxlen=1024)
@@ -173,10 +174,13 @@ class StoreView:
             self.entities[entity] = updated
         else:
             self.entities.pop(entity, None)
+        self._ordered = None
 
     def snapshot(self) -> Snapshot:
-        ordered = sorted(self.entities.items(), key=lambda item: item[0].path)
-        return Snapshot(self.position, {e: dict(v) for e, v in ordered})
+        """Every entity by path (as the SQLite store orders them); each caller gets its own dicts."""
+        if self._ordered is None:
+            self._ordered = sorted(self.entities.items(), key=lambda item: item[0].path)
+        return Snapshot(self.position, {e: dict(v) for e, v in self._ordered})
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         lo, hi = 0, len(self.changes)
