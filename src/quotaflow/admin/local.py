@@ -24,7 +24,7 @@ from quotaflow.core.entities import DEFAULT, Name, Part, QuotaEntity
 from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, KafkaError
 from quotaflow.core.filters import QuotaFilter
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
-from quotaflow.core.precedence import ClientKey, candidates, entity_bit, quota_tags
+from quotaflow.core.precedence import ClientKey, candidates, entity_bit, quota_limit, quota_tags
 from quotaflow.core.sanitize import sanitize
 from quotaflow.core.validation import (
     HostResolver,
@@ -175,6 +175,11 @@ class QuotaIndex:
     def mask(self, key: str) -> int:
         """``quotaTypesEnabled`` of the quota manager that enforces ``key``."""
         return self._masks[key]
+
+    def quota_for_tags(self, key: str, tag_user: str, tag_client_id: str) -> tuple[QuotaEntity, float] | None:
+        """``quotaLimit(tags)`` for a metric series: the entity and value that quota-id is held to, None when
+        unlimited. ``tag_user`` is sanitized, as the metrics carry it."""
+        return quota_limit(self._overrides[key], tag_user, tag_client_id)
 
     def resolve(self, user: str, client_id: str) -> Resolution:
         """For a connection with principal ``user`` (raw) and ``client_id``: the effective quota of every key."""

@@ -24,6 +24,8 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     ├── StoreError                          the quota store cannot be opened, read or migrated
     ├── BrokerConnectionError               the admin client's gateway/broker is unreachable or not speaking Kafka
     ├── ConnectionClosed                    the gateway stops serving one client connection
+    ├── UpstreamUnavailableError            no upstream broker address accepted a connection (gateway.brokers;
+    │                                       also an OSError)
     ├── ConnectionQuotaError                connection admission refused by the connection-quota engine
     │   ├── ConnectionThrottledError        "<ip> throttled for <ms>" (KIP-612 per-IP rate)
     │   └── TooManyConnectionsError         "Too many connections from <ip> (maximum = <n>)"

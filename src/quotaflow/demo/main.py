@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,4 +200,30 @@ def main(argv: list[str] | None = None) -> int:
     for what, path in ctx.results.items():
         console.print(f"{what}: {path.resolve()}")
     console.print(f"Try: quotaflow client-quotas --store {store_path} --resolve --names user=alice,client-id=ingest")
+    gateway_cmd, console_cmd = console_commands(store_path, out_dir)
+    console.print("Open the console on the demo's store and backtest. Its Live page watches a gateway: the demo's "
+                  "stopped with it, so start one configured like it in front of your broker (BROKER:9092), then "
+                  "open the URL the console prints:", highlight=False)
+    console.print(f"  {gateway_cmd} &", highlight=False, soft_wrap=True)
+    console.print(f"  {console_cmd}", highlight=False, soft_wrap=True)
     return 0
+
+
+CONSOLE_GATEWAY_HTTP: Final = ("127.0.0.1", 9193)
+
+
+def console_commands(store_path: Path, out_dir: Path) -> tuple[str, str]:
+    """The gateway (the demo's settings, its store) and the console (that store, the demo's backtest, that
+    gateway's /metrics) to run after the demo. Read-only, so nobody needs to sign in; docs/console.md says how to
+    allow changes."""
+    host, port = CONSOLE_GATEWAY_HTTP
+    gateway = shlex.join([
+        "quotaflow", "gateway", "--upstream", "BROKER:9092", "--listen", "PLAINTEXT=127.0.0.1:9192",
+        "--store", str(store_path), "--config", str(out_dir / GATEWAY_DIR / "gateway.properties"),
+        "--metrics-port", str(port),
+    ])
+    console = shlex.join([
+        "quotaflow", "console", "--store", str(store_path), "--backtests", str(out_dir / PIPELINE_DIR),
+        "--gateway", f"http://{host}:{port}", "--read-only",
+    ])
+    return gateway, console

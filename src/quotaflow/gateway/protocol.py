@@ -28,6 +28,7 @@ from quotaflow.core.errors import InvalidRequestError
 
 _HEADER: Final = struct.Struct(">hhih")
 _INT16: Final = struct.Struct(">h")
+INT16: Final = _INT16
 _INT32: Final = struct.Struct(">i")
 SIZE: Final = _INT32
 
