@@ -63,7 +63,8 @@ class Pending:
     local: bytes | None = None  # a response the gateway made itself
     upstream: asyncio.Future[bytes] | None = None
     close_after: bool = False
-    holds_reading: bool = False  # produce throttled on read: no further reads until its response + throttle
+    holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
+    exempt: bool = False  # exempt from the request quota (SPEC §5): its thread time goes to exempt-request-time
     mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
     decisions: dict[str, int] = field(default_factory=dict)
 
@@ -201,13 +202,12 @@ class ClientConnection:
                 pending.acks = protocol.produce_acks(frame, header)
             except InvalidRequestError as e:
                 raise ConnectionClosed(str(e)) from e
-            bandwidth_ms = self.gateway.enforcement.produce_bytes(self.principal, header.client_id or "",
-                                                                  pending.request_bytes, now_ms)
-            pending.decisions["throttle_ms_produce"] = bandwidth_ms
-            if bandwidth_ms > 0:  # read nothing more until this response is sent and its throttle has passed
+            if self.gateway.enforcement.produce_limited(self.principal, header.client_id or ""):
+                # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
+                # until this response is decided and sent and its throttle has passed, so nothing slips past it
                 pending.holds_reading = True
                 self._held += 1
-            if pending.acks == 0:  # no response will come; the writer still applies the byte-rate mute
+            if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
                 self._forward(frame, pending)
                 pending.local = b""
                 return pending
@@ -360,25 +360,8 @@ class ClientConnection:
                 return
             frame = await pending.upstream if pending.upstream is not None else pending.local
             assert frame is not None
-            start = time.thread_time_ns()
-            now_ms = time.time_ns() // 1_000_000
-            out = self._respond(pending, frame, start, now_ms)
-            written = time.thread_time_ns()
-            if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
-                self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
-                sent = len(frame) + 4
-            else:
-                if out:
-                    self.writer.write(out)
-                sent = len(out)
-            self.last_active = time.monotonic()
-            done = time.thread_time_ns()
-            pending.thread_ns += written - start
-            pending.network_ns += done - written
-            self.gateway.enforcement.network_time(self.principal, pending.header.client_id or "",
-                                                  pending.network_ns, now_ms)
-            self.gateway.on_request(self, pending, sent, now_ms)
-            if pending.holds_reading:  # the mute (set in _respond) now runs from this response
+            self._send(pending, frame)
+            if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
                 self._released.set()
             await self.writer.drain()
@@ -386,26 +369,59 @@ class ClientConnection:
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
 
-    def _respond(self, pending: Pending, frame: bytes, start_ns: int, now_ms: int) -> bytes:
-        """The bytes to send: quotas applied (KIP-219), addresses rewritten, correlation id kept."""
-        header = pending.header
-        key, version = header.api_key, header.api_version
-        if version == _RAW_SASL or key in _SASL_APIS:
+    def _send(self, pending: Pending, frame: bytes) -> None:
+        """Decide, render and write one response, and log it: all in one synchronous step, so no other request's
+        decision comes between them and the event log's ``(ts_ms, seq)`` order is the order of the live decisions.
+
+        One definition of a request's thread time: ``io_thread_ns`` is the CPU time up to its quota decision (read,
+        parse, decide, executor work), recorded with the check; everything after the decision (address rewrite,
+        re-encoding, the socket write) is ``network_thread_ns``, recorded without one at the same timestamp. Both
+        are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md)."""
+        start = time.thread_time_ns()
+        key = pending.header.api_key
+        sasl = pending.header.api_version == _RAW_SASL or key in _SASL_APIS
+        now_ms = self.gateway.decision_ms()
+        throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
+        out = self._render(pending, frame, throttle)
+        if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
+            self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
+        elif out:
+            self.writer.write(out)
+        self.last_active = time.monotonic()
+        pending.network_ns += time.thread_time_ns() - measured
+        if sasl:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
-            # its CPU time becomes network-thread time of the first request after it (SPEC §5)
-            self._auth_ns += pending.thread_ns + time.thread_time_ns() - start_ns
-            return frame
+            # its CPU time becomes network-thread time of the first request after it, and it is not logged
+            self._auth_ns += pending.thread_ns + pending.network_ns
+            return
         if self._auth_ns:
             pending.network_ns += self._auth_ns
             self._auth_ns = 0
         enforcement = self.gateway.enforcement
+        client_id = pending.header.client_id or ""
+        if pending.exempt:
+            enforcement.exempt_network_time(pending.network_ns, now_ms)
+        else:
+            enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
+        response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
+        self.gateway.on_request(self, pending, response_bytes, now_ms)
+
+    def _decide(self, pending: Pending, frame: bytes, start_ns: int, now_ms: int) -> tuple[int, int]:
+        """The quota decisions for one response (KIP-219): (throttle to apply, the thread-time reading that ended
+        its io time). ``frame`` is the upstream response (unframed) or the gateway's own (framed)."""
+        header = pending.header
+        key = header.api_key
+        enforcement = self.gateway.enforcement
         user, client_id = self.principal, header.client_id or ""
-        thread_ns = pending.thread_ns + time.thread_time_ns() - start_ns
+        measured = time.thread_time_ns()
+        pending.thread_ns += measured - start_ns
+        thread_ns = pending.thread_ns
         d = pending.decisions
         if key == ApiKey.Produce:
-            decision = enforcement.produce_request_time(user, client_id, d.get("throttle_ms_produce", 0), thread_ns,
-                                                        -1 if pending.acks is None else pending.acks, now_ms)
-            d["throttle_ms_request"] = decision.request_ms
+            acks = -1 if pending.acks is None else pending.acks
+            pending.exempt = acks == 0
+            decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
+            d["throttle_ms_produce"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
             throttle = decision.throttle_ms
         elif key == ApiKey.Fetch and pending.upstream is not None:
             decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
@@ -415,17 +431,24 @@ class ClientConnection:
             mutation, d["throttle_ms_request"] = enforcement.request_with_mutation(
                 user, client_id, thread_ns, pending.mutations.quota, now_ms)
             throttle = max(mutation, d["throttle_ms_request"])
-            d["throttle_ms"] = throttle
-            if throttle > 0:
-                self._mute(throttle)
-            if pending.upstream is None:
-                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
-            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
         else:
+            pending.exempt = enforcement.is_exempt(key)
             throttle = d["throttle_ms_request"] = enforcement.request(key, user, client_id, thread_ns, now_ms)
         d["throttle_ms"] = throttle
         if throttle > 0:
             self._mute(throttle)
+        return throttle, measured
+
+    def _render(self, pending: Pending, frame: bytes, throttle: int) -> bytes:
+        """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
+        header = pending.header
+        key, version = header.api_key, header.api_version
+        if version == _RAW_SASL or key in _SASL_APIS:
+            return frame
+        if pending.mutations is not None:
+            if pending.upstream is None:
+                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
+            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
         if pending.upstream is None:  # made here: already framed; only the throttle field may change
             if throttle > 0 and frame:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame

@@ -89,6 +89,7 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: Any = None
         self._store_seq = 0
+        self._last_decision_ms = 0
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -187,13 +188,20 @@ class Gateway:
 
     # -- usage events ---------------------------------------------------------------------------------------
 
+    def decision_ms(self) -> int:
+        """Wall-clock ms for a quota decision, never behind the previous one: decisions and their event-log rows
+        then stay in ``(ts_ms, seq)`` order even if the system clock steps back, which is the order replay uses."""
+        now = max(time.time_ns() // 1_000_000, self._last_decision_ms)
+        self._last_decision_ms = now
+        return now
+
     def on_request(self, conn: ClientConnection, pending: Pending, response_bytes: int, now_ms: int) -> None:
         if self._event_log is None:
             return
         h = pending.header
         d = pending.decisions
         self._event_log.request({
-            "ts_ms": pending.received_ms, "listener": conn.listener, "user": conn.principal,
+            "ts_ms": now_ms, "listener": conn.listener, "user": conn.principal,
             "client_id": h.client_id or "", "client_ip": conn.client_ip, "api_key": h.api_key,
             "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
             "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,
