@@ -13,9 +13,10 @@
     │   └── ThrottlingQuotaExceededError 89 THROTTLING_QUOTA_EXCEEDED
     ├── CommandError                    a CLI argument error (kafka-configs.sh's IllegalArgumentException)
     ├── StoreError                      the quota store cannot be opened or migrated
-    └── ConnectionQuotaError            connection admission refused by the connection-quota engine
-        ├── ConnectionThrottledError    "<ip> throttled for <ms>" (KIP-612 per-IP rate)
-        └── TooManyConnectionsError     "Too many connections from <ip> (maximum = <n>)"
+    ├── ConnectionQuotaError            connection admission refused by the connection-quota engine
+    │   ├── ConnectionThrottledError    "<ip> throttled for <ms>" (KIP-612 per-IP rate)
+    │   └── TooManyConnectionsError     "Too many connections from <ip> (maximum = <n>)"
+    └── UpstreamUnavailableError        the gateway's upstream broker stayed unreachable for the whole retry bound
 """
 
 from __future__ import annotations
@@ -177,3 +178,7 @@ class TooManyConnectionsError(ConnectionQuotaError):
         super().__init__(f"Too many connections from /{ip} (maximum = {maximum})")
         self.ip = ip
         self.maximum = maximum
+
+
+class UpstreamUnavailableError(QuotaflowError):
+    """The gateway retried its upstream broker with backoff for ``quotaflow.upstream.connect.timeout.ms`` in vain."""

@@ -23,12 +23,13 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import InvalidRequestError
+from quotaflow.core.errors import InvalidRequestError, UpstreamUnavailableError
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.config import SASL_PLAINTEXT
@@ -62,6 +63,8 @@ class Pending:
     acks: int | None = None
     local: bytes | None = None  # a response the gateway made itself
     upstream: asyncio.Future[bytes] | None = None
+    forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
+    local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool = False
     holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
     exempt: bool = False  # exempt from the request quota (SPEC §5): its thread time goes to exempt-request-time
@@ -94,33 +97,57 @@ class ClientConnection:
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
         self.require_sasl = gateway.config.security_protocol(listener) == SASL_PLAINTEXT
         self._closing = False
+        # bytes of responses read from the upstream or made here and not yet handed to the client's socket
+        self._unsent = 0
+        self._drained = asyncio.Event()
+        self._tasks: list[asyncio.Future[None]] = []
+        self._ended: asyncio.Future[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     async def serve(self) -> None:
+        """Read and write the client until either side ends. The upstream connection is opened lazily, by the
+        first request that must be forwarded (after authentication on SASL listeners), so a client that never
+        sends a whole request holds no upstream socket."""
+        self._ended = asyncio.get_running_loop().create_future()
         try:
-            try:
-                self._upstream_reader, self._upstream_writer = await asyncio.open_connection(
-                    *self.gateway.upstream, limit=self.gateway.stream_limit)
-            except OSError as e:
-                log.warning("upstream %s:%s unreachable for %s: %s", *self.gateway.upstream, self.client_ip, e)
-                return
-            tasks = [asyncio.ensure_future(t) for t in (self._read_client(), self._read_upstream(),
-                                                          self._write_client())]
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                results = await asyncio.gather(*tasks, return_exceptions=True)
+            self._spawn(self._read_client())
+            self._spawn(self._write_client())
+            await self._ended
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            results = await asyncio.gather(*self._tasks, return_exceptions=True)
             for exc in results:
                 if isinstance(exc, Exception) and not isinstance(
                         exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
                     log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
-        finally:
             self._fail_awaiting()
             self.close()
             await self._wait_closed()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.append(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, _task: asyncio.Future[None]) -> None:
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    async def _ensure_upstream(self) -> None:
+        """Connect the upstream on first use; while it is down the client is held (the gateway retries with
+        backoff up to its bound), then the connection is closed."""
+        if self._upstream_writer is not None:
+            return
+        try:
+            self._upstream_reader, self._upstream_writer = await self.gateway.connect_upstream()
+        except UpstreamUnavailableError as e:
+            raise ConnectionClosed(str(e)) from e
+        if self._closing:
+            self._upstream_writer.close()
+            raise ConnectionClosed("closed while connecting upstream")
+        self._spawn(self._read_upstream())
 
     def close(self) -> None:
         """Close both sockets now (idempotent; safe from other tasks, e.g. the idle reaper)."""
@@ -139,33 +166,63 @@ class ClientConnection:
         while self._awaiting:
             fut = self._awaiting.popleft().upstream
             if fut is not None and not fut.done():
-                fut.set_exception(ConnectionClosed("upstream connection closed"))
+                fut.cancel()  # the writer is cancelled too; nobody is left to read an exception
 
     # -- client -> gateway ----------------------------------------------------------------------------------
 
-    async def _read_frame(self, reader: asyncio.StreamReader, limit: int) -> bytes:
+    async def _read_frame(self, reader: asyncio.StreamReader, limit: int, setting: str) -> bytes:
         size = protocol.SIZE.unpack(await reader.readexactly(4))[0]
         if size < 0 or size > limit:
-            raise ConnectionClosed(f"frame of {size} bytes exceeds socket.request.max.bytes ({limit})")
+            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
         return await reader.readexactly(size)
 
+    def _frame_limit(self) -> tuple[int, str]:
+        """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
+        authenticated, ``socket.request.max.bytes`` after."""
+        config = self.gateway.config
+        if self.require_sasl and self._sasl_state != "authenticated":
+            return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes), \
+                "sasl.server.max.receive.size"
+        return config.socket_request_max_bytes, "socket.request.max.bytes"
+
     async def _read_client(self) -> None:
-        limit = self.gateway.config.socket_request_max_bytes
         while not self._closing:
             await self._slots.acquire()
-            await self._unmuted()
-            frame = await self._read_frame(self.reader, limit)
-            await self._unmuted()  # a mute set while this read was pending holds the request back too
+            await self._ready_to_read()
+            frame = await self._read_frame(self.reader, *self._frame_limit())
+            await self._ready_to_read()  # a mute set while this read was pending holds the request back too
             start = time.thread_time_ns()
             self.last_active = time.monotonic()
             pending = self._on_request(frame)
             pending.thread_ns += time.thread_time_ns() - start
-            if pending.upstream is None and pending.local is None:
+            if pending.forward is not None:
+                await self._ensure_upstream()
+                self._forward(pending)
+                assert self._upstream_writer is not None
+                await self._upstream_writer.drain()  # a slow upstream: stop reading the client, do not buffer
+            elif pending.upstream is None and pending.local is None:
                 pending = await self._answer_locally(frame, pending)
+            if pending.local:
+                self._unsent += len(pending.local)
             await self._queue.put(pending)
             if pending.close_after:
                 # read no more; the writer sends this last response and then ends the connection
                 await asyncio.get_running_loop().create_future()
+
+    async def _ready_to_read(self) -> None:
+        await self._unmuted()
+        await self._below_unsent_bound()
+
+    def _over_unsent_bound(self) -> bool:
+        buffered = self.writer.transport.get_write_buffer_size()
+        return self._unsent + buffered > self.gateway.config.max_unsent_response_bytes
+
+    async def _below_unsent_bound(self) -> None:
+        """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
+        not taken, read neither its requests nor its upstream's responses (the writer wakes this after each drain)."""
+        while self._over_unsent_bound() and not self._closing:
+            self._drained.clear()
+            await self._drained.wait()
 
     async def _unmuted(self) -> None:
         while True:
@@ -197,6 +254,9 @@ class ClientConnection:
         if key == ApiKey.ApiVersions and header.api_version > versions.APIVERSIONS_MAX:
             pending.local = versions.unsupported_version_response(header.correlation_id)
             return pending
+        if key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated":
+            pending.local_api_versions = True  # no upstream connection before authentication
+            return pending
         if key == ApiKey.Produce:
             try:
                 pending.acks = protocol.produce_acks(frame, header)
@@ -208,7 +268,7 @@ class ClientConnection:
                 pending.holds_reading = True
                 self._held += 1
             if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
-                self._forward(frame, pending)
+                pending.forward = frame
                 pending.local = b""
                 return pending
         if key == ApiKey.Fetch and header.api_version >= 3:
@@ -218,7 +278,7 @@ class ClientConnection:
             if forward is None:  # every topic refused: answered here
                 return pending
             frame = forward
-        self._forward(frame, pending)
+        pending.forward = frame
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
@@ -240,22 +300,21 @@ class ClientConnection:
         return pending.mutations.forward
 
     def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
-        """Cap ``max_bytes`` to the consumer quota's window (KafkaApis does the same): without it, a response
-        larger than the window allows would be throttled, answered empty and re-fetched forever."""
-        cap = self.gateway.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
-        if cap is None:
-            return frame
+        """``max_bytes = min(request's, fetch.max.bytes, the consumer quota's window)``, as KafkaApis does: the
+        broker setting bounds one response's memory, and without the quota cap a response larger than the window
+        allows would be throttled, answered empty and re-fetched forever."""
+        cap = self.gateway.config.fetch_max_bytes
+        quota_cap = self.gateway.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
+        if quota_cap is not None:
+            cap = min(cap, quota_cap)
         try:
-            request = protocol.decode_request(frame, header)
+            return protocol.cap_fetch_max_bytes(frame, header, cap)
         except InvalidRequestError as e:
             raise ConnectionClosed(str(e)) from e
-        if request.max_bytes <= cap:
-            return frame
-        request.max_bytes = cap
-        return protocol.encode_request(request, header)
 
-    def _forward(self, frame: bytes, pending: Pending) -> None:
-        assert self._upstream_writer is not None
+    def _forward(self, pending: Pending) -> None:
+        assert self._upstream_writer is not None and pending.forward is not None
+        frame, pending.forward = pending.forward, None
         start = time.thread_time_ns()
         self._upstream_writer.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
         pending.network_ns += time.thread_time_ns() - start
@@ -268,6 +327,8 @@ class ClientConnection:
             if header.api_version == _RAW_SASL:
                 return await self._raw_sasl(frame, pending)
             request = protocol.decode_request(frame, header)
+            if pending.local_api_versions:
+                return await self._api_versions_before_auth(pending)
             if header.api_key == ApiKey.SaslHandshake:
                 return self._sasl_handshake(request, pending)
             if header.api_key == ApiKey.SaslAuthenticate:
@@ -278,6 +339,20 @@ class ClientConnection:
             pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
         except InvalidRequestError as e:
             raise ConnectionClosed(str(e)) from e
+        return pending
+
+    async def _api_versions_before_auth(self, pending: Pending) -> Pending:
+        """ApiVersions from a client that has not authenticated: the upstream's list (fetched once for everyone
+        by the gateway), merged with the gateway's own APIs, as the forwarded answer would be."""
+        try:
+            upstream = await self.gateway.upstream_api_versions()
+        except UpstreamUnavailableError as e:
+            raise ConnectionClosed(str(e)) from e
+        version = pending.header.api_version
+        cls = protocol.response_class(ApiKey.ApiVersions, version)
+        keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
+        pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
+                                                 pending.header.correlation_id)
         return pending
 
     def _sasl_handshake(self, request: Any, pending: Pending) -> Pending:
@@ -342,7 +417,9 @@ class ClientConnection:
     async def _read_upstream(self) -> None:
         assert self._upstream_reader is not None
         while True:
-            frame = await self._read_frame(self._upstream_reader, 1 << 31)
+            await self._below_unsent_bound()
+            frame = await self._read_frame(self._upstream_reader, 1 << 31, "upstream")
+            self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
             pending = self._awaiting.popleft()
@@ -365,6 +442,7 @@ class ClientConnection:
                 self._held -= 1
                 self._released.set()
             await self.writer.drain()
+            self._drained.set()
             self._slots.release()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
@@ -383,6 +461,7 @@ class ClientConnection:
         now_ms = self.gateway.decision_ms()
         throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
         out = self._render(pending, frame, throttle)
+        self._unsent -= len(frame)
         if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
             self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import ApiVersionsRequest
+
 from quotaflow.admin import Admin
 from quotaflow.brokerconfig import connection_quota_config
-from quotaflow.core.errors import CommandError
+from quotaflow.core.errors import CommandError, UpstreamUnavailableError
+from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressMap
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
@@ -32,6 +37,31 @@ from quotaflow.store.base import QuotaStore
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
+WARNING_INTERVAL_S: Final = 10.0  # a repeated warning (upstream unreachable) is logged once per interval, counted
+API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
+UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
+
+
+class RateLimitedLog:
+    """A warning that may repeat thousands of times a second (every client of a dead upstream): the first is
+    logged at once, later ones at most once per ``interval_s`` with how many there were since the last line."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = WARNING_INTERVAL_S) -> None:
+        self._log = logger
+        self.interval_s = interval_s
+        self._last = -float("inf")
+        self._count = 0
+        self.lines = 0  # lines actually written (for tests)
+
+    def warning(self, message: str, *args: object) -> None:
+        self._count += 1
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            return
+        since = "" if self._last == -float("inf") else f" in the last {now - self._last:.0f} s"
+        self._log.warning(message + " (%d time(s)%s)", *args, self._count, since)
+        self._last, self._count = now, 0
+        self.lines += 1
 
 
 def parse_hostport(text: str) -> tuple[str, int]:
@@ -90,6 +120,9 @@ class Gateway:
         self._event_log: Any = None
         self._store_seq = 0
         self._last_decision_ms = 0
+        self.upstream_warnings = RateLimitedLog(log)
+        self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
+        self._api_versions_lock: asyncio.Lock | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -165,6 +198,57 @@ class Gateway:
             await conn.serve()
         finally:
             self.connections.discard(conn)
+
+    async def connect_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new upstream connection. While the upstream is unreachable the caller is held: retried with
+        exponential backoff (``quotaflow.upstream.reconnect.backoff.ms`` doubling up to ``...backoff.max.ms``,
+        ±20 % jitter) for at most ``quotaflow.upstream.connect.timeout.ms``, then ``UpstreamUnavailableError``.
+        Failures are logged through one rate-limited warning, never one line per attempt."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.upstream_connect_timeout_ms / 1000
+        backoff = cfg.upstream_backoff_ms / 1000
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return await asyncio.wait_for(asyncio.open_connection(*self.upstream, limit=self.stream_limit),
+                                              timeout=max(remaining, 0.05))
+            except (OSError, TimeoutError) as e:
+                error: Exception = e
+            self.upstream_warnings.warning("upstream %s:%s unreachable, clients held while it is retried: %s",
+                                           *self.upstream, str(error) or "timed out")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise UpstreamUnavailableError(
+                    f"upstream {self.upstream[0]}:{self.upstream[1]} unreachable for "
+                    f"{cfg.upstream_connect_timeout_ms} ms: {str(error) or 'timed out'}") from error
+            await asyncio.sleep(min(backoff * random.uniform(0.8, 1.2), remaining))
+            backoff = min(backoff * 2, cfg.upstream_backoff_max_ms / 1000)
+
+    async def upstream_api_versions(self) -> list[tuple[int, int, int]]:
+        """The upstream's (api key, min, max) list, for clients that may not reach the upstream yet (before SASL
+        authentication): fetched over one short gateway-owned connection, shared by all and reused for a minute."""
+        if self._api_versions_lock is None:
+            self._api_versions_lock = asyncio.Lock()
+        async with self._api_versions_lock:
+            if self._api_versions is not None and time.monotonic() - self._api_versions[0] < API_VERSIONS_TTL_S:
+                return self._api_versions[1]
+            reader, writer = await self.connect_upstream()
+            try:
+                request = ApiVersionsRequest[0]()
+                request.with_header(correlation_id=0, client_id="quotaflow-gateway")
+                writer.write(bytes(request.encode(header=True, framed=True)))
+                await writer.drain()
+                size = protocol.SIZE.unpack(await reader.readexactly(4))[0]
+                if not 0 < size <= UPSTREAM_FRAME_LIMIT:
+                    raise UpstreamUnavailableError(f"upstream answered ApiVersions with a {size}-byte frame")
+                response = protocol.decode_response(await reader.readexactly(size), ApiKey.ApiVersions, 0)
+            except (OSError, asyncio.IncompleteReadError) as e:
+                raise UpstreamUnavailableError(f"upstream ApiVersions failed: {e}") from e
+            finally:
+                writer.close()
+            triples = [(a.api_key, a.min_version, a.max_version) for a in response.api_keys]
+            self._api_versions = (time.monotonic(), triples)
+            return triples
 
     @property
     def ports(self) -> dict[str, int]:
