@@ -54,8 +54,8 @@ class GatewayConfig:
     max_unsent_response_bytes: int = 4 * 1024 * 1024
     sasl_server_max_receive_size: int = 524_288  # Kafka's default: larger frames before authentication close
     failed_authentication_delay_ms: int = 100  # Kafka's default: a failed login is answered after this delay
-    sasl_verify_threads: int = 2  # the bounded pool that hashes passwords, off the event loop
-    sasl_failed_rate_per_ip: int = 5  # failed logins per second per client IP before its checks are refused
+    sasl_verify_threads: int = 1  # the bounded pool that hashes passwords, off the event loop
+    sasl_failed_rate_per_ip: int = 1  # password hashes per second per client IP for failing logins (burst 3)
     upstream_backoff_ms: int = 100  # first wait before retrying an unreachable upstream
     upstream_backoff_max_ms: int = 2_000  # the exponential backoff's ceiling
     upstream_connect_timeout_ms: int = 30_000  # how long a client is held while its upstream is retried

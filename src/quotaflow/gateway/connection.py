@@ -29,21 +29,24 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import InvalidRequestError, UpstreamUnavailableError
+from quotaflow.core.errors import (
+    IllegalSaslStateError,
+    InvalidRequestError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+    UpstreamUnavailableError,
+)
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.config import SASL_PLAINTEXT
 from quotaflow.gateway.mutations import TopicQuotaDecision
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
+from quotaflow.gateway.sasl import ANONYMOUS, PLAIN
 
 if TYPE_CHECKING:
     from quotaflow.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 
-SASL_AUTHENTICATION_FAILED: Final = 58
-UNSUPPORTED_SASL_MECHANISM: Final = 33
-ILLEGAL_SASL_STATE: Final = 34
 _RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
 
 
@@ -359,10 +362,10 @@ class ClientConnection:
         version = pending.header.api_version
         cls = protocol.response_class(ApiKey.SaslHandshake, version)
         if self._sasl_state != "none":
-            error = ILLEGAL_SASL_STATE
+            error = IllegalSaslStateError.errno
             pending.close_after = True
         elif request.mechanism != PLAIN:
-            error = UNSUPPORTED_SASL_MECHANISM
+            error = UnsupportedSaslMechanismError.errno
         else:
             error = 0
             self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
@@ -371,14 +374,12 @@ class ClientConnection:
         return pending
 
     async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
-        def run() -> tuple[str | None, str | None, int]:
-            start = time.thread_time_ns()
-            try:
-                return authenticate_plain(self.gateway.store, token), None, time.thread_time_ns() - start
-            except SaslAuthenticationError as e:
-                return None, str(e), time.thread_time_ns() - start
-
-        return await asyncio.get_running_loop().run_in_executor(None, run)
+        """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is
+        answered only after ``connection.failed.authentication.delay.ms``, as Kafka delays it (KIP-306)."""
+        verdict = await self.gateway.sasl.verify(token, self.client_ip)
+        if verdict.principal is None:
+            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
+        return verdict.principal, verdict.error, verdict.cpu_ns
 
     async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
         principal, _error, ns = await self._check_plain(token)
@@ -395,12 +396,12 @@ class ClientConnection:
         cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
         message: str | None
         if self._sasl_state != "handshaken":
-            error, message = ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request"
+            error, message = IllegalSaslStateError.errno, "Unexpected SaslAuthenticate request"
         else:
             principal, message, ns = await self._check_plain(bytes(request.auth_bytes))
             pending.thread_ns += ns
             if principal is None:
-                error = SASL_AUTHENTICATION_FAILED
+                error = SaslAuthenticationFailedError.errno
             else:
                 error, message = 0, None
                 self.principal = principal

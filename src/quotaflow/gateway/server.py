@@ -31,6 +31,7 @@ from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.enforcement import Enforcement
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.sasl import SaslVerifier
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
 
@@ -109,6 +110,8 @@ class Gateway:
         self.enforcement = Enforcement(self.config)
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
+        self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
+                                 failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
         self.addresses: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
@@ -177,6 +180,7 @@ class Gateway:
         if self._event_log is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._event_log.close)
             self._event_log = None
+        self.sasl.close()
         if self._owns_store:
             self.store.close()
 
