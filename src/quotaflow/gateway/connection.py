@@ -252,11 +252,15 @@ class ClientConnection:
         if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
+        if key == ApiKey.ApiVersions and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
+            pending.local = versions.unsupported_version_response(header.correlation_id)  # KIP-511
+            return pending
+        if not _supported(key, header.api_version):
+            # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
+            # cannot frame a response for it either (its header version depends on the API version)
+            raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         if key in _LOCAL_APIS:
             return pending  # answered by _answer_locally
-        if key == ApiKey.ApiVersions and header.api_version > versions.APIVERSIONS_MAX:
-            pending.local = versions.unsupported_version_response(header.correlation_id)
-            return pending
         if key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated":
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
@@ -554,6 +558,14 @@ class ClientConnection:
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
+
+
+def _supported(api_key: int, version: int) -> bool:
+    """Whether the gateway can parse this request header and frame its response (kafka-python models the API at
+    this version); everything the gateway advertises in ApiVersions is."""
+    cls = protocol.REQUESTS.get(api_key)
+    known = protocol.max_known_version(api_key)
+    return cls is not None and known is not None and int(cls.min_version) <= version <= known
 
 
 _PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
