@@ -24,12 +24,12 @@ from kafka import KafkaProducer
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
-from quotaflow.cli.wire import SaslPlain, WireAdmin
+from quotaflow.admin.wire import SaslPlain, WireAdmin
 from quotaflow.core.filters import QuotaFilter
-from quotaflow.gateway.process import GatewayProcess
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
-from quotaflow.tansu import Tansu
+from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.tansu import Tansu
 
 from .gateway_wire import Wire
 
@@ -222,7 +222,7 @@ def test_stalled_sockets_hold_no_upstream_and_are_counted(start_gateway: Gateway
 
 FLOOD = """
 import sys, threading, time
-from quotaflow.cli.wire import KafkaWireConnection, SaslPlain
+from quotaflow.admin.wire import KafkaWireConnection, SaslPlain
 from quotaflow.core.errors import SaslAuthenticationFailedError
 port, seconds = int(sys.argv[1]), float(sys.argv[2])
 deadline, failed = time.monotonic() + seconds, []

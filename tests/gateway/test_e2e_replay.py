@@ -27,7 +27,7 @@ from quotaflow.cli.main import cli
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.store import open_store
-from quotaflow.tansu import Tansu
+from quotaflow.testing.tansu import Tansu
 
 from .conftest import GatewayFactory
 from .gateway_wire import Wire

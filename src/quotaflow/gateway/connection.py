@@ -30,28 +30,26 @@ from typing import TYPE_CHECKING, Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import (
+    ConnectionClosed,
     IllegalSaslStateError,
     InvalidRequestError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
-    UpstreamUnavailableError,
 )
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PLAINTEXT
 from quotaflow.gateway.mutations import TopicQuotaDecision
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN
 
 if TYPE_CHECKING:
+    from quotaflow.gateway.enforcement import Enforcement
     from quotaflow.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 
 _RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
-
-
-class ConnectionClosed(Exception):
-    """Stop serving this connection (protocol violation, oversize frame, peer gone)."""
 
 
 @dataclass(slots=True)
@@ -77,8 +75,12 @@ class Pending:
 
 class ClientConnection:
     def __init__(self, gateway: Gateway, listener: str, client_ip: str, client_port: int,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
         self.gateway = gateway
+        self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
+        # whose quotas apply: the node's, else the gateway's own name until a bootstrap connection's upstream is known
+        self.broker = broker_key(node, gateway.broker)
+        self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -144,12 +146,14 @@ class ClientConnection:
         if self._upstream_writer is not None:
             return
         try:
-            self._upstream_reader, self._upstream_writer = await self.gateway.connect_upstream()
+            self._upstream_reader, self._upstream_writer, node = await self.gateway.connect_upstream(self.node)
         except UpstreamUnavailableError as e:
             raise ConnectionClosed(str(e)) from e
         if self._closing:
             self._upstream_writer.close()
             raise ConnectionClosed("closed while connecting upstream")
+        self.broker = broker_key(node, self.gateway.broker)
+        self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
         self._spawn(self._read_upstream())
 
     def close(self) -> None:
@@ -194,6 +198,9 @@ class ClientConnection:
             await self._ready_to_read()
             frame = await self._read_frame(self.reader, *self._frame_limit())
             await self._ready_to_read()  # a mute set while this read was pending holds the request back too
+            if self._upstream_writer is None and self._will_forward(frame):
+                # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
+                await self._ensure_upstream()
             start = time.thread_time_ns()
             self.last_active = time.monotonic()
             pending = self._on_request(frame)
@@ -211,6 +218,19 @@ class ClientConnection:
             if pending.close_after:
                 # read no more; the writer sends this last response and then ends the connection
                 await asyncio.get_running_loop().create_future()
+
+    def _will_forward(self, frame: bytes) -> bool:
+        """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
+        if self._sasl_state == "handshaken-v0" or (self.require_sasl and self._sasl_state != "authenticated"):
+            return False
+        try:
+            header = protocol.parse_request_header(frame)
+        except InvalidRequestError:
+            return False
+        key, version = header.api_key, header.api_version
+        if key == ApiKey.ApiVersions:
+            return 0 <= version <= versions.APIVERSIONS_MAX
+        return key not in _LOCAL_APIS and _supported(key, version)
 
     async def _ready_to_read(self) -> None:
         await self._unmuted()
@@ -269,7 +289,7 @@ class ClientConnection:
                 pending.acks = protocol.produce_acks(frame, header)
             except InvalidRequestError as e:
                 raise ConnectionClosed(str(e)) from e
-            if self.gateway.enforcement.produce_limited(self.principal, header.client_id or ""):
+            if self.enforcement.produce_limited(self.principal, header.client_id or ""):
                 # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
                 # until this response is decided and sent and its throttle has passed, so nothing slips past it
                 pending.holds_reading = True
@@ -293,7 +313,7 @@ class ClientConnection:
     def _mutation_quota(self, frame: bytes, pending: Pending) -> bytes | None:
         """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
         header = pending.header
-        quota = self.gateway.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
+        quota = self.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
                                                         header.api_version, pending.received_ms)
         if quota is None:
             return frame
@@ -311,7 +331,7 @@ class ClientConnection:
         broker setting bounds one response's memory, and without the quota cap a response larger than the window
         allows would be throttled, answered empty and re-fetched forever."""
         cap = self.gateway.config.fetch_max_bytes
-        quota_cap = self.gateway.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
+        quota_cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
         if quota_cap is not None:
             cap = min(cap, quota_cap)
         try:
@@ -481,7 +501,7 @@ class ClientConnection:
         if self._auth_ns:
             pending.network_ns += self._auth_ns
             self._auth_ns = 0
-        enforcement = self.gateway.enforcement
+        enforcement = self.enforcement
         client_id = pending.header.client_id or ""
         if pending.exempt:
             enforcement.exempt_network_time(pending.network_ns, now_ms)
@@ -495,7 +515,7 @@ class ClientConnection:
         its io time). ``frame`` is the upstream response (unframed) or the gateway's own (framed)."""
         header = pending.header
         key = header.api_key
-        enforcement = self.gateway.enforcement
+        enforcement = self.enforcement
         user, client_id = self.principal, header.client_id or ""
         measured = time.thread_time_ns()
         pending.thread_ns += measured - start_ns
@@ -546,7 +566,8 @@ class ClientConnection:
         return _PASS_THROUGH
 
     def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
-        if protocol.max_known_version(key) is None:
+        known = protocol.max_known_version(key)
+        if known is None or version > known:  # forwarded undecoded: the client is muted, not told
             return protocol.SIZE.pack(len(frame)) + frame
         message = protocol.decode_response(frame, key, version)
         if key in REWRITTEN_APIS:
@@ -561,8 +582,13 @@ class ClientConnection:
 
 
 def _supported(api_key: int, version: int) -> bool:
-    """Whether the gateway can parse this request header and frame its response (kafka-python models the API at
-    this version); everything the gateway advertises in ApiVersions is."""
+    """Whether the gateway can take this request header: never a negative version; for the APIs it decodes or
+    answers itself, only versions kafka-python models (it could not frame their responses otherwise). Other APIs
+    are forwarded as bytes and the upstream judges their versions."""
+    if version < 0:
+        return False
+    if api_key not in versions.DECODED_APIS and api_key not in _LOCAL_APIS:
+        return True
     cls = protocol.REQUESTS.get(api_key)
     known = protocol.max_known_version(api_key)
     return cls is not None and known is not None and int(cls.min_version) <= version <= known

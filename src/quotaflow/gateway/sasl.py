@@ -1,12 +1,12 @@
-"""SASL/PLAIN at the gateway: credential hashing, the PLAIN message (RFC 4616) and the verifier.
+"""SASL/PLAIN at the gateway: the PLAIN message (RFC 4616) checked against the store's credentials.
 
-Passwords are never stored: a credential is a per-user random salt plus PBKDF2-HMAC-SHA512 over many iterations
-(slow on purpose, so a leaked store does not give passwords away cheaply). Verification compares in constant time.
+Credential hashing lives in :mod:`quotaflow.store.credentials` (shared with the console's HTTP Basic sign-in) and is
+re-exported here for existing callers.
 
-That slowness is also an attack surface (~130 ms of CPU per wrong password), so :class:`SaslVerifier` runs checks
-in a small bounded thread pool off the event loop, refuses to hash for an IP that keeps failing (a token bucket of
-failed logins per IP), and remembers successful logins as a cheap keyed digest, so a good client reconnecting is
-verified without PBKDF2 even while its IP is being throttled.
+The hash is slow on purpose (~130 ms of CPU per check), which makes wrong passwords an attack surface, so the
+gateway checks through :class:`SaslVerifier`: PBKDF2 in a small bounded thread pool off the event loop, no hash for
+an IP that keeps failing (a token bucket of hashes per IP), and successful logins remembered as a cheap keyed
+digest, so a good client reconnecting is verified without PBKDF2 even while its IP is being throttled.
 """
 
 from __future__ import annotations
@@ -25,30 +25,30 @@ from typing import Final
 
 from quotaflow.core.errors import SaslAuthenticationFailedError
 from quotaflow.store.base import Credential, QuotaStore
+from quotaflow.store.credentials import (
+    DEFAULT_ITERATIONS,
+    PBKDF2_ALGORITHM,
+    SALT_BYTES,
+    check_password,
+    hash_password,
+    verify_password,
+)
 
-PBKDF2_ALGORITHM: Final = "sha512"
-DEFAULT_ITERATIONS: Final = 210_000  # OWASP's 2023 recommendation for PBKDF2-HMAC-SHA512
-SALT_BYTES: Final = 16
 PLAIN: Final = "PLAIN"
 ANONYMOUS: Final = "ANONYMOUS"
-
-
-def _derive(password: str, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(PBKDF2_ALGORITHM, password.encode("utf-8"), salt, iterations)
-
-
-def hash_password(user: str, password: str, *, iterations: int = DEFAULT_ITERATIONS) -> Credential:
-    """A new credential for ``user`` with a fresh random salt."""
-    salt = os.urandom(SALT_BYTES)
-    return Credential(user=user, salt=salt, iterations=iterations, hash=_derive(password, salt, iterations))
-
-
-def verify_password(credential: Credential, password: str) -> bool:
-    """True when ``password`` matches; the comparison takes the same time wherever the first difference is."""
-    return hmac.compare_digest(_derive(password, credential.salt, credential.iterations), credential.hash)
-
-
-_DUMMY: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
+__all__ = [
+    "ANONYMOUS",
+    "DEFAULT_ITERATIONS",
+    "PBKDF2_ALGORITHM",
+    "PLAIN",
+    "SALT_BYTES",
+    "PlainMessage",
+    "SaslAuthenticationError",
+    "SaslVerifier",
+    "authenticate_plain",
+    "hash_password",
+    "verify_password",
+]
 
 
 class SaslAuthenticationError(SaslAuthenticationFailedError):
@@ -83,7 +83,19 @@ class PlainMessage:
         return cls(authzid, username, password)
 
 
+def authenticate_plain(store: QuotaStore, data: bytes) -> str:
+    """The authenticated principal name for a PLAIN message, or ``SaslAuthenticationError``.
+
+    The message for an unknown user and for a wrong password is the same (Kafka's wording), so a client cannot
+    probe which users exist."""
+    message = PlainMessage.parse(data)
+    if not check_password(store, message.username, message.password):
+        raise SaslAuthenticationError(INVALID_CREDENTIALS)
+    return message.username
+
+
 INVALID_CREDENTIALS: Final = "Authentication failed: Invalid username or password"
+_UNKNOWN_USER: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
 LOGIN_CACHE_SIZE: Final = 10_000
 _IP_BUCKETS_MAX: Final = 100_000
 
@@ -211,7 +223,7 @@ class SaslVerifier:
     def _hash(credential: Credential | None, password: str) -> tuple[bool, int]:
         start = time.thread_time_ns()
         # an unknown user still pays for one hash, so response time does not reveal which users exist
-        ok = verify_password(credential or _DUMMY, password) and credential is not None
+        ok = verify_password(credential or _UNKNOWN_USER, password) and credential is not None
         return ok, time.thread_time_ns() - start
 
     def close(self) -> None:
