@@ -42,6 +42,7 @@ from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.sasl import SaslVerifier
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
@@ -49,31 +50,8 @@ from quotaflow.store.base import QuotaStore
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
-WARNING_INTERVAL_S: Final = 10.0  # a repeated warning (upstream unreachable) is logged once per interval, counted
 API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
-
-
-class RateLimitedLog:
-    """A warning that may repeat thousands of times a second (every client of a dead upstream): the first is
-    logged at once, later ones at most once per ``interval_s`` with how many there were since the last line."""
-
-    def __init__(self, logger: logging.Logger, interval_s: float = WARNING_INTERVAL_S) -> None:
-        self._log = logger
-        self.interval_s = interval_s
-        self._last = -float("inf")
-        self._count = 0
-        self.lines = 0  # lines actually written (for tests)
-
-    def warning(self, message: str, *args: object) -> None:
-        self._count += 1
-        now = time.monotonic()
-        if now - self._last < self.interval_s:
-            return
-        since = "" if self._last == -float("inf") else f" in the last {now - self._last:.0f} s"
-        self._log.warning(message + " (%d time(s)%s)", *args, self._count, since)
-        self._last, self._count = now, 0
-        self.lines += 1
 
 
 class Gateway:
