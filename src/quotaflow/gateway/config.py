@@ -24,6 +24,7 @@ CONTROLLER_QUOTA_WINDOW_SIZE_SECONDS: Final = "controller.quota.window.size.seco
 QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
 MAX_IN_FLIGHT: Final = "quotaflow.max.in.flight.requests"
 FETCH_MAX_BYTES: Final = "fetch.max.bytes"
+QUEUED_MAX_REQUEST_BYTES: Final = "queued.max.request.bytes"
 SASL_SERVER_MAX_RECEIVE_SIZE: Final = "sasl.server.max.receive.size"
 FAILED_AUTHENTICATION_DELAY_MS: Final = "connection.failed.authentication.delay.ms"
 MAX_UNSENT_RESPONSE_BYTES: Final = "quotaflow.max.unsent.response.bytes"
@@ -49,6 +50,7 @@ class GatewayConfig:
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # unanswered requests read per connection; 1 = Kafka's one-at-a-time reading
     fetch_max_bytes: int = 57_671_680  # Kafka's broker default (55 MB): Fetch max_bytes is capped to it
+    queued_max_request_bytes: int = -1  # Kafka's default: request bytes read and not yet passed on, all connections
     # responses read from the upstream (or made here) but not yet taken by the client's socket: above this, the
     # gateway stops reading both the client and its upstream connection (docs/gateway.md: memory bound)
     max_unsent_response_bytes: int = 4 * 1024 * 1024
@@ -76,6 +78,7 @@ class GatewayConfig:
             QUOTA_POLL_MS: "store_poll_ms",
             MAX_IN_FLIGHT: "max_in_flight",
             FETCH_MAX_BYTES: "fetch_max_bytes",
+            QUEUED_MAX_REQUEST_BYTES: "queued_max_request_bytes",
             MAX_UNSENT_RESPONSE_BYTES: "max_unsent_response_bytes",
             SASL_SERVER_MAX_RECEIVE_SIZE: "sasl_server_max_receive_size",
             FAILED_AUTHENTICATION_DELAY_MS: "failed_authentication_delay_ms",
@@ -85,7 +88,7 @@ class GatewayConfig:
             UPSTREAM_BACKOFF_MAX_MS: "upstream_backoff_max_ms",
             UPSTREAM_CONNECT_TIMEOUT_MS: "upstream_connect_timeout_ms",
         }
-        minimum = {FAILED_AUTHENTICATION_DELAY_MS: 0, FETCH_MAX_BYTES: 1024}
+        minimum = {FAILED_AUTHENTICATION_DELAY_MS: 0, FETCH_MAX_BYTES: 1024, QUEUED_MAX_REQUEST_BYTES: -1}
         values: dict[str, object] = {}
         extra: dict[str, str] = {}
         for key, raw in props.items():
@@ -104,7 +107,10 @@ class GatewayConfig:
                 extra[key] = raw
         values["extra"] = extra
         values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        config = cls(**values)  # type: ignore[arg-type]
+        if 0 < config.queued_max_request_bytes < config.socket_request_max_bytes:
+            raise CommandError(f"{QUEUED_MAX_REQUEST_BYTES} must be larger or equal to {SOCKET_REQUEST_MAX_BYTES}")
+        return config
 
 
     def security_protocol(self, listener: str) -> str:

@@ -196,28 +196,46 @@ class ClientConnection:
         while not self._closing:
             await self._slots.acquire()
             await self._ready_to_read()
-            frame = await self._read_frame(self.reader, *self._frame_limit())
-            await self._ready_to_read()  # a mute set while this read was pending holds the request back too
-            if self._upstream_writer is None and self._will_forward(frame):
-                # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
-                await self._ensure_upstream()
-            start = time.thread_time_ns()
-            self.last_active = time.monotonic()
-            pending = self._on_request(frame)
-            pending.thread_ns += time.thread_time_ns() - start
-            if pending.forward is not None:
-                await self._ensure_upstream()
-                self._forward(pending)
-                assert self._upstream_writer is not None
-                await self._upstream_writer.drain()  # a slow upstream: stop reading the client, do not buffer
-            elif pending.upstream is None and pending.local is None:
-                pending = await self._answer_locally(frame, pending)
+            size = await self._read_size(*self._frame_limit())
+            memory = self.gateway.request_memory
+            await memory.acquire(size)  # queued.max.request.bytes, over all connections
+            try:
+                frame = await self.reader.readexactly(size)
+                await self._ready_to_read()  # a mute set while this read was pending holds the request back too
+                pending = await self._take_request(frame)
+            finally:
+                memory.release(size)
             if pending.local:
                 self._unsent += len(pending.local)
             await self._queue.put(pending)
             if pending.close_after:
                 # read no more; the writer sends this last response and then ends the connection
                 await asyncio.get_running_loop().create_future()
+
+    async def _read_size(self, limit: int, setting: str) -> int:
+        size: int = protocol.SIZE.unpack(await self.reader.readexactly(4))[0]
+        if size < 0 or size > limit:
+            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
+        return size
+
+    async def _take_request(self, frame: bytes) -> Pending:
+        """Decide one request and pass it on: forwarded (its bytes leave when the upstream socket drains) or
+        answered here."""
+        if self._upstream_writer is None and self._will_forward(frame):
+            # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
+            await self._ensure_upstream()
+        start = time.thread_time_ns()
+        self.last_active = time.monotonic()
+        pending = self._on_request(frame)
+        pending.thread_ns += time.thread_time_ns() - start
+        if pending.forward is not None:
+            await self._ensure_upstream()
+            self._forward(pending)
+            assert self._upstream_writer is not None
+            await self._upstream_writer.drain()  # a slow upstream: stop reading the client, do not buffer
+        elif pending.upstream is None and pending.local is None:
+            pending = await self._answer_locally(frame, pending)
+        return pending
 
     def _will_forward(self, frame: bytes) -> bool:
         """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""

@@ -43,6 +43,7 @@ from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
+from quotaflow.gateway.request_memory import RequestMemory
 from quotaflow.gateway.sasl import SaslVerifier
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
@@ -110,6 +111,7 @@ class Gateway:
         self._store_seq = 0
         self._last_decision_ms = 0
         self.upstream_warnings = RateLimitedLog(log)
+        self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
         self._api_versions_lock: asyncio.Lock | None = None
 
