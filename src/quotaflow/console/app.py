@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 import quotaflow.console.backtests as bt
-from quotaflow.admin import Admin, Alteration
+from quotaflow.admin import Admin, Alteration, QuotaIndex
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM, Access, Principal
 from quotaflow.console.live import LiveMetrics
@@ -147,9 +147,16 @@ class Console:
         self.config = config
         self.admin = Admin(store)
         self.access = Access(store, read_only=config.read_only, admins=config.admins)
+        self._index: QuotaIndex | None = None
         self.live = LiveMetrics(
-            config.gateways, self.admin.index, interval_s=config.scrape_interval_s, history=config.history
+            config.gateways, self.index, interval_s=config.scrape_interval_s, history=config.history
         )
+
+    def index(self) -> QuotaIndex:
+        """The resolver over the current snapshot, rebuilt only when the store has changed since."""
+        if self._index is None or self._index.seq != self.store.last_seq():
+            self._index = self.admin.index()
+        return self._index
 
     async def principal(self, request: Request) -> Principal | None:
         header = request.headers.get("authorization")

@@ -44,7 +44,8 @@
       .map(tr => {
         const raw = tr.querySelector(".op-value").value.trim();
         const n = Number(raw);
-        return {key: tr.querySelector(".op-key").value, value: raw === "" ? null : (raw !== "" && !isNaN(n) ? n : raw)};
+        // a number JSON can carry goes as one; anything else (1e999, NaN, text) as typed, for the server to judge
+        return {key: tr.querySelector(".op-key").value, value: raw === "" ? null : (isFinite(n) ? n : raw)};
       });
   }
 
