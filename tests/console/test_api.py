@@ -255,3 +255,19 @@ def test_resolve_links_from_quotas(client: TestClient) -> None:
     full = client.get("/resolve", params={"user": "alice", "client-id": "ingest"}).text
     back = "/quotas?strict=1&amp;user_match=exact&amp;user=alice&amp;client-id_match=exact&amp;client-id=ingest"
     assert f'href="{back}"' in full
+
+
+def test_the_page_lists_a_bounded_number_of_rows(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    import quotaflow.console.app as app_mod
+
+    monkeypatch.setattr(app_mod, "PAGE_ROWS", 3)
+    page = client.get("/quotas").text
+    assert page.count('class="entity"') == 3 and "the first 3 of 7 matching" in page
+    assert len(client.get("/api/quotas").json()) == 7  # the API returns every match
+
+
+def test_values_beyond_json_numbers_are_validated_by_kafka(client: TestClient, store: SqliteStore) -> None:
+    r = post(client, {"entity": {"user": "u7"}, "ops": [{"key": "producer_byte_rate", "value": "1e999"}]})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Proposed value for producer_byte_rate is too large for a LONG."
+    assert store.get(QuotaEntity(user="u7")) == {}

@@ -47,6 +47,7 @@ STATIC_DIR: Final = Path(__file__).parent / "static"
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
 MAX_BODY_BYTES: Final = 64 * 1024
 PAGE_HEADER: Final = "x-quotaflow-page"
+PAGE_ROWS: Final = 1000  # the Quotas page lists this many entities at most (the API returns every match)
 
 
 @dataclass(slots=True)
@@ -339,17 +340,22 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             form = filter_form(request.query_params)
         except KafkaError as e:
             form, error = filter_form({}), f"{e.name}: {e}"
+        total = 0
         if error is None:
             try:
-                found = describe_to_json(await run_in_threadpool(console.admin.describe, form.to_filter()))
+                described = await run_in_threadpool(console.admin.describe, form.to_filter())
             except KafkaError as e:
                 error = f"{e.name}: {e}"
+            else:
+                total = len(described)
+                found = describe_to_json(described[:PAGE_ROWS])
         return await page(
             request,
             "quotas.html",
             {
                 "form": form,
                 "rows": found,
+                "total": total,
                 "error": error,
                 "entity_types": ENTITY_TYPES,
                 "matches": MATCHES,
