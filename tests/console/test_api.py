@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from quotaflow.admin import Admin
+from quotaflow.admin import Admin, Alteration
 from quotaflow.cli.main import cli
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.core.entities import QuotaEntity
@@ -131,7 +131,7 @@ def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
     assert r.json()["error"]["message"] == message
     if "results" in r.json():  # validated by the admin (not a malformed body): the message is the admin's own
         assert r.json()["field"] == field
-        from quotaflow.admin import Alteration, QuotaOp
+        from quotaflow.admin import QuotaOp
 
         expected = Admin(store).alter([Alteration(entity, tuple(QuotaOp(o["key"], o["value"]) for o in ops))], True)
         assert r.json()["results"][0]["error"]["message"] == expected[0].error.message
@@ -271,3 +271,12 @@ def test_values_beyond_json_numbers_are_validated_by_kafka(client: TestClient, s
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "Proposed value for producer_byte_rate is too large for a LONG."
     assert store.get(QuotaEntity(user="u7")) == {}
+
+
+def test_resolve_sees_changes_another_process_made(client: TestClient, store: SqliteStore) -> None:
+    before = client.get("/api/resolve", params={"user": "carol", "client-id": "x"}).json()
+    assert before["quotas"]["producer_byte_rate"]["value"] == 1e6  # <default> user
+    with SqliteStore(store.path) as other:  # e.g. the CLI or a gateway writing the same file
+        Admin(other).alter([Alteration.of(QuotaEntity(user="carol"), {"producer_byte_rate": 7e6})])
+    after = client.get("/api/resolve", params={"user": "carol", "client-id": "x"}).json()
+    assert after["quotas"]["producer_byte_rate"]["value"] == 7e6 and after["seq"] == before["seq"] + 1

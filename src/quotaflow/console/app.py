@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 import quotaflow.console.backtests as bt
-from quotaflow.admin import Admin, Alteration, QuotaIndex
+from quotaflow.admin import Admin, Alteration, QuotaIndex, Resolution
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM, Access, Principal
 from quotaflow.console.live import LiveMetrics
@@ -153,6 +153,12 @@ class Console:
             config.gateways, self.index, interval_s=config.scrape_interval_s, history=config.history
         )
 
+    def resolve(self, user: str, client_id: str) -> Resolution:
+        return self.index().resolve(user, client_id)
+
+    def resolve_ip(self, ip: str) -> Resolution:
+        return self.index().resolve_ip(ip)
+
     def index(self) -> QuotaIndex:
         """The resolver over the current snapshot, rebuilt only when the store has changed since."""
         if self._index is None or self._index.seq != self.store.last_seq():
@@ -268,11 +274,11 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             if "ip" in q:
                 if "user" in q or "client-id" in q:
                     raise InvalidRequestError("Resolve takes ?ip= alone, or ?user=&client-id=")
-                res = await run_in_threadpool(console.admin.resolve_ip, q["ip"])
+                res = await run_in_threadpool(console.resolve_ip, q["ip"])
             else:
                 if "user" not in q or "client-id" not in q:
                     raise InvalidRequestError("Resolve needs ?user=&client-id= (a client has both) or ?ip=")
-                res = await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"])
+                res = await run_in_threadpool(console.resolve, q["user"], q["client-id"])
         except KafkaError as e:
             return error_response(e)
         return JSONResponse(resolution_to_json(res))
@@ -371,9 +377,9 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         error: str | None = None
         try:  # a partial query (a link from a user-only entity) just fills the form
             if q.get("ip"):
-                doc = resolution_to_json(await run_in_threadpool(console.admin.resolve_ip, q["ip"]))
+                doc = resolution_to_json(await run_in_threadpool(console.resolve_ip, q["ip"]))
             elif "user" in q and "client-id" in q:
-                doc = resolution_to_json(await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"]))
+                doc = resolution_to_json(await run_in_threadpool(console.resolve, q["user"], q["client-id"]))
         except KafkaError as e:
             error = f"{e.name}: {e}"
         return await page(
