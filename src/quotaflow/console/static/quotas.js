@@ -114,6 +114,23 @@
       document.getElementById("editor").scrollIntoView({behavior: "smooth"});
     };
   }
+  for (const btn of document.querySelectorAll("#quota-table button.delete")) {
+    btn.onclick = async () => {
+      const tr = btn.closest("tr"), entity = JSON.parse(tr.dataset.entity);
+      if (!window.confirm(`Remove every quota of ${qf.entityText(entity)}?`)) return;
+      clearErrors();
+      const ops = Object.keys(JSON.parse(tr.dataset.values)).map(key => ({key, value: null}));
+      const r = await qf.json("/api/quotas", {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-Quotaflow-Page": "quotas"},
+        body: JSON.stringify({entity, ops, validate_only: false})});
+      if (r.ok) { window.location.reload(); return; }
+      document.getElementById("editor").scrollIntoView();
+      if (r.status === 401) {
+        result.className = "bad";
+        result.innerHTML = `Sign in first: <a href="/login?next=/quotas">sign in</a> with an admin principal.`;
+      } else showError(r.body?.error || {name: "HTTP", message: String(r.status)}, null, ops);
+    };
+  }
   // Pre-fill from the filter: describing user=alice then "Add" edits alice.
   const params = new URLSearchParams(location.search), pre = {};
   for (const t of ["user", "client-id", "ip"]) {
