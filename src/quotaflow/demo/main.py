@@ -40,7 +40,7 @@ class DemoContext:
 
 Stage = Callable[[DemoContext], None]
 
-# One quota at every precedence level (SPEC §4.1), plus connection-rate quotas for ips (KIP-612).
+# One quota at every precedence level (KIP-55), plus connection-rate quotas for ips (KIP-612).
 DEMO_QUOTAS: Final[list[tuple[QuotaEntity, dict[str, float | None]]]] = [
     (QuotaEntity(user="alice", client_id="ingest"), {"producer_byte_rate": 5_000_000.0}),
     (QuotaEntity(user="alice", client_id=DEFAULT), {"producer_byte_rate": 3_000_000.0}),
@@ -145,20 +145,20 @@ PIPELINE_DIR: Final = "pipeline"
 
 def stage_gateway(ctx: DemoContext) -> None:
     """Live traffic: tansu behind the gateway, a throttled and an unthrottled producer, usage events logged."""
-    from quotaflow.demo import gateway_stage as demo_stage
+    from quotaflow.demo import gateway_stage
 
-    summary = demo_stage.run(ctx.out_dir / GATEWAY_DIR, ctx.store_path, console=ctx.console)
+    summary = gateway_stage.run(ctx.out_dir / GATEWAY_DIR, ctx.store_path, console=ctx.console)
     ctx.results["gateway usage events (Parquet)"] = Path(summary["events"])
     ctx.results["gateway log"] = Path(summary["gateway_log"])
 
 
 def stage_backtest_report(ctx: DemoContext) -> None:
     """Spark backtest of the gateway's own event log against the store, then the HTML report."""
-    from quotaflow.demo import pipeline_stage as demo_stage
+    from quotaflow.demo import pipeline_stage
 
     gateway_dir = ctx.out_dir / GATEWAY_DIR
     with ctx.console.status("backtest on Spark (local)") as status:
-        result = demo_stage.run(gateway_dir / "events", ctx.store_path, ctx.out_dir / PIPELINE_DIR,
+        result = pipeline_stage.run(gateway_dir / "events", ctx.store_path, ctx.out_dir / PIPELINE_DIR,
                                 progress=lambda msg: status.update(msg),
                                 broker_config=gateway_dir / "gateway.properties")
     counts = ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items()))
