@@ -280,3 +280,11 @@ def test_resolve_sees_changes_another_process_made(client: TestClient, store: Sq
         Admin(other).alter([Alteration.of(QuotaEntity(user="carol"), {"producer_byte_rate": 7e6})])
     after = client.get("/api/resolve", params={"user": "carol", "client-id": "x"}).json()
     assert after["quotas"]["producer_byte_rate"]["value"] == 7e6 and after["seq"] == before["seq"] + 1
+
+
+def test_a_body_over_the_limit_is_refused_unread(client: TestClient, store: SqliteStore) -> None:
+    before = store.last_seq()
+    big = b'{"entity": {"user": "u"}, "ops": [' + b'{"key": "producer_byte_rate", "value": 1},' * 5000 + b"]}"
+    r = client.post("/api/quotas", content=big, headers={"content-type": "application/json"}, auth=ADMIN)
+    assert r.status_code == 400 and "larger than 65536 bytes" in r.json()["error"]["message"]
+    assert store.last_seq() == before

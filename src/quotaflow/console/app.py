@@ -244,9 +244,11 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         except KafkaError as e:
             # the console's own page sends PAGE_HEADER: it offers its sign-in link instead of the browser's dialog
             return error_response(e, challenge=PAGE_HEADER not in request.headers)
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
-            return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
+        raw = bytearray()
+        async for chunk in request.stream():  # read at most MAX_BODY_BYTES, whatever Content-Length says
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
         try:
             body = json.loads(raw)
         except ValueError:
