@@ -69,7 +69,7 @@ def test_shares_become_the_sensor_bounds() -> None:
     exchange = FakeExchange()
     cq.exchange = exchange  # type: ignore[assignment]
     now = 1_000_000
-    enforcement.produce_bytes("ANONYMOUS", "app", 1, now)  # the quota-id's sensor exists once traffic arrives
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)  # traffic makes the sensor
     sensor = enforcement.managers.produce.quota_sensors()[0][1]
     cq.apply(now)
     assert sensor.bound == Q and cq.live_participants == 1  # alone: the whole quota
