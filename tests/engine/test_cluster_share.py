@@ -41,10 +41,11 @@ def test_shares_sum_to_q(quota: float, rates: list[float], phi: float) -> None:
 def test_table_counts_live_participants_and_expires_silent_ones() -> None:
     table = ShareTable("me", window_ms=1000, expiry_windows=3, floor_fraction=0.1)
     assert table.shares({KEY: 1000.0}, {"me/1": {KEY: 0.0}}, now_ms=0) == {"me/1": {KEY: 1000.0}}  # alone: all of Q
-    table.receive(UsageReport("peer/1", 0, {KEY: 300.0}))
+    table.receive(UsageReport("peer/1", 0, {KEY: 300.0, OTHER: 0.0}))
     table.receive(UsageReport("me/1", 0, {KEY: 1e9}))  # our own report, echoed by the topic: ignored
     shares = table.shares({KEY: 1000.0, OTHER: 50.0}, {"me/1": {KEY: 100.0, OTHER: 0.0}}, now_ms=1000)
-    # N = 2, floor 50: me = 50 + 900 · 100/400 = 275 (the peer gets 50 + 900 · 300/400 = 725); OTHER: even split
+    # N = 2, floor 50: me = 50 + 900 · 100/400 = 275 (the peer gets 50 + 900 · 300/400 = 725); OTHER: both meter
+    # it, nobody uses it: even split
     assert shares == {"me/1": {KEY: pytest.approx(275.0), OTHER: 25.0}}
     table.receive(UsageReport("peer/1", 2500, {KEY: 100.0}))
     table.receive(UsageReport("peer/1", 2000, {KEY: 999.0}))  # an older report arriving late changes nothing
@@ -54,14 +55,23 @@ def test_table_counts_live_participants_and_expires_silent_ones() -> None:
 
 
 def test_every_broker_of_a_gateway_is_a_participant() -> None:
-    """A gateway in front of two brokers takes part twice (Kafka enforces per broker); a quota-id a participant
-    does not meter gets no share there, and quota-ids without a configured value are left alone."""
+    """A gateway in front of two brokers takes part twice (Kafka enforces per broker); N of a quota-id counts the
+    participants that meter it, and quota-ids without a configured value are left alone."""
     table = ShareTable("me", window_ms=1000)
     table.receive(UsageReport("peer/7", 0, {KEY: 200.0}))
-    shares = table.shares({KEY: 900.0}, {"me/1": {KEY: 100.0}, "me/2": {KEY: 0.0, OTHER: 5.0}}, now_ms=0)
+    table.receive(UsageReport("peer/8", 0, {OTHER: 1.0}))  # does not meter KEY: not among KEY's participants
+    shares = table.shares({KEY: 900.0}, {"me/1": {KEY: 100.0}, "me/2": {KEY: 0.0, OTHER: 5.0}, "me/3": {}},
+                          now_ms=0)
     floor = 0.1 * 900.0 / 3
     assert shares == {"me/1": {KEY: pytest.approx(floor + (900.0 - 3 * floor) * 100.0 / 300.0)},
-                      "me/2": {KEY: pytest.approx(floor)}}
+                      "me/2": {KEY: pytest.approx(floor)}, "me/3": {}}
+
+
+def test_a_participant_without_a_rate_yet_gets_the_even_split() -> None:
+    table = ShareTable("me", window_ms=1000)
+    table.receive(UsageReport("peer/1", 0, {KEY: 900.0}))
+    assert table.shares({KEY: 1000.0}, {"me/1": {KEY: None}}, now_ms=0) == {"me/1": {KEY: 500.0}}
+    assert table.shares({KEY: 1000.0}, {"me/1": {KEY: 0.0}}, now_ms=0) == {"me/1": {KEY: pytest.approx(50.0)}}
 
 
 def test_settings_are_checked() -> None:

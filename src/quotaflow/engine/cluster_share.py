@@ -10,10 +10,11 @@ engine, so the fleet together admits ``Q``:
 
 A participant ("gateway" above) is one set of engine managers: a gateway keeps one per upstream broker, as Kafka
 enforces per broker, so a gateway in front of three brokers takes part three times. ``N`` is the number of live
-participants (this gateway's own and every peer's heard from within the expiry), ``r_g`` the participant's own
-rate and ``R`` the sum of the live participants' rates. The shares sum to ``Q``; the floor lets a quiet
-participant admit a new client and ramp up. A gateway that falls silent drops out of ``N`` once its last report is
-older than the expiry, and the survivors' shares grow back to ``Q`` between them. Pure code: time is an argument.
+participants that meter the quota-id (this gateway's own and every peer's heard from within the expiry, each with
+a sensor for it), ``r_g`` the participant's own rate and ``R`` the sum of their rates. The shares sum to ``Q``;
+the floor lets a quiet participant admit a new client and ramp up. A gateway that falls silent drops out of ``N``
+once its last report is older than the expiry, and the survivors' shares grow back to ``Q`` between them. Pure
+code: time is an argument.
 """
 
 from __future__ import annotations
@@ -96,19 +97,23 @@ class ShareTable:
     def live_peers(self, now_ms: int) -> list[UsageReport]:
         return [r for r in self.peers.values() if now_ms - r.received_ms <= self.expiry_ms]
 
-    def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float]],
+    def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float | None]],
                now_ms: int) -> dict[str, dict[UsageKey, float]]:
-        """For each of this gateway's participants (``local``: its current rate per quota-id it meters), the local
-        quota of every quota-id it meters that has a configured cluster-wide value in ``quotas``."""
+        """For each of this gateway's participants (``local``: its rate per quota-id it meters, None while it has
+        none to report yet), the local quota of every quota-id it meters that has a configured cluster-wide value
+        in ``quotas``. A participant without a rate yet gets the even split ``Q / N``: its demand is unknown, and
+        a share near the floor would let Kafka's formula throttle its first burst for many windows."""
         peers = self.live_peers(now_ms)
-        n = len(local) + len(peers)
+        counts: dict[UsageKey, int] = {}  # N per quota-id: the live participants that meter it
         totals: dict[UsageKey, float] = {}
         for rates in [*local.values(), *(p.rates for p in peers)]:
             for key, rate in rates.items():
                 if key in quotas:
-                    totals[key] = totals.get(key, 0.0) + rate
+                    counts[key] = counts.get(key, 0) + 1
+                    totals[key] = totals.get(key, 0.0) + (rate or 0.0)
         return {
-            participant: {key: local_share(quotas[key], n, rate, totals.get(key, 0.0), self.floor_fraction)
+            participant: {key: quotas[key] / counts[key] if rate is None else
+                          local_share(quotas[key], counts[key], rate, totals[key], self.floor_fraction)
                           for key, rate in rates.items() if key in quotas}
             for participant, rates in local.items()
         }

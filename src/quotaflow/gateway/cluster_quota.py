@@ -230,6 +230,9 @@ class ClusterQuotas:
         self.table = ShareTable(self.gateway_id, window_ms, settings.expiry_windows, settings.floor_fraction)
         self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic)
         self.shares: dict[str, dict[UsageKey, float]] = {}  # broker -> quota-id -> local bound
+        # this gateway's rates as last published: shares divide by what everyone published, its own included, so
+        # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
+        self.published: dict[str, dict[UsageKey, float]] = {}
         self.live_participants = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -255,6 +258,7 @@ class ClusterQuotas:
             own = self.apply(now)
             if now >= next_publish:
                 next_publish = now + self.window_ms
+                self.published = own
                 value = encode_report(self.gateway_id, self.window_ms, own)
                 try:
                     await loop.run_in_executor(None, self.exchange.publish, self.gateway_id, value)
@@ -262,8 +266,9 @@ class ClusterQuotas:
                     log.warning("cannot publish usage to %s: %s", self.settings.usage_topic, e)
 
     def apply(self, now_ms: int) -> dict[str, dict[UsageKey, float]]:
-        """Take the reports that arrived, compute every participant's share of every quota-id and set it as the
-        bound of that quota-id's sensor; returns this gateway's own rates per participant (what it publishes)."""
+        """Take the reports that arrived, compute every participant's share of every quota-id (from the rates
+        published last, everyone's) and set it as the bound of that quota-id's sensor; returns this gateway's
+        current rates per participant (what it publishes next)."""
         for report in self.exchange.take():
             self.table.receive(report)
         self.table.expire(now_ms)
@@ -285,7 +290,9 @@ class ClusterQuotas:
                     quotas[key] = limit
                     rates[key] = max(0.0, sensor.measure(engine_now))
                     sensors[(broker, key)] = sensor
-        self.shares = self.table.shares(quotas, own, now_ms)
+        divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
+                   for broker, rates in own.items()}
+        self.shares = self.table.shares(quotas, divided, now_ms)
         self.live_participants = len(own) + len(self.table.live_peers(now_ms))
         for broker, shares in self.shares.items():
             for key, share in shares.items():
