@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 import quotaflow.console.backtests as bt
-from quotaflow.admin import Admin, Alteration
+from quotaflow.admin import Admin, Alteration, QuotaIndex, Resolution
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM, Access, Principal
 from quotaflow.console.live import LiveMetrics
@@ -47,6 +47,7 @@ STATIC_DIR: Final = Path(__file__).parent / "static"
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
 MAX_BODY_BYTES: Final = 64 * 1024
 PAGE_HEADER: Final = "x-quotaflow-page"
+PAGE_ROWS: Final = 1000  # the Quotas page lists this many entities at most (the API returns every match)
 
 
 @dataclass(slots=True)
@@ -147,9 +148,22 @@ class Console:
         self.config = config
         self.admin = Admin(store)
         self.access = Access(store, read_only=config.read_only, admins=config.admins)
+        self._index: QuotaIndex | None = None
         self.live = LiveMetrics(
-            config.gateways, self.admin.index, interval_s=config.scrape_interval_s, history=config.history
+            config.gateways, self.index, interval_s=config.scrape_interval_s, history=config.history
         )
+
+    def resolve(self, user: str, client_id: str) -> Resolution:
+        return self.index().resolve(user, client_id)
+
+    def resolve_ip(self, ip: str) -> Resolution:
+        return self.index().resolve_ip(ip)
+
+    def index(self) -> QuotaIndex:
+        """The resolver over the current snapshot, rebuilt only when the store has changed since."""
+        if self._index is None or self._index.seq != self.store.last_seq():
+            self._index = self.admin.index()
+        return self._index
 
     async def principal(self, request: Request) -> Principal | None:
         header = request.headers.get("authorization")
@@ -230,9 +244,11 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         except KafkaError as e:
             # the console's own page sends PAGE_HEADER: it offers its sign-in link instead of the browser's dialog
             return error_response(e, challenge=PAGE_HEADER not in request.headers)
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
-            return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
+        raw = bytearray()
+        async for chunk in request.stream():  # read at most MAX_BODY_BYTES, whatever Content-Length says
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
         try:
             body = json.loads(raw)
         except ValueError:
@@ -260,11 +276,11 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             if "ip" in q:
                 if "user" in q or "client-id" in q:
                     raise InvalidRequestError("Resolve takes ?ip= alone, or ?user=&client-id=")
-                res = await run_in_threadpool(console.admin.resolve_ip, q["ip"])
+                res = await run_in_threadpool(console.resolve_ip, q["ip"])
             else:
                 if "user" not in q or "client-id" not in q:
                     raise InvalidRequestError("Resolve needs ?user=&client-id= (a client has both) or ?ip=")
-                res = await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"])
+                res = await run_in_threadpool(console.resolve, q["user"], q["client-id"])
         except KafkaError as e:
             return error_response(e)
         return JSONResponse(resolution_to_json(res))
@@ -332,17 +348,22 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             form = filter_form(request.query_params)
         except KafkaError as e:
             form, error = filter_form({}), f"{e.name}: {e}"
+        total = 0
         if error is None:
             try:
-                found = describe_to_json(await run_in_threadpool(console.admin.describe, form.to_filter()))
+                described = await run_in_threadpool(console.admin.describe, form.to_filter())
             except KafkaError as e:
                 error = f"{e.name}: {e}"
+            else:
+                total = len(described)
+                found = describe_to_json(described[:PAGE_ROWS])
         return await page(
             request,
             "quotas.html",
             {
                 "form": form,
                 "rows": found,
+                "total": total,
                 "error": error,
                 "entity_types": ENTITY_TYPES,
                 "matches": MATCHES,
@@ -358,9 +379,9 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         error: str | None = None
         try:  # a partial query (a link from a user-only entity) just fills the form
             if q.get("ip"):
-                doc = resolution_to_json(await run_in_threadpool(console.admin.resolve_ip, q["ip"]))
+                doc = resolution_to_json(await run_in_threadpool(console.resolve_ip, q["ip"]))
             elif "user" in q and "client-id" in q:
-                doc = resolution_to_json(await run_in_threadpool(console.admin.resolve, q["user"], q["client-id"]))
+                doc = resolution_to_json(await run_in_threadpool(console.resolve, q["user"], q["client-id"]))
         except KafkaError as e:
             error = f"{e.name}: {e}"
         return await page(

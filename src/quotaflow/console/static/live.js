@@ -59,7 +59,7 @@
       const link = resolveLink(r);
       return `<tr class="${r.throttled ? "throttled" : ""}"><td>${qf.esc(r.gateway)}</td><td>${qf.esc(r.quota_type)}</td>
       <td>${qf.esc(r.user_name || "—")}</td><td>${qf.esc(r.client_id || "—")}</td>
-      <td class="num">${qf.num(r.rate)}</td><td class="num">${qf.num(r.quota)}</td>
+      <td class="num">${qf.num(r.rate)}</td><td class="num">${r.quota_entity ? `<a href="${qf.quotasLink(r.quota_entity)}" title="${qf.esc(qf.entityText(r.quota_entity))}">${qf.num(r.quota)}</a>` : qf.num(r.quota)}</td>
       <td class="num">${r.usage === null ? "—" : (100 * r.usage).toFixed(0) + " %"}</td>
       <td class="num">${qf.num(r.throttle_time_ms)}</td><td>${link ? `<a href="${link}">resolve</a>` : ""}</td></tr>`;
     }).join("");
