@@ -29,6 +29,7 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
+from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class QuotaListener:
         self._connections: set[asyncio.Task[None]] = set()
         self._held: dict[socket.socket, asyncio.TimerHandle] = {}
         self._slot_freed = asyncio.Condition()
+        self._accept_warnings = RateLimitedLog(log)
 
     async def start(self) -> None:
         for name, (host, port) in self._bind.items():
@@ -156,7 +158,7 @@ class QuotaListener:
             try:
                 conn, addr = await loop.sock_accept(sock)
             except OSError as e:  # e.g. EMFILE: back off instead of spinning
-                log.warning("accept on %s failed: %s", listener, e)
+                self._accept_warnings.warning("accept on %s failed: %s", listener, e)
                 await asyncio.sleep(0.1)
                 continue
             try:
