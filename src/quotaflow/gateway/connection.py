@@ -104,6 +104,7 @@ class ClientConnection:
         self._closing = False
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
+        self._unsent_local = 0  # the part of it the gateway made itself
         self._drained = asyncio.Event()
         self._tasks: list[asyncio.Future[None]] = []
         self._ended: asyncio.Future[None] | None = None
@@ -207,6 +208,7 @@ class ClientConnection:
                 memory.release(size)
             if pending.local:
                 self._unsent += len(pending.local)
+                self._unsent_local += len(pending.local)
             await self._queue.put(pending)
             if pending.close_after:
                 # read no more; the writer sends this last response and then ends the connection
@@ -254,14 +256,17 @@ class ClientConnection:
         await self._unmuted()
         await self._below_unsent_bound()
 
-    def _over_unsent_bound(self) -> bool:
+    def _over_unsent_bound(self, upstream: bool) -> bool:
+        # the upstream reader does not count responses made here: one of those queued behind a forwarded request
+        # must never stop the response the writer is waiting for from being read
+        unsent = self._unsent - self._unsent_local if upstream else self._unsent
         buffered = self.writer.transport.get_write_buffer_size()
-        return self._unsent + buffered > self.gateway.config.max_unsent_response_bytes
+        return unsent + buffered > self.gateway.config.max_unsent_response_bytes
 
-    async def _below_unsent_bound(self) -> None:
+    async def _below_unsent_bound(self, *, upstream: bool = False) -> None:
         """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
         not taken, read neither its requests nor its upstream's responses (the writer wakes this after each drain)."""
-        while self._over_unsent_bound() and not self._closing:
+        while self._over_unsent_bound(upstream) and not self._closing:
             self._drained.clear()
             await self._drained.wait()
 
@@ -460,7 +465,7 @@ class ClientConnection:
     async def _read_upstream(self) -> None:
         assert self._upstream_reader is not None
         while True:
-            await self._below_unsent_bound()
+            await self._below_unsent_bound(upstream=True)
             frame = await self._read_frame(self._upstream_reader, 1 << 31, "upstream")
             self._unsent += len(frame)
             if not self._awaiting:
@@ -505,6 +510,8 @@ class ClientConnection:
         throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
         out = self._render(pending, frame, throttle)
         self._unsent -= len(frame)
+        if pending.upstream is None:
+            self._unsent_local -= len(frame)
         if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
             self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:
