@@ -1,19 +1,21 @@
-"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling.
+"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling, backpressure.
 
-Three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
+Up to three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
 pipeline requests and match responses by order and correlation id):
 
 * ``_read_client``: reads a frame, decides (forward raw / answer locally / fail), queues a ``Pending``; forwarded
   frames are written to the upstream unchanged, so correlation ids are preserved. It reads the next request only
-  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time).
-  Pipelining is allowed by default, and still no request slips past a throttle: the produce byte rate is decided
-  when the request is read, and the mute starts then and lasts until the response is sent plus the throttle time.
-* ``_read_upstream``: reads upstream responses and completes the oldest forwarded ``Pending``.
-* ``_write_client``: takes each ``Pending`` in order, applies quotas (KIP-219: answer at once with
-  ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be rewritten, writes.
+  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time), the
+  connection is not muted, and the client has taken its responses (``quotaflow.max.unsent.response.bytes``). A
+  byte-rate-limited producer is read one produce at a time, so nothing it pipelines slips past its throttle.
+* ``_read_upstream`` (started with the upstream connection, which opens with the first request to forward): reads
+  upstream responses and completes the oldest forwarded ``Pending``; it too pauses while the client does not drain.
+* ``_write_client``: takes each ``Pending`` in order and, in one synchronous step, decides its quotas (KIP-219:
+  answer at once with ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be
+  rewritten, writes, and logs the event row, so the log's order is the decisions' order.
 
-Thread time (``time.thread_time_ns``) is measured around every synchronous step a request takes on the event
-loop, plus work done for it in executor threads, and fed to the request quota (SPEC §5; docs/gateway.md).
+Thread time (``time.thread_time_ns``) up to a request's quota decision is its io-thread time, checked against the
+request quota; after it (rewrite, encode, write) its network-thread time, recorded unchecked (docs/gateway.md).
 """
 
 from __future__ import annotations
