@@ -75,6 +75,7 @@ class QuotaListener:
         inter_broker_listener: str | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         backlog: int = DEFAULT_BACKLOG,
+        reuse_port: bool = False,
     ) -> None:
         if not listeners:
             raise ValueError("at least one listener is required")
@@ -83,6 +84,7 @@ class QuotaListener:
         self._handler = handler
         self._clock_ms = clock_ms
         self._backlog = backlog
+        self._reuse_port = reuse_port  # SO_REUSEPORT: several gateway processes accept on one port (--workers)
         if inter_broker_listener is not None:
             quotas.inter_broker_listener = inter_broker_listener
         for name in listeners:
@@ -112,6 +114,8 @@ class QuotaListener:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self._reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
             sock.listen(self._backlog)
             sock.setblocking(False)

@@ -37,6 +37,7 @@ from quotaflow.gateway.brokers import (
     parse_hostport,
     parse_upstreams,
 )
+from quotaflow.gateway.cluster_quota import cluster_quotas_for
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
@@ -70,6 +71,7 @@ class Gateway:
         inter_broker_listener: str | None = None,
         broker: str = "gateway",
         broker_port_base: Mapping[str, int] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
@@ -92,9 +94,13 @@ class Gateway:
         self.metrics_port = metrics_port
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
+        self.reuse_port = reuse_port  # several processes on the same ports (quotaflow gateway --workers)
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
+        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage (None: Kafka's per broker)
+        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.broker_quotas, self.upstreams,
+                                                 self.config.quota_window_size_seconds, broker)
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
@@ -122,6 +128,8 @@ class Gateway:
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
         self.broker_quotas.load(snapshot)
         self._store_seq = snapshot.seq
+        if self.cluster_quotas is not None:
+            await self.cluster_quotas.start()
         if self.event_log_dir is not None:
             from quotaflow.gateway.eventlog import EventLog
 
@@ -131,7 +139,8 @@ class Gateway:
                                                  interval_s=self.config.store_poll_ms / 1000)
         await self._reloader.start()
         self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
-                                       inter_broker_listener=self.inter_broker_listener)
+                                       inter_broker_listener=self.inter_broker_listener,
+                                       reuse_port=self.reuse_port)
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
         self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
@@ -148,6 +157,8 @@ class Gateway:
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
                                       sources=[self.broker_quotas, self.connection_quotas])
+        if self.cluster_quotas is not None:
+            self._metrics.add_source(self.cluster_quotas)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
@@ -158,6 +169,8 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.cluster_quotas is not None:
+            await self.cluster_quotas.stop()
         for conn in list(self.connections):
             conn.close()
         if self._listener is not None:
