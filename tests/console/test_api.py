@@ -258,7 +258,7 @@ def test_resolve_links_from_quotas(client: TestClient) -> None:
 
 
 def test_the_page_lists_a_bounded_number_of_rows(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    import quotaflow.console.app as app_mod
+    import quotaflow.console.pages as app_mod
 
     monkeypatch.setattr(app_mod, "PAGE_ROWS", 3)
     page = client.get("/quotas").text

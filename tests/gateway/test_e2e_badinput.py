@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.protocol.admin import DescribeClientQuotasRequest
+from kafka.protocol.metadata import MetadataRequest
 
 from quotaflow.admin import Alteration
 from quotaflow.admin.wire import WireAdmin
@@ -22,6 +24,7 @@ from quotaflow.gateway.config import GatewayConfig
 from quotaflow.testing.tansu import Tansu, api_versions_probe
 
 from .conftest import GatewayFactory, RunningGateway
+from .gateway_wire import Wire
 
 pytestmark = pytest.mark.broker
 
@@ -164,3 +167,48 @@ def test_broker_outage_holds_clients_and_recovers_without_restart(gateway_factor
                 witness.close()
         finally:
             producer.close(5)
+
+
+def test_a_client_is_held_while_the_upstream_is_down_then_closed(gateway_factory: GatewayFactory) -> None:
+    """No upstream at all: the client's first forwarded request is held for quotaflow.upstream.connect.timeout.ms
+    (retried with backoff, one warning line), then its connection is closed; nothing is accepted meanwhile."""
+    with socket.socket() as placeholder:  # a loopback port nobody listens on
+        placeholder.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{placeholder.getsockname()[1]}"
+    gw = gateway_factory(upstream=dead, config=GatewayConfig(upstream_connect_timeout_ms=1500,
+                                                             upstream_backoff_ms=50, upstream_backoff_max_ms=200))
+    gateway = gw.thread.gateway
+    stats = gateway._listener.stats["PLAINTEXT"]
+    lines = gateway.upstream_warnings.lines
+    wire = Wire(gw.address)
+    started = time.monotonic()
+    wire.send(MetadataRequest[4](topics=None, allow_auto_topic_creation=False), 4)
+    assert wire.closed(timeout=10)
+    held = time.monotonic() - started
+    assert 1.3 <= held <= 5.0, held
+    assert stats.accepted == 1
+    assert gateway.upstream_warnings.lines - lines <= 1
+
+
+def test_responses_made_here_never_block_a_forwarded_one(gateway_factory: GatewayFactory) -> None:
+    """With a 1-byte unsent bound every response is over it: local answers (DescribeClientQuotas) queued behind a
+    forwarded Metadata must not stop the Metadata response from being read, and all come back in order."""
+    gw = gateway_factory(config=GatewayConfig(max_unsent_response_bytes=1))
+    wire = Wire(gw.address)
+    c = DescribeClientQuotasRequest.ComponentData
+    frames = []
+    for kind in "MMLLLMMLLLMM":  # a local answer queued behind a forwarded request that is not read yet
+        wire.cid += 1
+        if kind == "M":
+            request: object = MetadataRequest[4](topics=None, allow_auto_topic_creation=False)
+            version = 4
+        else:
+            request = DescribeClientQuotasRequest[1](components=[c(entity_type="user", match_type=2, match=None)],
+                                                     strict=False)
+            version = 1
+        request.with_header(correlation_id=wire.cid, client_id="pipeliner")  # type: ignore[attr-defined]
+        frames.append(bytes(request.encode(version=version, header=True, framed=True)))  # type: ignore[attr-defined]
+    wire.sock.sendall(b"".join(frames))
+    wire.sock.settimeout(10)
+    got = [struct.unpack_from(">i", wire.recv())[0] for _ in range(12)]
+    assert got == list(range(1, 13))

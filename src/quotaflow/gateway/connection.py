@@ -1,19 +1,21 @@
-"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling.
+"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling, backpressure.
 
-Three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
+Up to three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
 pipeline requests and match responses by order and correlation id):
 
 * ``_read_client``: reads a frame, decides (forward raw / answer locally / fail), queues a ``Pending``; forwarded
   frames are written to the upstream unchanged, so correlation ids are preserved. It reads the next request only
-  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time).
-  Pipelining is allowed by default, and still no request slips past a throttle: the produce byte rate is decided
-  when the request is read, and the mute starts then and lasts until the response is sent plus the throttle time.
-* ``_read_upstream``: reads upstream responses and completes the oldest forwarded ``Pending``.
-* ``_write_client``: takes each ``Pending`` in order, applies quotas (KIP-219: answer at once with
-  ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be rewritten, writes.
+  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time), the
+  connection is not muted, and the client has taken its responses (``quotaflow.max.unsent.response.bytes``). A
+  byte-rate-limited producer is read one produce at a time, so nothing it pipelines slips past its throttle.
+* ``_read_upstream`` (started with the upstream connection, which opens with the first request to forward): reads
+  upstream responses and completes the oldest forwarded ``Pending``; it too pauses while the client does not drain.
+* ``_write_client``: takes each ``Pending`` in order and, in one synchronous step, decides its quotas (KIP-219:
+  answer at once with ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be
+  rewritten, writes, and logs the event row, so the log's order is the decisions' order.
 
-Thread time (``time.thread_time_ns``) is measured around every synchronous step a request takes on the event
-loop, plus work done for it in executor threads, and fed to the request quota (SPEC §5; docs/gateway.md).
+Thread time (``time.thread_time_ns``) up to a request's quota decision is its io-thread time, checked against the
+request quota; after it (rewrite, encode, write) its network-thread time, recorded unchecked (docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class ClientConnection:
         self._closing = False
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
+        self._unsent_local = 0  # the part of it the gateway made itself
         self._drained = asyncio.Event()
         self._tasks: list[asyncio.Future[None]] = []
         self._ended: asyncio.Future[None] | None = None
@@ -207,6 +210,7 @@ class ClientConnection:
                 memory.release(size)
             if pending.local:
                 self._unsent += len(pending.local)
+                self._unsent_local += len(pending.local)
             await self._queue.put(pending)
             if pending.close_after:
                 # read no more; the writer sends this last response and then ends the connection
@@ -254,14 +258,17 @@ class ClientConnection:
         await self._unmuted()
         await self._below_unsent_bound()
 
-    def _over_unsent_bound(self) -> bool:
+    def _over_unsent_bound(self, upstream: bool) -> bool:
+        # the upstream reader does not count responses made here: one of those queued behind a forwarded request
+        # must never stop the response the writer is waiting for from being read
+        unsent = self._unsent - self._unsent_local if upstream else self._unsent
         buffered = self.writer.transport.get_write_buffer_size()
-        return self._unsent + buffered > self.gateway.config.max_unsent_response_bytes
+        return unsent + buffered > self.gateway.config.max_unsent_response_bytes
 
-    async def _below_unsent_bound(self) -> None:
+    async def _below_unsent_bound(self, *, upstream: bool = False) -> None:
         """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
         not taken, read neither its requests nor its upstream's responses (the writer wakes this after each drain)."""
-        while self._over_unsent_bound() and not self._closing:
+        while self._over_unsent_bound(upstream) and not self._closing:
             self._drained.clear()
             await self._drained.wait()
 
@@ -460,7 +467,7 @@ class ClientConnection:
     async def _read_upstream(self) -> None:
         assert self._upstream_reader is not None
         while True:
-            await self._below_unsent_bound()
+            await self._below_unsent_bound(upstream=True)
             frame = await self._read_frame(self._upstream_reader, 1 << 31, "upstream")
             self._unsent += len(frame)
             if not self._awaiting:
@@ -505,6 +512,8 @@ class ClientConnection:
         throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
         out = self._render(pending, frame, throttle)
         self._unsent -= len(frame)
+        if pending.upstream is None:
+            self._unsent_local -= len(frame)
         if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
             self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:
