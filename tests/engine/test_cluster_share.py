@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quotaflow.engine.cluster_share import ShareTable, UsageKey, UsageReport, local_share
+from quotaflow.engine.cluster_share import ShareTable, UsageKey, UsageReport, limit_decrease, local_share, smooth
 from quotaflow.engine.quota_type import QuotaType
 
 KEY: UsageKey = (QuotaType.PRODUCE, "", "app")
@@ -74,8 +74,22 @@ def test_a_participant_without_a_rate_yet_gets_the_even_split() -> None:
     assert table.shares({KEY: 1000.0}, {"me/1": {KEY: 0.0}}, now_ms=0) == {"me/1": {KEY: pytest.approx(50.0)}}
 
 
+def test_bounds_fall_by_at_most_half_a_window_and_rise_at_once() -> None:
+    assert limit_decrease(100.0, 800.0, elapsed_ms=1000, window_ms=1000) == 400.0
+    assert limit_decrease(100.0, 800.0, elapsed_ms=2000, window_ms=1000) == 200.0
+    assert limit_decrease(100.0, 800.0, elapsed_ms=250, window_ms=1000) == pytest.approx(800.0 / 2 ** 0.25)
+    assert limit_decrease(500.0, 800.0, elapsed_ms=1000, window_ms=1000) == 500.0
+    assert limit_decrease(900.0, 100.0, elapsed_ms=10, window_ms=1000) == 900.0
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         ShareTable("me", window_ms=0)
     with pytest.raises(ValueError):
         ShareTable("me", window_ms=1000, floor_fraction=1.5)
+
+
+def test_published_rates_are_smoothed_window_by_window() -> None:
+    first = smooth({}, {KEY: 1000.0})
+    assert first == {KEY: 1000.0}  # a new quota-id starts at its rate
+    assert smooth(first, {KEY: 0.0, OTHER: 5.0}) == {KEY: pytest.approx(700.0), OTHER: 5.0}

@@ -27,6 +27,8 @@ from quotaflow.engine.quota_type import QuotaType
 
 DEFAULT_FLOOR_FRACTION: Final = 0.1  # φ
 DEFAULT_EXPIRY_WINDOWS: Final = 3  # a peer silent for this many windows is gone
+MAX_DECREASE_PER_WINDOW: Final = 2.0  # a share at most halves per window
+SMOOTHING: Final = 0.3  # weight of the newest window in a published rate (an exponential moving average)
 SHARED_TYPES: Final = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST)  # rates; not the token bucket
 
 # (quota type, user tag, client-id tag): one quota-id of one quota type, as Kafka's metric tags name it
@@ -43,6 +45,33 @@ def local_share(quota: float, participants: int, own_rate: float, total_rate: fl
         return quota / n
     floor = floor_fraction * quota / n
     return floor + (quota - n * floor) * own / total
+
+
+def limit_decrease(target: float, previous: float, elapsed_ms: int, window_ms: int,
+                   factor: float = MAX_DECREASE_PER_WINDOW) -> float:
+    """Lower a sensor's bound toward its new share by at most ``factor`` per window; raise it at once.
+
+    Kafka's throttle time is ``(rate − bound) / bound × window``: a bound that falls far below the rate the
+    participant was just allowed (its published rate lags a window behind) would throttle its next request for
+    tens of windows, its rate would then read zero, and its share would stay at the floor (we saw a gateway get
+    nothing for 12 s that way). Halving at most per window keeps each throttle near a window. Raising at once lets
+    the survivors of a dead gateway take its share back within the expiry; the fleet can then admit a little more
+    than Q while another participant's bound comes down."""
+    if previous <= 0.0 or target >= previous:
+        return target
+    step: float = factor ** (max(0, elapsed_ms) / window_ms)
+    return max(target, previous / step)
+
+
+def smooth(previous: Mapping[UsageKey, float], current: Mapping[UsageKey, float],
+           weight: float = SMOOTHING) -> dict[UsageKey, float]:
+    """The rates a participant publishes: an exponential moving average of its Kafka rates, window by window.
+
+    A throttled client's rate swings with Kafka's bursts (a window's worth at once, then silence); shares divided
+    from raw rates swing with it, and every drop of a bound throttles for longer than the rise after it gives
+    back, so the fleet admitted ~0.85 × Q. A quota-id seen for the first time starts at its current rate."""
+    return {key: rate if key not in previous else weight * rate + (1.0 - weight) * previous[key]
+            for key, rate in current.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,9 @@ from quotaflow.engine.cluster_share import (
     ShareTable,
     UsageKey,
     UsageReport,
+    limit_decrease,
     participant_id,
+    smooth,
 )
 from quotaflow.engine.metrics import MetricSample
 
@@ -233,6 +235,7 @@ class ClusterQuotas:
         # this gateway's rates as last published: shares divide by what everyone published, its own included, so
         # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
         self.published: dict[str, dict[UsageKey, float]] = {}
+        self._applied_ms: int | None = None
         self.live_participants = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -258,8 +261,9 @@ class ClusterQuotas:
             own = self.apply(now)
             if now >= next_publish:
                 next_publish = now + self.window_ms
-                self.published = own
-                value = encode_report(self.gateway_id, self.window_ms, own)
+                self.published = {broker: smooth(self.published.get(broker, {}), rates)
+                                  for broker, rates in own.items()}
+                value = encode_report(self.gateway_id, self.window_ms, self.published)
                 try:
                     await loop.run_in_executor(None, self.exchange.publish, self.gateway_id, value)
                 except Exception as e:  # the broker is away: keep enforcing with what we know
@@ -292,13 +296,18 @@ class ClusterQuotas:
                     sensors[(broker, key)] = sensor
         divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
                    for broker, rates in own.items()}
-        self.shares = self.table.shares(quotas, divided, now_ms)
+        targets = self.table.shares(quotas, divided, now_ms)
         self.live_participants = len(own) + len(self.table.live_peers(now_ms))
-        for broker, shares in self.shares.items():
-            for key, share in shares.items():
+        elapsed = self.window_ms if self._applied_ms is None else now_ms - self._applied_ms
+        self._applied_ms = now_ms
+        self.shares = {}
+        for broker, shares in targets.items():
+            applied = self.shares[broker] = {}
+            for key, target in shares.items():
                 sensor = sensors[(broker, key)]
-                if sensor.bound != share:
-                    sensor.set_bound(share)
+                bound = applied[key] = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                if sensor.bound != bound:
+                    sensor.set_bound(bound)
         return own
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
