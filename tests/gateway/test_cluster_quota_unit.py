@@ -84,3 +84,24 @@ def test_shares_become_the_sensor_bounds() -> None:
     assert samples[("ClusterQuota", "live-participants")] == 2
     cq.apply(now + 200 + 3 * 1000 + 1)  # the peer fell silent for more than 3 windows
     assert sensor.bound == Q and cq.live_participants == 1
+
+
+def test_shares_divide_the_published_rates() -> None:
+    """Every gateway divides the rates everyone published for the last window, its own included, so two gateways
+    that see the same reports compute shares that add up to Q (with live rates they could both claim a burst)."""
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    cq.published = {"0": {KEY: 30_000.0}}
+    exchange.inbox.append(UsageReport("peer/0", now, {KEY: 10_000.0}))
+    cq.apply(now)
+    mine = cq.shares["0"][KEY]
+    floor = 0.1 * Q / 2
+    assert mine == pytest.approx(floor + (Q - 2 * floor) * 30_000 / 40_000)
+    # what the peer computes from the same two reports: the rest of Q
+    assert mine + floor + (Q - 2 * floor) * 10_000 / 40_000 == pytest.approx(Q)
