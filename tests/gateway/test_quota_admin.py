@@ -165,5 +165,7 @@ def test_security_protocol_map() -> None:
     assert config.security_protocol("INT") == "PLAINTEXT"
     assert config.security_protocol("SASL_PLAINTEXT") == "SASL_PLAINTEXT"
     assert config.security_protocol("OTHER") == "PLAINTEXT"
+    tls = GatewayConfig.from_properties({"listener.security.protocol.map": "EXTERNAL:SSL,INT:SASL_SSL"})
+    assert tls.security_protocol("EXTERNAL") == "SSL" and tls.security_protocol("INT") == "SASL_SSL"
     with pytest.raises(CommandError):
-        GatewayConfig.from_properties({"listener.security.protocol.map": "EXTERNAL:SSL"})
+        GatewayConfig.from_properties({"listener.security.protocol.map": "EXTERNAL:GSSAPI"})

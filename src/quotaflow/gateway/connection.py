@@ -32,7 +32,7 @@ from quotaflow.core.errors import ConnectionClosed, InvalidRequestError
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import broker_key
-from quotaflow.gateway.config import SASL_PLAINTEXT
+from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.mutations import TopicQuotaDecision
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
 
@@ -92,7 +92,7 @@ class ClientConnection:
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
-        self.require_sasl = gateway.config.security_protocol(listener) == SASL_PLAINTEXT
+        self.require_sasl = gateway.config.security_protocol(listener) in SASL_PROTOCOLS
         self._closing = False
 
     # -- lifecycle ------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -29,11 +30,13 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
+from quotaflow.gateway.tls import accept_tls
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BACKLOG: Final = 512
+STREAM_LIMIT: Final = 1 << 16  # asyncio's default StreamReader buffer
 
 
 def wall_clock_ms() -> int:
@@ -74,6 +77,7 @@ class QuotaListener:
         inter_broker_listener: str | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         backlog: int = DEFAULT_BACKLOG,
+        tls: Mapping[str, ssl.SSLContext] | None = None,
     ) -> None:
         if not listeners:
             raise ValueError("at least one listener is required")
@@ -82,6 +86,7 @@ class QuotaListener:
         self._handler = handler
         self._clock_ms = clock_ms
         self._backlog = backlog
+        self._tls = dict(tls or {})  # listener -> server context: TLS handshake before the handler (gateway.tls)
         if inter_broker_listener is not None:
             quotas.inter_broker_listener = inter_broker_listener
         for name in listeners:
@@ -223,7 +228,11 @@ class QuotaListener:
 
     async def _serve(self, conn: socket.socket, accepted: AcceptedConnection) -> None:
         try:
-            reader, writer = await asyncio.open_connection(sock=conn)
+            context = self._tls.get(accepted.listener)
+            if context is None:
+                reader, writer = await asyncio.open_connection(sock=conn)
+            else:
+                reader, writer = await accept_tls(conn, context, limit=STREAM_LIMIT)
         except OSError as e:
             log.info("connection from %s closed before it was served: %s", accepted.client_ip, e)
             conn.close()

@@ -21,15 +21,16 @@ from typing import Any, Final
 from quotaflow.admin import Admin
 from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
-from quotaflow.core.errors import CommandError
 from quotaflow.gateway.addresses import AddressOf
 from quotaflow.gateway.broker_quotas import BrokerQuotas
 from quotaflow.gateway.brokers import Address, BrokerRoutes, Streams, parse_hostport, parse_upstreams
-from quotaflow.gateway.config import GatewayConfig, read_properties
+from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
+from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_tls
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
 
@@ -64,10 +65,10 @@ class Gateway:
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
         conn_config = connection_quota_config(props)
-        for name in self.listen:
-            if name in ("SSL", "SASL_SSL") and name not in self.config.security_protocols:
-                raise CommandError(f"listener {name}: the gateway does not terminate TLS (map it to PLAINTEXT or "
-                                   f"SASL_PLAINTEXT in listener.security.protocol.map, behind a TLS terminator)")
+        # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
+        self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
+                             if self.config.security_protocol(name) in TLS_PROTOCOLS}
+        self.upstream_tls = upstream_tls(self.config.extra)
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
         self.admin_principals = admin_principals
@@ -107,7 +108,8 @@ class Gateway:
                                                  interval_s=self.config.store_poll_ms / 1000)
         await self._reloader.start()
         self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
-                                       inter_broker_listener=self.inter_broker_listener)
+                                       inter_broker_listener=self.inter_broker_listener,
+                                       tls={name: t.context for name, t in self.listener_tls.items()})
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
         self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
@@ -165,6 +167,13 @@ class Gateway:
         """Serve one admitted connection until it closes (the listener's handler)."""
         conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer,
                                 node=accepted.node)
+        tls = self.listener_tls.get(accepted.listener)
+        if tls is not None and self.config.security_protocol(accepted.listener) == SSL:
+            try:  # an SSL listener's principal is the client certificate's mapped DN (SASL_SSL: the SASL identity)
+                conn.principal = tls.principal(writer.get_extra_info("peercert"))
+            except SslPrincipalMappingError as e:
+                log.info("closing TLS connection from %s: %s", accepted.client_ip, e)
+                return
         self.connections.add(conn)
         try:
             await conn.serve()
@@ -194,8 +203,8 @@ class Gateway:
         return functools.partial(self.brokers.gateway_address, listener)
 
     async def open_upstream(self, address: Address) -> Streams:
-        """A connection to one upstream broker."""
-        return await asyncio.open_connection(*address, limit=self.stream_limit)
+        """A connection to one upstream broker (TLS with the ``quotaflow.upstream.*`` settings)."""
+        return await open_upstream(address, self.upstream_tls, self.stream_limit)
 
     # -- resolve (no Kafka API key: JSON on the metrics endpoint) -------------------------------------------
 
