@@ -85,6 +85,19 @@ def test_map_errors_passes_quotaflow_and_unmapped_errors_through() -> None:
         pass  # nothing raised, nothing mapped
 
 
+def test_map_errors_maps_within_the_tree_only_when_named() -> None:
+    """The gateway's way to stop serving a connection on a bad request: InvalidRequestError -> ConnectionClosed."""
+    with pytest.raises(errors.ConnectionClosed, match=r"^bad frame$") as info, errors.map_errors(
+        {errors.InvalidRequestError: errors.ConnectionClosed, Exception: errors.StoreError}
+    ):
+        raise errors.InvalidRequestError("bad frame")
+    assert isinstance(info.value.__cause__, errors.InvalidRequestError)
+    with pytest.raises(errors.UnsupportedVersionError), errors.map_errors(
+        {errors.InvalidRequestError: errors.ConnectionClosed, Exception: errors.StoreError}
+    ):
+        raise errors.UnsupportedVersionError()
+
+
 def test_lower_layer_errors_are_mapped_where_they_are_called(tmp_path: Path) -> None:
     """Two callers of map_errors: a missing config file is a CommandError, an unreadable events file an
     EventsInputError, each with the cause chained."""

@@ -232,18 +232,18 @@ def map_errors(mapping: Mapping[type[BaseException], type[QuotaflowError]], pref
     """Re-raise a lower layer's exception as the quotaflow error it maps to, chained (``raise ... from``).
 
     The first entry whose type matches wins, so list specific types before general ones; the new error's message
-    is ``prefix`` + the original's. A :class:`QuotaflowError` is already in the tree and passes through untouched,
-    as does anything the mapping does not name::
+    is ``prefix`` + the original's. An error already in the tree is only mapped by an entry that names a type of
+    the tree (``{InvalidRequestError: ConnectionClosed}``), never by a general one such as ``Exception``; anything
+    the mapping does not match passes through untouched::
 
         with map_errors({sqlite3.Error: StoreError}, f"cannot open quota store {path}: "):
             conn = sqlite3.connect(path)
     """
     try:
         yield
-    except QuotaflowError:
-        raise
     except Exception as e:
+        ours = isinstance(e, QuotaflowError)
         for source, target in mapping.items():
-            if isinstance(e, source):
+            if isinstance(e, source) and (not ours or issubclass(source, QuotaflowError)):
                 raise target(f"{prefix}{e}") from e
         raise
