@@ -125,8 +125,10 @@ def test_upstream_settings(pki: dict[str, Path]) -> None:
                             "quotaflow.upstream.ssl.truststore.certificates": pki["ca"].read_text(),
                             "quotaflow.upstream.ssl.endpoint.identification.algorithm": ""})
     assert relaxed is not None and not relaxed.check_hostname
-    with pytest.raises(CommandError, match="SASL_SSL is not supported"):
-        upstream_tls({"quotaflow.upstream.security.protocol": "SASL_SSL"})
+    assert upstream_tls({"quotaflow.upstream.security.protocol": "SASL_PLAINTEXT"}) is None
+    assert upstream_tls({"quotaflow.upstream.security.protocol": "SASL_SSL"}) is not None  # TLS, SASL passed through
+    with pytest.raises(CommandError, match="Invalid value GSSAPI"):
+        upstream_tls({"quotaflow.upstream.security.protocol": "GSSAPI"})
 
 
 def test_pem_text_rewraps_blocks() -> None:

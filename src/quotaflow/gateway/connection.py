@@ -35,6 +35,7 @@ from quotaflow.gateway.brokers import broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.mutations import TopicQuotaDecision
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
+from quotaflow.gateway.sasl_passthrough import SaslPassthrough
 
 if TYPE_CHECKING:
     from quotaflow.gateway.enforcement import Enforcement
@@ -91,6 +92,8 @@ class ClientConnection:
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
+        # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
+        self._passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
         self.require_sasl = gateway.config.security_protocol(listener) in SASL_PROTOCOLS
         self._closing = False
@@ -194,8 +197,10 @@ class ClientConnection:
         if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
-        if key in _LOCAL_APIS:
+        if key in _LOCAL_APIS and (self._passthrough is None or key not in _SASL_APIS):
             return pending  # answered by _answer_locally
+        if self._passthrough is not None and key in _SASL_APIS:
+            self._passthrough.request(header, frame)
         if key == ApiKey.ApiVersions and header.api_version > versions.APIVERSIONS_MAX:
             pending.local = versions.unsupported_version_response(header.correlation_id)
             return pending
@@ -397,6 +402,11 @@ class ClientConnection:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
             # its CPU time becomes network-thread time of the first request after it (SPEC §5)
             self._auth_ns += pending.thread_ns + time.thread_time_ns() - start_ns
+            if self._passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
+                principal = self._passthrough.response(key, version, frame)
+                if principal is not None:
+                    self.principal, self._sasl_state = principal, "authenticated"
+                return _PASS_THROUGH
             return frame
         if self._auth_ns:
             pending.network_ns += self._auth_ns
@@ -436,7 +446,7 @@ class ClientConnection:
         if key == ApiKey.Fetch and throttle > 0:
             return protocol.empty_fetch_response(frame, version, throttle)
         if key == ApiKey.ApiVersions:
-            return versions.rewrite_response(frame, version, throttle)
+            return versions.rewrite_response(frame, version, throttle, sasl_passthrough=self._passthrough is not None)
         if key in REWRITTEN_APIS or throttle > 0:
             return self._rewrite(frame, key, version, throttle)
         return _PASS_THROUGH

@@ -30,7 +30,7 @@ from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
-from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_tls
+from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
 
@@ -69,6 +69,8 @@ class Gateway:
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
                              if self.config.security_protocol(name) in TLS_PROTOCOLS}
         self.upstream_tls = upstream_tls(self.config.extra)
+        # the upstream authenticates: clients' SASL goes to their broker (gateway.sasl_passthrough)
+        self.sasl_passthrough = upstream_security_protocol(self.config.extra).startswith("SASL_")
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
         self.admin_principals = admin_principals
@@ -114,7 +116,8 @@ class Gateway:
         self.addresses = dict(self._listener.addresses)
         self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
                                     port_base=self.broker_port_base)
-        await self.brokers.discover()
+        if not self.sasl_passthrough:  # an authenticating upstream answers nothing before SASL: learn from traffic
+            await self.brokers.discover()
         if self.metrics_port is not None:
             await self._start_metrics()
         self._tasks.append(asyncio.create_task(self._poll_store()))

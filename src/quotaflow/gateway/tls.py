@@ -113,12 +113,9 @@ def listener_tls(props: Mapping[str, str], listener: str) -> ListenerTls:
 def upstream_tls(props: Mapping[str, str]) -> ssl.SSLContext | None:
     """The client context for the upstream brokers, or None for PLAINTEXT."""
     get = upstream_setting(props)
-    protocol = (get(SECURITY_PROTOCOL) or "PLAINTEXT").strip().upper()
-    if protocol == "PLAINTEXT":
+    protocol = upstream_security_protocol(props)
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         return None
-    if protocol != "SSL":
-        raise CommandError(f"{UPSTREAM_PREFIX}{SECURITY_PROTOCOL}={protocol} is not supported (PLAINTEXT or SSL; the "
-                           f"gateway does not authenticate to the upstream with SASL)")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     _protocols(context, get)
     if not _load_truststore(context, get):
@@ -131,6 +128,16 @@ def upstream_tls(props: Mapping[str, str]) -> ssl.SSLContext | None:
         raise CommandError(f"Invalid value {algorithm} for configuration "
                            f"{UPSTREAM_PREFIX}{SSL_ENDPOINT_IDENTIFICATION_ALGORITHM}: https or empty")
     return context
+
+
+def upstream_security_protocol(props: Mapping[str, str]) -> str:
+    """``quotaflow.upstream.security.protocol``: PLAINTEXT (default), SSL, or SASL_PLAINTEXT / SASL_SSL, which mean
+    the upstream authenticates and clients' SASL exchanges are passed through to it (``gateway.sasl_passthrough``)."""
+    protocol = (upstream_setting(props)(SECURITY_PROTOCOL) or "PLAINTEXT").strip().upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise CommandError(f"Invalid value {protocol} for configuration {UPSTREAM_PREFIX}{SECURITY_PROTOCOL}: "
+                           f"PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    return protocol
 
 
 def _protocols(context: ssl.SSLContext, get: Setting) -> None:
