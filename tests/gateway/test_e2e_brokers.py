@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +37,6 @@ pytestmark = pytest.mark.broker
 
 PARTITIONS = 4  # the mock cluster's default for auto-created topics
 NOT_LEADER_OR_FOLLOWER = 6
-
-
-@pytest.fixture(scope="module")
-def mock_cluster() -> Iterator[dict[int, tuple[str, int]]]:
-    """librdkafka's mock cluster: 3 real Kafka-protocol brokers inside this process, alive while its handle is."""
-    handle = Producer({"test.mock.num.brokers": 3, "bootstrap.servers": "", "log_level": 3})
-    brokers = {b.id: (b.host, b.port) for b in handle.list_topics(timeout=10).brokers.values()}
-    assert len(brokers) == 3 and {host for host, _ in brokers.values()} == {"127.0.0.1"}
-    yield brokers
-    handle.flush(1)
-    del handle
 
 
 def _bootstrap(brokers: dict[int, tuple[str, int]]) -> str:

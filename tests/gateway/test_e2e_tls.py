@@ -162,3 +162,26 @@ def test_ssl_upstream(gateway_factory: GatewayFactory, pki: dict[str, str], tmp_
     producer.flush(10)
     assert len(reports) == 1 and reports[0] is not None  # undelivered
     assert untrusting.thread.gateway.brokers.upstream == {}  # never learned a broker through an untrusted link
+
+
+def test_every_broker_port_of_an_ssl_listener_speaks_tls(gateway_factory: GatewayFactory, pki: dict[str, str],
+                                                         mock_cluster: dict[int, tuple[str, int]]) -> None:
+    bootstrap = ",".join(f"{h}:{p}" for h, p in mock_cluster.values())
+    props = {"listener.security.protocol.map": "SSL:SSL", "ssl.keystore.location": pki["server"]}
+    gw = _gateway(gateway_factory, props, {"SSL": "127.0.0.1:0"}, upstream=bootstrap)
+    nodes = gw.thread.gateway.node_addresses["SSL"]
+    assert set(nodes) == set(mock_cluster)
+    context = ssl.create_default_context(cafile=pki["ca"])
+    for host, port in nodes.values():  # each broker's own gateway port is TLS, checked against the certificate
+        assert _api_versions_over_tls(context, host, port) == 0
+    client = _ssl_client(pki, gw, "SSL", **{"client.id": "tls-n"})
+    producer = Producer(client)
+    topic = f"tls-n-{uuid.uuid4().hex[:8]}"
+    partitions = producer.list_topics(topic, timeout=10).topics[topic].partitions
+    reports: list[Any] = []
+    for i in range(40):
+        producer.produce(topic, b"x", partition=i % len(partitions), on_delivery=lambda err, _m: reports.append(err))
+    assert producer.flush(30) == 0
+    assert len(reports) == 40 and not any(reports)
+    seen = {(b.host, b.port) for b in producer.list_topics(timeout=10).brokers.values()}
+    assert seen == set(nodes.values())
