@@ -34,8 +34,9 @@ from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.mutations import TopicQuotaDecision
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
+from quotaflow.gateway.sasl import ANONYMOUS, SaslAuthenticationError
 from quotaflow.gateway.sasl_passthrough import SaslPassthrough
+from quotaflow.gateway.scram import MECHANISMS, SaslServer
 
 if TYPE_CHECKING:
     from quotaflow.gateway.enforcement import Enforcement
@@ -92,6 +93,7 @@ class ClientConnection:
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
+        self._sasl_server: SaslServer | None = None  # the mechanism chosen in SaslHandshake (PLAIN or SCRAM)
         # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
         self._passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
@@ -294,51 +296,61 @@ class ClientConnection:
         if self._sasl_state != "none":
             error = ILLEGAL_SASL_STATE
             pending.close_after = True
-        elif request.mechanism != PLAIN:
+        elif request.mechanism not in MECHANISMS:
             error = UNSUPPORTED_SASL_MECHANISM
         else:
             error = 0
             self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
-        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=[PLAIN]), version,
+            self._sasl_server = SaslServer(request.mechanism, self.gateway.store)
+        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=list(MECHANISMS)), version,
                                                  pending.header.correlation_id)
         return pending
 
-    async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
-        def run() -> tuple[str | None, str | None, int]:
+    async def _sasl_step(self, token: bytes) -> tuple[str | None, bytes, str | None, int]:
+        """One client token through the chosen mechanism, in an executor thread (store access, password hashes):
+        (principal once complete, server token, error message, CPU ns)."""
+        server = self._sasl_server
+        assert server is not None
+
+        def run() -> tuple[str | None, bytes, str | None, int]:
             start = time.thread_time_ns()
             try:
-                return authenticate_plain(self.gateway.store, token), None, time.thread_time_ns() - start
+                principal, answer = server.step(token)
+                return principal, answer, None, time.thread_time_ns() - start
             except SaslAuthenticationError as e:
-                return None, str(e), time.thread_time_ns() - start
+                return None, b"", str(e), time.thread_time_ns() - start
 
         return await asyncio.get_running_loop().run_in_executor(None, run)
 
     async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
-        principal, _error, ns = await self._check_plain(token)
+        principal, answer, error, ns = await self._sasl_step(token)
         pending.thread_ns += ns
-        if principal is None:
-            raise ConnectionClosed("SASL/PLAIN authentication failed")  # v0 has no error response: close
-        self.principal = principal
-        self._sasl_state = "authenticated"
-        pending.local = protocol.SIZE.pack(0)  # PLAIN's server token is empty
+        if error is not None:
+            raise ConnectionClosed(f"SASL authentication failed: {error}")  # v0 has no error response: close
+        if principal is not None:
+            self.principal = principal
+            self._sasl_state = "authenticated"
+        pending.local = protocol.SIZE.pack(len(answer)) + answer  # PLAIN's server token is empty
         return pending
 
     async def _sasl_authenticate(self, request: Any, pending: Pending) -> Pending:
         version = pending.header.api_version
         cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
         message: str | None
+        answer = b""
         if self._sasl_state != "handshaken":
             error, message = ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request"
         else:
-            principal, message, ns = await self._check_plain(bytes(request.auth_bytes))
+            principal, answer, message, ns = await self._sasl_step(bytes(request.auth_bytes))
             pending.thread_ns += ns
-            if principal is None:
+            if message is not None:
                 error = SASL_AUTHENTICATION_FAILED
             else:
-                error, message = 0, None
-                self.principal = principal
-                self._sasl_state = "authenticated"
-        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": b""}
+                error = 0
+                if principal is not None:
+                    self.principal = principal
+                    self._sasl_state = "authenticated"
+        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": answer}
         if version >= 1:
             fields["session_lifetime_ms"] = 0
         pending.close_after = error != 0

@@ -50,6 +50,18 @@ class Credential:
     hash: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A SASL/SCRAM credential as Kafka stores it (``ScramCredential``): salt, StoredKey, ServerKey, iterations."""
+
+    user: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 class QuotaStore(Protocol):
     def snapshot(self) -> Snapshot:
         """All entities and values, consistent with one change-log sequence number."""
@@ -77,5 +89,9 @@ class QuotaStore(Protocol):
     def delete_credential(self, user: str) -> bool: ...
 
     def list_credentials(self) -> list[str]: ...
+
+    def put_scram_credential(self, credential: ScramCredential) -> None: ...
+
+    def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
     def close(self) -> None: ...
