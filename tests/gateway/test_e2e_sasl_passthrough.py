@@ -19,6 +19,7 @@ from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
+from quotaflow.store.scram import scram_credential
 
 from .conftest import GatewayFactory
 from .gateway_wire import Wire
@@ -67,3 +68,47 @@ def test_clients_authenticate_with_the_cluster_and_are_metered_by_their_principa
     bad.produce(topic, b"x", on_delivery=lambda err, _msg: reports.append(err))
     bad.flush(10)
     assert len(reports) == 1 and reports[0] is not None
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_terminate_mode_authenticates_upstream_as_the_gateway(gateway_factory: GatewayFactory,
+                                                              mechanism: str) -> None:
+    cluster = gateway_factory(config=GatewayConfig.from_properties(SASL), listeners={"SASL_PLAINTEXT": "127.0.0.1:0"})
+    with open_store(cluster.store_path) as store:  # the cluster knows the gateway's service identity only
+        store.put_credential(hash_password("svc", "svc-secret", iterations=1000))
+        store.put_scram_credential(scram_credential("svc", "SCRAM-SHA-512", "svc-secret", iterations=4096))
+    identity = {"quotaflow.upstream.security.protocol": "SASL_PLAINTEXT",
+                "quotaflow.upstream.sasl.mechanism": mechanism,
+                "quotaflow.upstream.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule '
+                                                       'required username="svc" password="svc-secret";'}
+    front = gateway_factory(cluster.bootstrap, listeners={"SASL_PLAINTEXT": "127.0.0.1:0"},
+                            config=GatewayConfig.from_properties({**SASL, **identity}))
+    with open_store(front.store_path) as store:  # the front gateway's own users
+        store.put_credential(hash_password("alice", "alice-secret", iterations=1000))
+    assert front.thread.gateway.brokers.upstream  # startup discovery ran, authenticated as svc
+    producer = KafkaProducer(bootstrap_servers=front.bootstrap, client_id="svc-producer",
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                             sasl_plain_username="alice", sasl_plain_password="alice-secret")
+    try:
+        assert producer.send(f"svc-{uuid.uuid4().hex[:8]}", b"x", partition=0).get(timeout=15).offset == 0
+    finally:
+        producer.close()
+    for gw in (front, cluster):
+        gw.flush_events()
+    front_rows, cluster_rows = read_dataset(front.events, REQUESTS_DIR), read_dataset(cluster.events, REQUESTS_DIR)
+    assert front_rows is not None and cluster_rows is not None
+    assert {r["user"] for r in front_rows.to_pylist() if r["client_id"] == "svc-producer" and r["api_key"] == 0} \
+        == {"alice"}  # metered at the gateway as its own user
+    assert {r["user"] for r in cluster_rows.to_pylist() if r["client_id"] == "svc-producer" and r["api_key"] == 0} \
+        == {"svc"}  # the cluster sees the gateway's identity
+
+
+def test_a_refused_service_identity_forwards_nothing(gateway_factory: GatewayFactory) -> None:
+    cluster = gateway_factory(config=GatewayConfig.from_properties(SASL), listeners={"SASL_PLAINTEXT": "127.0.0.1:0"})
+    front = gateway_factory(cluster.bootstrap, config=GatewayConfig.from_properties(
+        {"quotaflow.upstream.security.protocol": "SASL_PLAINTEXT", "quotaflow.upstream.sasl.mechanism": "PLAIN",
+         "quotaflow.upstream.sasl.jaas.config": 'x required username="nobody" password="nope";'}))
+    assert front.thread.gateway.brokers.upstream == {}  # discovery was refused
+    wire = Wire(front.address)
+    wire.send(ApiVersionsRequest[0](), 0)
+    assert wire.closed()  # no upstream connection: the client's connection ends

@@ -60,3 +60,14 @@ def test_malformed_and_mismatched_messages() -> None:
         server.final(CLIENT_FINAL.replace(b"r=rOpr", b"r=XOpr"))
     with pytest.raises(CommandError, match="minimum 4096"):
         scram_credential("u", "SCRAM-SHA-512", "p", iterations=100)
+
+
+def test_client_side_of_rfc7677() -> None:
+    from quotaflow.gateway.scram import ScramClient
+
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce=lambda: "rOprNGfwEbeRWgbNEkqO")
+    assert client.first() == CLIENT_FIRST
+    assert client.final(SERVER_FIRST) == CLIENT_FINAL
+    client.verify(SERVER_FINAL)
+    with pytest.raises(SaslAuthenticationError):
+        client.verify(b"v=" + base64.b64encode(b"x" * 32))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import os
 from collections.abc import Callable
@@ -129,3 +130,44 @@ class SaslServer:
         if self._scram.user is None:
             return None, self._scram.first(token)
         return self._scram.user, self._scram.final(token)
+
+
+class ScramClient:
+    """The client side of SCRAM, for the gateway's own identity at an authenticating upstream: :meth:`first`,
+    :meth:`final` (from the server-first message), :meth:`verify` (the server's signature)."""
+
+    def __init__(self, mechanism: str, user: str, password: str, nonce: Callable[[], str] | None = None) -> None:
+        if mechanism not in HASHES:
+            raise ValueError(mechanism)
+        self.mechanism, self._password = mechanism, password
+        name = user.replace("=", "=3D").replace(",", "=2C")
+        self._nonce = (nonce or (lambda: base64.b64encode(os.urandom(24)).decode("ascii")))()
+        self._bare = f"n={name},r={self._nonce}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode("utf-8", "replace")
+        attrs = _attributes(text)
+        if not attrs.get("r", "").startswith(self._nonce) or "s" not in attrs or "i" not in attrs:
+            raise SaslAuthenticationError("Invalid SCRAM server-first message")
+        try:
+            salt, iterations = base64.b64decode(attrs["s"]), int(attrs["i"])
+        except (binascii.Error, ValueError) as e:
+            raise SaslAuthenticationError("Invalid SCRAM server-first message") from e
+        credential = scram_credential("", self.mechanism, self._password, iterations=iterations, salt=salt)
+        without_proof = f"c=biws,r={attrs['r']}"
+        auth_message = f"{self._bare},{text},{without_proof}".encode()
+        salted = hashlib.pbkdf2_hmac(HASHES[self.mechanism], self._password.encode("utf-8"), salt, iterations)
+        client_key = hmac_digest(self.mechanism, salted, b"Client Key")
+        signature = hmac_digest(self.mechanism, credential.stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = hmac_digest(self.mechanism, credential.server_key, auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode('ascii')}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        text = server_final.decode("utf-8", "replace")
+        if not text.startswith("v=") or not hmac.compare_digest(base64.b64decode(text[2:]), self._server_signature):
+            raise SaslAuthenticationError("the upstream's SCRAM server signature does not verify")

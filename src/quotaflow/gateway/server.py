@@ -31,6 +31,7 @@ from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReload
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
+from quotaflow.gateway.upstream_sasl import authenticate, service_identity
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
 
@@ -69,8 +70,11 @@ class Gateway:
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
                              if self.config.security_protocol(name) in TLS_PROTOCOLS}
         self.upstream_tls = upstream_tls(self.config.extra)
-        # the upstream authenticates: clients' SASL goes to their broker (gateway.sasl_passthrough)
-        self.sasl_passthrough = upstream_security_protocol(self.config.extra).startswith("SASL_")
+        # the upstream authenticates: the gateway's own identity there (terminate mode), else clients' SASL goes to
+        # their broker (gateway.sasl_passthrough)
+        upstream_sasl = upstream_security_protocol(self.config.extra).startswith("SASL_")
+        self.upstream_identity = service_identity(self.config.extra) if upstream_sasl else None
+        self.sasl_passthrough = upstream_sasl and self.upstream_identity is None
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
         self.admin_principals = admin_principals
@@ -206,8 +210,16 @@ class Gateway:
         return functools.partial(self.brokers.gateway_address, listener)
 
     async def open_upstream(self, address: Address) -> Streams:
-        """A connection to one upstream broker (TLS with the ``quotaflow.upstream.*`` settings)."""
-        return await open_upstream(address, self.upstream_tls, self.stream_limit)
+        """A connection to one upstream broker (TLS with the ``quotaflow.upstream.*`` settings), authenticated as
+        the gateway's own identity when one is configured."""
+        reader, writer = await open_upstream(address, self.upstream_tls, self.stream_limit)
+        if self.upstream_identity is not None:
+            try:
+                await authenticate(reader, writer, self.upstream_identity)
+            except BaseException:
+                writer.close()
+                raise
+        return reader, writer
 
     # -- resolve (no Kafka API key: JSON on the metrics endpoint) -------------------------------------------
 
