@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from quotaflow.core.errors import QuotaflowError, map_errors
+from quotaflow.core.errors import QuotaflowError
 
 # Re-exported for readers of events (one definition, in the engine). Exemption from the request quota is the
 # engine's ``is_request_quota_exempt``: exempt-throttle APIs, follower fetches and acks=0 produce; cluster-action
@@ -159,13 +159,15 @@ def _string_columns(kind: str) -> list[str]:
 
 
 def _read_file(path: Path, kind: str, dictionary: bool) -> pa.Table:
-    with map_errors({pa.ArrowInvalid: EventsInputError, OSError: EventsInputError}, f"cannot read {path}: "):
+    try:
         if path.suffix == ".parquet":
             if not dictionary:
                 return pq.read_table(path)
             names = set(pq.read_schema(path).names)
             return pq.read_table(path, read_dictionary=[c for c in _string_columns(kind) if c in names])
         return pajson.read_json(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise EventsInputError(f"cannot read {path}: {e}") from e
 
 
 def conform(table: pa.Table, kind: str, path: object = "", dictionary: bool = False) -> pa.Table:

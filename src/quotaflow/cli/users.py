@@ -11,6 +11,7 @@ from quotaflow.cli.common import store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
+from quotaflow.store.base import ScramStore
 from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, scram_credential
 
 
@@ -43,16 +44,20 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
     secret = password if password is not None else _read_password(user)
     if not secret:
         raise click.BadParameter("must not be empty", param_hint="--password")
-    chosen = mechanisms or ("PLAIN", *HASHES)
     try:
-        scram = [scram_credential(user, m, secret, iterations=iterations) for m in chosen if m in HASHES]
         qs = open_store(store)
         try:
+            scram_store = qs if isinstance(qs, ScramStore) else None
+            chosen = mechanisms or (("PLAIN", *HASHES) if scram_store is not None else ("PLAIN",))
+            scram = [scram_credential(user, m, secret, iterations=iterations) for m in chosen if m in HASHES]
+            if scram and scram_store is None:
+                raise click.ClickException(f"this store keeps PLAIN credentials only, not {', '.join(HASHES)}")
             existed = user in qs.list_credentials()
             if "PLAIN" in chosen:
                 qs.put_credential(hash_password(user, secret))
             for credential in scram:
-                qs.put_scram_credential(credential)
+                assert scram_store is not None
+                scram_store.put_scram_credential(credential)
         finally:
             qs.close()
     except QuotaflowError as e:
@@ -66,7 +71,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
 def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
-        qs = open_store(store)
+        qs = open_store(store, create=False)
         try:
             removed = qs.delete_credential(user)
         finally:
@@ -83,7 +88,7 @@ def remove(user: str, store: str | None) -> None:
 def list_users(store: str | None) -> None:
     """Print the user names, one per line, sorted."""
     try:
-        qs = open_store(store)
+        qs = open_store(store, create=False)
         try:
             names = qs.list_credentials()
         finally:

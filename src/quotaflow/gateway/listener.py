@@ -30,6 +30,7 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
+from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.tls import accept_tls
 from quotaflow.store.base import QuotaStore
 
@@ -78,6 +79,7 @@ class QuotaListener:
         clock_ms: Callable[[], int] = wall_clock_ms,
         backlog: int = DEFAULT_BACKLOG,
         tls: Mapping[str, ssl.SSLContext] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         if not listeners:
             raise ValueError("at least one listener is required")
@@ -87,6 +89,7 @@ class QuotaListener:
         self._clock_ms = clock_ms
         self._backlog = backlog
         self._tls = dict(tls or {})  # listener -> server context: TLS handshake before the handler (gateway.tls)
+        self._reuse_port = reuse_port  # SO_REUSEPORT: several gateway processes accept on one port (--workers)
         if inter_broker_listener is not None:
             quotas.inter_broker_listener = inter_broker_listener
         for name in listeners:
@@ -99,6 +102,7 @@ class QuotaListener:
         self._connections: set[asyncio.Task[None]] = set()
         self._held: dict[socket.socket, asyncio.TimerHandle] = {}
         self._slot_freed = asyncio.Condition()
+        self._accept_warnings = RateLimitedLog(log)
 
     async def start(self) -> None:
         for name, (host, port) in self._bind.items():
@@ -115,6 +119,8 @@ class QuotaListener:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self._reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
             sock.listen(self._backlog)
             sock.setblocking(False)
@@ -161,7 +167,7 @@ class QuotaListener:
             try:
                 conn, addr = await loop.sock_accept(sock)
             except OSError as e:  # e.g. EMFILE: back off instead of spinning
-                log.warning("accept on %s failed: %s", listener, e)
+                self._accept_warnings.warning("accept on %s failed: %s", listener, e)
                 await asyncio.sleep(0.1)
                 continue
             try:

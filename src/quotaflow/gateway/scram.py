@@ -18,9 +18,9 @@ import os
 from collections.abc import Callable
 from typing import Final
 
-from quotaflow.gateway.sasl import SaslAuthenticationError, authenticate_plain
-from quotaflow.store.base import QuotaStore, ScramCredential
-from quotaflow.store.scram import HASHES, digest, hmac_digest, scram_credential
+from quotaflow.gateway.sasl import SaslAuthenticationError
+from quotaflow.store.base import ScramCredential
+from quotaflow.store.scram import HASHES, MIN_ITERATIONS, digest, hmac_digest, scram_credential
 
 FAILED: Final = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
 
@@ -76,10 +76,10 @@ class ScramServer:
                                           "different from username")
         self.user = user
         credential = self._lookup(user, self.mechanism)
-        # an unknown user gets a made-up salt and fails at the proof, like a wrong password
-        self._credential = credential or scram_credential(user, self.mechanism, os.urandom(16).hex(),
-                                                          iterations=4096, salt=digest(self.mechanism,
-                                                                                       user.encode())[:16])
+        # an unknown user gets a made-up (stable) salt and keys, and fails at the proof like a wrong password
+        fake = digest(self.mechanism, b"quotaflow-unknown-user:" + user.encode())
+        self._credential = credential or ScramCredential(user, self.mechanism, fake[:16], os.urandom(len(fake)),
+                                                         os.urandom(len(fake)), MIN_ITERATIONS)
         self._known = credential is not None
         self._nonce_value = attrs["r"] + self._nonce()
         salt = base64.b64encode(self._credential.salt).decode("ascii")
@@ -112,25 +112,6 @@ class ScramServer:
 
 
 MECHANISMS: Final = ("PLAIN", *HASHES)  # what SaslHandshake offers when the gateway terminates SASL
-
-
-class SaslServer:
-    """The gateway's side of one client's SASL exchange, by mechanism: PLAIN (one round, ``gateway.sasl``) or
-    SCRAM (two rounds). :meth:`step` takes the client's token and returns ``(principal, server_token)``: the
-    principal once authentication is complete, None while the exchange goes on."""
-
-    def __init__(self, mechanism: str, store: QuotaStore) -> None:
-        self.mechanism = mechanism
-        self._store = store
-        self._scram = ScramServer(mechanism, store.get_scram_credential) if mechanism in HASHES else None
-
-    def step(self, token: bytes) -> tuple[str | None, bytes]:
-        if self._scram is None:
-            return authenticate_plain(self._store, token), b""
-        if self._scram.user is None:
-            return None, self._scram.first(token)
-        return self._scram.user, self._scram.final(token)
-
 
 class ScramClient:
     """The client side of SCRAM, for the gateway's own identity at an authenticating upstream: :meth:`first`,

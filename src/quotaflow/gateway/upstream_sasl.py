@@ -30,8 +30,9 @@ SASL_JAAS_CONFIG: Final = "quotaflow.upstream.sasl.jaas.config"
 _AUTHENTICATE_VERSION: Final = 1
 
 
-class UpstreamAuthenticationError(QuotaflowError, OSError):
-    """The upstream refused the gateway's own SASL identity (or answered the exchange with nonsense)."""
+class UpstreamAuthenticationError(QuotaflowError):
+    """The upstream refused the gateway's own SASL identity (or answered the exchange with nonsense): not an
+    outage, so not retried."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from quotaflow.core.entities import QuotaEntity
 
@@ -90,8 +90,13 @@ class QuotaStore(Protocol):
 
     def list_credentials(self) -> list[str]: ...
 
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class ScramStore(Protocol):
+    """A store that also keeps SCRAM credentials (the SQLite store does; ``delete_credential`` removes them too)."""
+
     def put_scram_credential(self, credential: ScramCredential) -> None: ...
 
     def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
-
-    def close(self) -> None: ...
