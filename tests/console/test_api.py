@@ -142,6 +142,7 @@ def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
     "body",
     [
         "not json",
+        "[" * 20_000 + "]" * 20_000,  # nested deeper than the JSON decoder recurses: still a 400, not a 500
         [1, 2],
         {"entity": {"user": "u"}},
         {"entity": {"user": 5}, "ops": [{"key": "producer_byte_rate", "value": 1}]},

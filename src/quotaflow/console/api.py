@@ -90,7 +90,7 @@ async def quotas_post(request: Request) -> Response:
             return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep to decode
         return error_response(InvalidRequestError("The request body is not JSON"))
     try:
         alteration, validate_only = parse_alteration(body)
