@@ -20,7 +20,7 @@ import quotaflow.console.backtests as bt
 from quotaflow.admin import Alteration
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM
-from quotaflow.console.quotas import field_of, filter_form, parse_alteration
+from quotaflow.console.quotas import field_of, filter_form, op_keys, parse_alteration
 from quotaflow.console.state import Console, console_of
 from quotaflow.core.errors import (
     ClusterAuthorizationFailedError,
@@ -95,7 +95,7 @@ async def quotas_post(request: Request) -> Response:
     try:
         alteration, validate_only = parse_alteration(body)
     except InvalidRequestError as e:
-        return error_response(e, {"field": {"entity": True}})
+        return error_response(e, {"field": field_of(e.message, op_keys(body))})
     return await _alter(console, alteration, validate_only)
 
 
@@ -105,7 +105,7 @@ async def _alter(console: Console, alteration: Alteration, validate_only: bool) 
     failed = next((r for r in results if not r.ok), None)
     if failed is not None:
         error = failed.error.exception()
-        return error_response(error, {**doc, "field": field_of(error.message, alteration)})
+        return error_response(error, {**doc, "field": field_of(error.message, [op.key for op in alteration.ops])})
     if not validate_only:
         doc["seq"] = await run_in_threadpool(console.store.last_seq)
     return JSONResponse(doc)
