@@ -154,15 +154,13 @@ async def live_history(request: Request) -> Response:
 
 
 async def backtests(request: Request) -> Response:
-    root = console_of(request).config.backtests
-    found = [] if root is None else await run_in_threadpool(bt.discover, root)
-    return JSONResponse(await run_in_threadpool(lambda: [bt.listing(b) for b in found]))
+    return JSONResponse(await run_in_threadpool(bt.listings, console_of(request).config.backtests))
 
 
 async def backtest(request: Request) -> Response:
     console = console_of(request)
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), request.path_params["id"])
+        found = await run_in_threadpool(console.backtest, request.path_params["id"])
         doc = await run_in_threadpool(bt.describe, found)
     except CommandError as e:
         return error_response(e)
@@ -172,7 +170,7 @@ async def backtest(request: Request) -> Response:
 async def backtest_windows(request: Request) -> Response:
     console, q = console_of(request), request.query_params
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), q.get("id", ""))
+        found = await run_in_threadpool(console.backtest, q.get("id", ""))
         doc = await run_in_threadpool(
             bt.entity_windows, found, q.get("broker", ""), q.get("quota_type", ""), q.get("user", ""),
             q.get("client_id", ""),
