@@ -23,6 +23,7 @@ from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.gateway.sasl import hash_password, verify_password
 from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
+from quotaflow.store.scram import scram_credential
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
@@ -106,21 +107,24 @@ def test_store_copy_sqlite_to_cluster_and_back(tansu: Tansu, tmp_path: Path) -> 
                    (QuotaEntity(client_id=DEFAULT), {"consumer_byte_rate": 5e5}),
                    (QuotaEntity(ip=DEFAULT), {"connection_creation_rate": 20.0})])
         src.put_credential(hash_password("dave", "pw-d", iterations=1000))
+        erin = scram_credential("erin", "SCRAM-SHA-512", "pw-e", iterations=4096)
+        src.put_scram_credential(erin)
         truth = src.snapshot().entities
     runner = CliRunner()
     result = runner.invoke(cli, ["store", "copy", str(first), url])
-    assert result.exit_code == 0 and "Copied 3 entities and 1 users" in result.output, result.output
+    assert result.exit_code == 0 and "Copied 3 entities and 2 users" in result.output, result.output
     result = runner.invoke(cli, ["store", "copy", url, str(back)])
     assert result.exit_code == 0, result.output
     with open_store(back) as dst:
         assert dst.snapshot().entities == truth
         dave = dst.get_credential("dave")
         assert dave is not None and verify_password(dave, "pw-d")
+        assert dst.get_scram_credential("erin", "SCRAM-SHA-512") == erin
     # the CLIs take the URL too
     result = runner.invoke(cli, ["client-quotas", "--describe", "--names", "user=alice", "--store", url])
     assert result.exit_code == 0 and "producer_byte_rate=1000000.0" in result.output, result.output
     result = runner.invoke(cli, ["users", "list", "--store", url])
-    assert result.output == "dave\n"
+    assert result.output == "dave\nerin\n"
 
 
 def test_replay_reads_a_cluster_store_as_a_snapshot(tansu: Tansu, tmp_path: Path) -> None:
