@@ -66,6 +66,14 @@ def test_writes_need_a_user_in_the_store_or_read_only(store_path: Path) -> None:
     assert "no user in the store" in result.output and "quotaflow users add" in result.output
 
 
+@pytest.mark.parametrize("read_only", [[], ["--read-only"]])
+def test_a_missing_store_is_an_error_not_created(tmp_path: Path, read_only: list[str]) -> None:
+    missing = tmp_path / "typo.db"
+    result = CliRunner().invoke(cli, ["console", "--store", str(missing), "--listen", "127.0.0.1:0", *read_only])
+    assert result.exit_code == 1 and f"quota store {missing} does not exist" in result.output
+    assert not missing.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -72,8 +72,8 @@ def console(store: str | None, gateways: tuple[str, ...], listen: str, backtests
     """The web console: see and change quotas, resolve, watch live throttling, browse backtests."""
     host, port = parse_listen(listen)
     urls = [_gateway_url(g) for g in gateways]
-    try:
-        quota_store = open_store(store)
+    try:  # the console cannot add users, so a store it created would be empty and useless: only open one
+        quota_store = open_store(store, create=False)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     try:
