@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
@@ -17,6 +16,7 @@ from quotaflow.admin import Admin, Alteration
 from quotaflow.cli.main import cli
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.sqlite import SqliteStore
+from quotaflow.testing.processes import stop_process
 
 READY = "quotaflow console ready: "
 
@@ -48,13 +48,7 @@ def test_serves_on_a_free_port_until_sigterm(store_path: Path) -> None:
         assert "read-only" in httpx2.get(f"{url}/quotas").text
         assert httpx2.get(f"{url}/static/uPlot.iife.min.js").status_code == 200
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_process(proc, timeout=15)
     # uvicorn shuts down gracefully, then re-raises the signal it caught, as a signalled process should exit
     assert proc.returncode == -signal.SIGTERM
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
