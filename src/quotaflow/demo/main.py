@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from quotaflow.admin import Admin, Alteration
+from quotaflow.admin.codec import describe_to_json
 from quotaflow.core.entities import DEFAULT, QuotaEntity, entity_text
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
@@ -94,7 +95,7 @@ def stage_describe(ctx: DemoContext) -> None:
     users_only = ctx.admin.describe(QuotaFilter.contains_only([FilterComponent.any("user")]))
     ctx.console.print(f"containsOnly(any user) matches {len(users_only)} entities (the default user included)")
     path = ctx.out_dir / "describe.json"
-    path.write_text(json.dumps([{"entity": d.entity.to_wire(), "values": d.values} for d in everything], indent=2))
+    path.write_text(json.dumps(describe_to_json(everything), indent=2))  # as client-quotas --output json
     ctx.results["describe (JSON)"] = path
 
 
