@@ -13,8 +13,9 @@ import pytest
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.sqlite import SqliteStore
+from quotaflow.testing.asgi import serve
 
-from .browser import browser, screenshot, serve
+from .browser import browser, screenshot
 from .conftest import ADMIN
 
 

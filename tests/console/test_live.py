@@ -20,8 +20,9 @@ from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.console.live import LiveMetrics
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.sqlite import SqliteStore
+from quotaflow.testing.asgi import serve
 
-from .browser import browser, screenshot, serve
+from .browser import browser, screenshot
 
 SCRAPE = """# TYPE kafka_server_produce_byte_rate gauge
 kafka_server_produce_byte_rate{user="alice",client_id=""} 2500000.0
