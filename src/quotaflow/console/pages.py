@@ -61,10 +61,11 @@ async def live(request: Request) -> Response:
     return await render(request, "live.html", {"interval_s": console_of(request).live.interval_s})
 
 
-async def backtests(request: Request) -> Response:
+async def backtests(request: Request, error: str | None = None, status: int = 200) -> Response:
+    """The outputs under ``--backtests``; with ``error`` (an unknown id), the same list under the message."""
     root = console_of(request).config.backtests
     rows = await run_in_threadpool(bt.listings, root)
-    return await render(request, "backtests.html", {"backtests": rows, "root": root})
+    return await render(request, "backtests.html", {"backtests": rows, "root": root, "error": error}, status)
 
 
 async def backtest(request: Request) -> Response:
@@ -73,7 +74,7 @@ async def backtest(request: Request) -> Response:
         found = await run_in_threadpool(console.backtest, request.path_params["id"])
         doc = await run_in_threadpool(bt.describe, found)
     except CommandError as e:
-        return await render(request, "backtests.html", {"backtests": [], "root": None, "error": str(e)}, 404)
+        return await backtests(request, str(e), 404)
     span = doc["span_ms"]
     return await render(
         request, "backtest.html", {"bt": doc, "span": None if span is None else (utc(span["first"]), utc(span["last"]))}
