@@ -118,6 +118,9 @@ def test_validate_only_writes_nothing(client: TestClient, store: SqliteStore) ->
          {"op": 1, "part": "key"}),
         ({"user": "u"}, [{"key": "producer_byte_rate", "value": "lots"}],
          "Cannot parse quota configuration value for producer_byte_rate: lots", {"op": 0, "part": "value"}),
+        ({"user": "u"}, [{"key": "request_percentage", "value": 10}, {"key": "producer_byte_rate", "value": "1_000"}],
+         "Cannot parse quota configuration value for producer_byte_rate: 1_000",  # Python's float takes it, Java not
+         {"op": 1, "part": "value"}),
     ],
 )
 def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
@@ -272,6 +275,9 @@ def test_values_beyond_json_numbers_are_validated_by_kafka(client: TestClient, s
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "Proposed value for producer_byte_rate is too large for a LONG."
     assert store.get(QuotaEntity(user="u7")) == {}
+    # a string value is read as kafka-configs.sh reads --add-config values (Double.parseDouble)
+    r = post(client, {"entity": {"user": "u7"}, "ops": [{"key": "producer_byte_rate", "value": " 2048d "}]})
+    assert r.status_code == 200 and store.get(QuotaEntity(user="u7")) == {"producer_byte_rate": 2048.0}
 
 
 def test_resolve_sees_changes_another_process_made(client: TestClient, store: SqliteStore) -> None:
