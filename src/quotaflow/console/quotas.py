@@ -5,7 +5,8 @@ Filters take, per entity type ``T`` (``user``, ``client-id``, ``ip``), ``T_match
 choices as ``client-quotas --describe --names/--defaults/--any/--strict``. An alteration is
 ``{"entity": {"user": "u1", "client-id": null}, "ops": [{"key": "...", "value": 12.5 | null}], "validate_only": b}``
 (null name = the default entity, null value = remove the key, a string value read as Java's ``Double.parseDouble``),
-validated by :class:`quotaflow.admin.Admin` with Kafka's exact messages. :func:`field_of` tells the page which form field an error belongs to.
+validated by :class:`quotaflow.admin.Admin` with Kafka's exact messages. :func:`field_of` tells the page which
+form field an error belongs to.
 """
 
 from __future__ import annotations
