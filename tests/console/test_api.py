@@ -295,3 +295,13 @@ def test_a_body_over_the_limit_is_refused_unread(client: TestClient, store: Sqli
     r = client.post("/api/quotas", content=big, headers={"content-type": "application/json"}, auth=ADMIN)
     assert r.status_code == 400 and "larger than 65536 bytes" in r.json()["error"]["message"]
     assert store.last_seq() == before
+
+
+def test_unknown_routes_and_methods_answer_in_the_apis_error_shape(client: TestClient) -> None:
+    r = client.delete("/api/quotas")
+    assert r.status_code == 405 and "GET" in r.headers["allow"]
+    assert r.json()["error"]["name"] == "METHOD_NOT_ALLOWED" and "DELETE /api/quotas" in r.json()["error"]["message"]
+    r = client.get("/api/nope")
+    assert r.status_code == 404 and r.json()["error"]["name"] == "NOT_FOUND"
+    page = client.get("/nope")  # outside the API: Starlette's plain answer
+    assert page.status_code == 404 and page.text == "Not Found"
