@@ -171,10 +171,8 @@ async def backtests(request: Request) -> Response:
 
 
 async def backtest(request: Request) -> Response:
-    console = console_of(request)
     try:
-        found = await run_in_threadpool(console.backtest, request.path_params["id"])
-        doc = await run_in_threadpool(bt.describe, found)
+        doc = await run_in_threadpool(console_of(request).describe_backtest, request.path_params["id"])
     except CommandError as e:
         return error_response(e)
     return JSONResponse(doc)

@@ -69,10 +69,8 @@ async def backtests(request: Request, error: str | None = None, status: int = 20
 
 
 async def backtest(request: Request) -> Response:
-    console = console_of(request)
     try:
-        found = await run_in_threadpool(console.backtest, request.path_params["id"])
-        doc = await run_in_threadpool(bt.describe, found)
+        doc = await run_in_threadpool(console_of(request).describe_backtest, request.path_params["id"])
     except CommandError as e:
         return await backtests(request, str(e), 404)
     span = doc["span_ms"]
