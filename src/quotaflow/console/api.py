@@ -8,12 +8,14 @@ admin, or a read-only console, 403; an unknown backtest or series 404.
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 import quotaflow.console.backtests as bt
@@ -55,6 +57,17 @@ def error_response(
     challenge = challenge and isinstance(error, SaslAuthenticationFailedError)
     headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if challenge else None
     return JSONResponse({"error": doc, **(extra or {})}, status_code=_status(error), headers=headers)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 / 405 (no such route or method): JSON in the API's error shape under ``/api``, its plain
+    text elsewhere."""
+    assert isinstance(exc, HTTPException)
+    if not request.url.path.startswith("/api/"):
+        return PlainTextResponse(exc.detail, exc.status_code, headers=exc.headers)
+    name = HTTPStatus(exc.status_code).name
+    return JSONResponse({"error": {"code": None, "name": name, "message": f"{request.method} {request.url.path}: "
+                                   f"{exc.detail}"}}, exc.status_code, headers=exc.headers)
 
 
 def _same_origin(request: Request) -> bool:
@@ -158,10 +171,8 @@ async def backtests(request: Request) -> Response:
 
 
 async def backtest(request: Request) -> Response:
-    console = console_of(request)
     try:
-        found = await run_in_threadpool(console.backtest, request.path_params["id"])
-        doc = await run_in_threadpool(bt.describe, found)
+        doc = await run_in_threadpool(console_of(request).describe_backtest, request.path_params["id"])
     except CommandError as e:
         return error_response(e)
     return JSONResponse(doc)

@@ -4,8 +4,9 @@ Filters take, per entity type ``T`` (``user``, ``client-id``, ``ip``), ``T_match
 ``any`` and ``T`` = the name for ``exact`` (a name alone means exact), plus ``strict`` (containsOnly): the same four
 choices as ``client-quotas --describe --names/--defaults/--any/--strict``. An alteration is
 ``{"entity": {"user": "u1", "client-id": null}, "ops": [{"key": "...", "value": 12.5 | null}], "validate_only": b}``
-(null name = the default entity, null value = remove the key), validated by :class:`quotaflow.admin.Admin` with
-Kafka's exact messages. :func:`field_of` tells the page which form field an error belongs to.
+(null name = the default entity, null value = remove the key, a string value read as Java's ``Double.parseDouble``),
+validated by :class:`quotaflow.admin.Admin` with Kafka's exact messages. :func:`field_of` tells the page which
+form field an error belongs to.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Final
 from quotaflow.admin import Alteration, QuotaOp
 from quotaflow.core.errors import InvalidRequestError
 from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
+from quotaflow.core.javafmt import parse_double
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
 
 ENTITY_TYPES: Final = ("user", "client-id", "ip")
@@ -64,9 +66,9 @@ def _value(key: str | None, raw: Any) -> float | None:
         raise InvalidRequestError(f"Cannot parse quota configuration value for {key}: {raw}")
     if isinstance(raw, int | float):
         return float(raw)
-    if isinstance(raw, str):
+    if isinstance(raw, str):  # what the page sends when it is not a JS number: read as kafka-configs.sh reads it
         try:
-            return float(raw.strip())
+            return parse_double(raw)
         except ValueError:
             pass
     raise InvalidRequestError(f"Cannot parse quota configuration value for {key}: {raw}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -72,6 +73,10 @@ class Console:
         if self.config.backtests is None:
             raise CommandError("the console was started without --backtests DIR")
         return bt.find(self.config.backtests, backtest_id)
+
+    def describe_backtest(self, backtest_id: str) -> dict[str, Any]:
+        """Everything the backtest page shows (``/api/backtests/{id}``); blocking (Parquet reads)."""
+        return bt.describe(self.backtest(backtest_id))
 
 
 def console_of(request: Request) -> Console:
