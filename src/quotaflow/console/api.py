@@ -20,7 +20,7 @@ import quotaflow.console.backtests as bt
 from quotaflow.admin import Alteration
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM
-from quotaflow.console.quotas import field_of, filter_form, parse_alteration
+from quotaflow.console.quotas import field_of, filter_form, op_keys, parse_alteration
 from quotaflow.console.state import Console, console_of
 from quotaflow.core.errors import (
     ClusterAuthorizationFailedError,
@@ -90,12 +90,12 @@ async def quotas_post(request: Request) -> Response:
             return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep to decode
         return error_response(InvalidRequestError("The request body is not JSON"))
     try:
         alteration, validate_only = parse_alteration(body)
     except InvalidRequestError as e:
-        return error_response(e, {"field": {"entity": True}})
+        return error_response(e, {"field": field_of(e.message, op_keys(body))})
     return await _alter(console, alteration, validate_only)
 
 
@@ -105,7 +105,7 @@ async def _alter(console: Console, alteration: Alteration, validate_only: bool) 
     failed = next((r for r in results if not r.ok), None)
     if failed is not None:
         error = failed.error.exception()
-        return error_response(error, {**doc, "field": field_of(error.message, alteration)})
+        return error_response(error, {**doc, "field": field_of(error.message, [op.key for op in alteration.ops])})
     if not validate_only:
         doc["seq"] = await run_in_threadpool(console.store.last_seq)
     return JSONResponse(doc)
@@ -154,15 +154,13 @@ async def live_history(request: Request) -> Response:
 
 
 async def backtests(request: Request) -> Response:
-    root = console_of(request).config.backtests
-    found = [] if root is None else await run_in_threadpool(bt.discover, root)
-    return JSONResponse(await run_in_threadpool(lambda: [bt.listing(b) for b in found]))
+    return JSONResponse(await run_in_threadpool(bt.listings, console_of(request).config.backtests))
 
 
 async def backtest(request: Request) -> Response:
     console = console_of(request)
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), request.path_params["id"])
+        found = await run_in_threadpool(console.backtest, request.path_params["id"])
         doc = await run_in_threadpool(bt.describe, found)
     except CommandError as e:
         return error_response(e)
@@ -172,7 +170,7 @@ async def backtest(request: Request) -> Response:
 async def backtest_windows(request: Request) -> Response:
     console, q = console_of(request), request.query_params
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), q.get("id", ""))
+        found = await run_in_threadpool(console.backtest, q.get("id", ""))
         doc = await run_in_threadpool(
             bt.entity_windows, found, q.get("broker", ""), q.get("quota_type", ""), q.get("user", ""),
             q.get("client_id", ""),

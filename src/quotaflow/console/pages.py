@@ -68,15 +68,14 @@ async def live(request: Request) -> Response:
 
 async def backtests(request: Request) -> Response:
     root = console_of(request).config.backtests
-    found = [] if root is None else await run_in_threadpool(bt.discover, root)
-    rows = await run_in_threadpool(lambda: [bt.listing(b) for b in found])
+    rows = await run_in_threadpool(bt.listings, root)
     return await render(request, "backtests.html", {"backtests": rows, "root": root})
 
 
 async def backtest(request: Request) -> Response:
     console = console_of(request)
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), request.path_params["id"])
+        found = await run_in_threadpool(console.backtest, request.path_params["id"])
         doc = await run_in_threadpool(bt.describe, found)
     except CommandError as e:
         return await render(request, "backtests.html", {"backtests": [], "root": None, "error": str(e)}, 404)
@@ -90,7 +89,7 @@ async def report_file(request: Request) -> Response:
     """``report.html`` or one of its PNG charts, only from the report next to a discovered backtest."""
     console, q = console_of(request), request.query_params
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), q.get("id", ""))
+        found = await run_in_threadpool(console.backtest, q.get("id", ""))
     except CommandError as e:
         return error_response(e)
     rdir = bt.report_dir(found)
@@ -102,12 +101,7 @@ async def report_file(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     """Ask the browser for HTTP Basic credentials; once they verify, it sends them with every request."""
-    console = console_of(request)
-    try:
-        principal = await run_in_threadpool(console.access.principal, request.headers.get("authorization"))
-    except KafkaError:
-        principal = None
-    if principal is None:
+    if await console_of(request).principal(request) is None:
         return HTMLResponse(
             "<p>Sign in with a user from the store (quotaflow users add).</p>",
             status_code=401,

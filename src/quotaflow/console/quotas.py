@@ -10,7 +10,7 @@ Kafka's exact messages. :func:`field_of` tells the page which form field an erro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -98,8 +98,17 @@ def parse_alteration(body: Any) -> tuple[Alteration, bool]:
     return Alteration(dict(entity.items()), tuple(parsed)), validate_only
 
 
-def field_of(message: str | None, alteration: Alteration) -> dict[str, Any]:
+def op_keys(body: Any) -> list[str | None]:
+    """The op keys of a POST body, as far as it has any: to place an error about a body that did not parse."""
+    ops = body.get("ops") if isinstance(body, dict) else None
+    if not isinstance(ops, list):
+        return []
+    return [op.get("key") if isinstance(op, dict) and isinstance(op.get("key"), str) else None for op in ops]
+
+
+def field_of(message: str | None, keys: Sequence[str | None]) -> dict[str, Any]:
     """Which form field an error message is about: ``{"op": i, "part": "key"|"value"}`` or ``{"entity": True}``.
+    ``keys`` are the alteration's op keys, in order.
 
     Kafka's messages name the key they reject (``Invalid configuration key k``, ``Quota k must be greater than 0``,
     ``Proposed value for k ...``, ``k cannot be a fractional value``); a key given twice makes Kafka answer
@@ -107,12 +116,12 @@ def field_of(message: str | None, alteration: Alteration) -> dict[str, Any]:
     text = message or ""
     if text.startswith("Ignoring duplicate entity"):  # Kafka's answer to one key given twice for an entity
         seen: set[str | None] = set()
-        for i, op in enumerate(alteration.ops):
-            if op.key in seen:
+        for i, op_key in enumerate(keys):
+            if op_key in seen:
                 return {"op": i, "part": "key"}
-            seen.add(op.key)
-    for i, op in enumerate(alteration.ops):
-        key = "null" if op.key is None else op.key
+            seen.add(op_key)
+    for i, op_key in enumerate(keys):
+        key = "null" if op_key is None else op_key
         if text.startswith(("Invalid configuration key ", "Duplicate quota key ")) and f" {key}" in text:
             return {"op": i, "part": "key"}
         value_messages = (
