@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from typing import Any
@@ -11,13 +12,18 @@ from click.testing import CliRunner
 from confluent_kafka import KafkaError as KafkaErrorCode
 from confluent_kafka import Producer
 from kafka import KafkaProducer
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
 from quotaflow.cli.main import cli
 from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.scram import ScramClient
 from quotaflow.store import open_store
+from quotaflow.store.scram import scram_credential
 
 from .conftest import GatewayFactory
+from .gateway_wire import Wire
 
 pytestmark = pytest.mark.broker
 
@@ -65,3 +71,27 @@ def test_scram_clients_carry_their_principal(gateway_factory: GatewayFactory) ->
     bad.purge()
     assert errors and errors[0].code() == KafkaErrorCode._AUTHENTICATION
     assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in errors[0].str()
+
+
+def test_legacy_handshake_v0_runs_scram_over_raw_tokens(gateway_factory: GatewayFactory) -> None:
+    """SaslHandshake v0, then the SCRAM messages as raw length-prefixed tokens (no Kafka header), as old clients do."""
+    config = GatewayConfig.from_properties({"listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT"})
+    gw = gateway_factory(config=config, listeners={"SASL_PLAINTEXT": "127.0.0.1:0"})
+    with open_store(gw.store_path) as store:
+        store.put_scram_credential(scram_credential("dan", "SCRAM-SHA-256", "dan-secret", iterations=4096))
+    wire = Wire(gw.address)
+    wire.send(SaslHandshakeRequest[0](mechanism="SCRAM-SHA-256"), 0)
+    assert SaslHandshakeResponse.decode(wire.recv(), version=0, header=True).error_code == 0
+    client = ScramClient("SCRAM-SHA-256", "dan", "dan-secret")
+
+    def raw(token: bytes) -> bytes:
+        wire.sock.sendall(struct.pack(">i", len(token)) + token)
+        return wire.recv()
+
+    client.verify(raw(client.final(raw(client.first()))))  # the server's signature checks out
+    wire.send(MetadataRequest[1](topics=[]), 1)  # authenticated: other requests are served
+    assert MetadataResponse.decode(wire.recv(), version=1, header=True).brokers
+    gw.flush_events()
+    events = read_dataset(gw.events, REQUESTS_DIR)
+    assert events is not None
+    assert {r["user"] for r in events.to_pylist() if r["api_key"] == 3} == {"dan"}
