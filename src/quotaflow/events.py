@@ -177,29 +177,53 @@ INVALID_SCHEMA: Final = pa.schema([pa.field(INVALID_LINE, pa.string()), pa.field
 
 
 def _read_json_lines(path: Path) -> tuple[pa.Table, list[tuple[str, str]]]:
-    """A JSON-lines file; when pyarrow rejects it, the lines that are not JSON objects are set aside (with their
-    line number and parse error) and the rest read the same way."""
+    """A JSON-lines file. When pyarrow rejects it, lines that are not JSON objects are set aside (with their line
+    number and parse error); a column whose values mix JSON types (``"ts_ms": "soon"`` among numbers) is read as
+    text, so the schema cast names the column and value instead of failing on the whole file."""
     try:
         return pajson.read_json(path), []
     except pa.ArrowInvalid:
         pass
     good: list[bytes] = []
+    rows: list[dict[str, object]] = []
     invalid: list[tuple[str, str]] = []
     with path.open("rb") as f:
         for number, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                if not isinstance(json.loads(raw), dict):
+                row = json.loads(raw)
+                if not isinstance(row, dict):
                     raise ValueError("not a JSON object")
             except ValueError as e:
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
                 invalid.append((text, f"invalid JSON at {path.name} line {number}: {e}"))
                 continue
+            rows.append(row)
             good.append(raw if raw.endswith(b"\n") else raw + b"\n")
     if not good:
         return pa.table({}), invalid
-    return pajson.read_json(io.BytesIO(b"".join(good))), invalid
+    try:
+        return pajson.read_json(io.BytesIO(b"".join(good))), invalid
+    except pa.ArrowInvalid:
+        return _mixed_table(rows), invalid
+
+
+def _mixed_table(rows: list[dict[str, object]]) -> pa.Table:
+    """Rows whose columns may mix JSON types: such a column becomes text (JSON for non-strings)."""
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    columns = {}
+    for name in names:
+        values = [r.get(name) for r in rows]
+        kinds = {type(v) for v in values if v is not None}
+        try:
+            if not (kinds <= {int, float} or len(kinds) == 1) or kinds & {dict, list}:
+                raise pa.ArrowInvalid("mixed types")
+            columns[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            columns[name] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values],
+                                     pa.string())  # fmt: skip
+    return pa.table(columns)
 
 
 def _read_file(path: Path, kind: str, dictionary: bool,

@@ -22,12 +22,11 @@ import numpy.typing as npt
 
 from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.engine.kernel import HAVE_NUMBA, KernelState, _jitable, _measure, _record, _throttle, compile_kernel
+from quotaflow.engine.quota_type import NO_BYTE_TYPE
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-NO_BYTE_TYPE: Final = 3
-"""``btype`` of a row no byte-rate manager records (follower fetch, other APIs); 0 produce, 1 consumer fetch."""
 ALIGN_MS: Final = 1000
 """Window rows are per 1 s aligned window (``ts_ms // 1000 * 1000``)."""
 
