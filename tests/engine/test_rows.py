@@ -50,7 +50,7 @@ def reference(case: Case) -> tuple[np.ndarray, list[tuple[int, int, float, float
     cols, q, samples, window_ms = case
     n = len(cols.ts_ms)
     rates: dict[int, Rate] = {}
-    out = np.zeros((3, n), dtype=np.int64)
+    out = np.zeros((4, n), dtype=np.int64)
     windows: dict[int, list[float]] = {}  # group -> [start, value, count, ms, last, recorded]
     closed: list[tuple[int, int, float, float, int, int]] = []
 
@@ -108,6 +108,7 @@ def reference(case: Case) -> tuple[np.ndarray, list[tuple[int, int, float, float
         w[5] = 1
     for g in sorted(windows):
         close(g)
+    out[3] = out[:3].max(axis=0)  # the applied throttle
     return out, closed
 
 
@@ -115,7 +116,7 @@ def run(case: Case, compiled: bool, chunk: int | None = None) -> tuple[np.ndarra
     cols, q, samples, window_ms = case
     n = len(cols.ts_ms)
     state = KernelState.empty(9, samples)
-    out = np.zeros((3, n), dtype=np.int64)
+    out = np.zeros((4, n), dtype=np.int64)
     open_windows = OpenWindows.empty(9)
     rows: list[tuple[int, ...]] = []
     step = chunk or n
@@ -173,7 +174,7 @@ def test_thread_parts_decide_only_their_combos() -> None:
 def test_read_rates_equals_read_window() -> None:
     cols, q, samples, window_ms = make_case(4)
     state = KernelState.empty(9, samples)
-    decide_rows(cols, q, samples, window_ms, state, np.zeros((3, len(cols.ts_ms)), dtype=np.int64))
+    decide_rows(cols, q, samples, window_ms, state, np.zeros((4, len(cols.ts_ms)), dtype=np.int64))
     groups = np.array([0, 1, 2, 3, 8, 0], dtype=np.int64)
     end = int(cols.ts_ms[-1])
     now = np.array([end, end + 500, end + 2_000, end, end + 60_000, end + 100], dtype=np.int64)

@@ -95,8 +95,8 @@ def test_backtest_on_a_standalone_cluster_equals_replay(cluster: str, quota_stor
     assert r.returncode == 0, r.stderr[-3000:]
     sr = replay.run(job.JobSpec(events, quota_store, tmp_path / "rp"))
     assert sr.counts["requests"] == 300_000
-    for name, keys in (("decisions", ["broker", "seq"]),
-                       ("windows", ["broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms"])):  # fmt: skip
+    window_keys = ["broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms"]
+    for name, keys in (("decisions", ["broker", "seq"]), ("windows", window_keys)):
         a = pq.read_table(tmp_path / "rp" / name).to_pandas().sort_values(keys).reset_index(drop=True)
         b = pq.read_table(bt / name).to_pandas().sort_values(keys).reset_index(drop=True)[a.columns]
         assert a.astype({"broker": str}).equals(b.astype({"broker": str})), name

@@ -121,6 +121,7 @@ def _rows_loop(part: int, part_of: I64, lo: int, hi: int, combo: npt.NDArray[np.
                 if req_ms > 0:
                     wi[_W_COUNT, g] += 1
         out[0, r] = req_ms
+        out[3, r] = req_ms
         bt = btype[r]
         if bt == NO_BYTE_TYPE:
             continue
@@ -140,6 +141,8 @@ def _rows_loop(part: int, part_of: I64, lo: int, hi: int, combo: npt.NDArray[np.
             if not rate <= q:
                 own = _throttle(rate, q, w, -1)
         out[m, r] = own
+        if own > req_ms:
+            out[3, r] = own
         if m == 2 and max(own, req_ms) > 0:
             _record(value, start, last, n, current, g, slots, window_ms, -x, t)
         if track:
@@ -264,9 +267,10 @@ def decide_rows(rows: RequestColumns, quotas: ComboQuotas, samples: int, window_
                 out: I64, *, lo: int = 0, hi: int | None = None, part: int = 0, part_of: I64 | None = None,
                 windows: OpenWindows | None = None, compiled: bool = True) -> ClosedWindows | None:  # fmt: skip
     """Decide rows ``[lo, hi)`` in order; ``out[m, r]`` gets manager m's own throttle (0 request, 1 produce,
-    2 fetch). With ``part_of`` (per combo) only the combos of thread part ``part`` are decided, so threads can
-    split rows over disjoint state rows (the loop releases the GIL). With ``windows`` the windows that the rows
-    close are returned (:func:`close_windows` closes the rest)."""
+    2 fetch) and ``out[3, r]`` the applied one (the largest of them). With ``part_of`` (per combo) only the
+    combos of thread part ``part`` are decided, so threads can split rows over disjoint state rows (the loop
+    releases the GIL). With ``windows`` the windows that the rows close are returned (:func:`close_windows`
+    closes the rest)."""
     hi = len(rows.ts_ms) if hi is None else hi
     if part_of is None:
         part_of = np.zeros(quotas.group.shape[1], dtype=np.int64)

@@ -249,11 +249,6 @@ def request_driver(settings: WindowSettings, compiled: bool = True) -> GroupDriv
     return GroupDriver(settings, unrecord=False, max_throttle_ms=settings.window_ms, compiled=compiled)
 
 
-def applied(request_ms: I64, produce_ms: I64, fetch_ms: I64) -> I64:
-    """The throttle the broker applies: the largest of the managers' (non-applicable ones are 0)."""
-    return np.maximum(np.maximum(request_ms, produce_ms), fetch_ms)
-
-
 # -- whole datasets as numpy arrays (replay, and one Spark partition holding whole quota-ids) --------------------
 @dataclass(frozen=True, slots=True)
 class ManagerView:
@@ -421,7 +416,7 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
         rows, pair = rows.take(timeline), pair[timeline]
     combos = Combos.of(rows.broker, pair, views)
     state = KernelState.empty(max(combos.groups, 1), settings.samples)
-    out = np.zeros((3, n), dtype=np.int64)
+    out = np.zeros((4, n), dtype=np.int64)
     parts = max(1, threads if component is not None else 1)
     comp = np.zeros_like(combos.pair) if component is None else component[combos.pair]
     part_of = np.ascontiguousarray((combos.broker * 1_000_003 + comp) % parts, dtype=np.int64)
@@ -447,8 +442,7 @@ def decide_rows(rows: RequestRows, pair: I64, views: dict[str, ManagerView], set
     if open_windows is not None:
         rest = rows_engine.close_windows(open_windows, state, settings.samples, settings.window_ms, compiled)
         found = ClosedWindows.concat([c for per in closed for c in per] + [rest])
-    req, produce, fetch = out[0], out[1], out[2]
-    result = (produce, fetch, req, applied(req, produce, fetch))
+    result = (out[1], out[2], out[0], out[3])
     if timeline is not None:
         back = np.empty(n, dtype=np.int64)
         back[timeline] = np.arange(n)
