@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -87,7 +88,7 @@ def read_input(spark: Any, events: Path, kind: str, out: Path, columns: tuple[st
         good_t, bad_t = split_malformed(read.table, kind)
         if read.invalid.num_rows:
             bad_t = pa.concat_tables([bad_t, read.invalid], promote_options="permissive")
-        _write_arrow(spark, bad_t, quarantine)
+        _write_arrow(bad_t, quarantine)
         if columns is not None:
             good_t = good_t.select(list(columns))
         return Input(spark.createDataFrame(good_t), read.table.num_rows + read.invalid.num_rows, bad_t.num_rows)
@@ -101,7 +102,7 @@ def read_input(spark: Any, events: Path, kind: str, out: Path, columns: tuple[st
     if clean:
         if columns is not None:
             df = df.select(*columns)
-        _write_arrow(spark, schema_for(kind).empty_table().append_column(QUARANTINE_REASON, pa.array([], pa.string())),
+        _write_arrow(schema_for(kind).empty_table().append_column(QUARANTINE_REASON, pa.array([], pa.string())),
                      quarantine)  # fmt: skip
         return Input(df, total, 0)
     good, bad = split_malformed_df(df, kind)
@@ -273,11 +274,12 @@ def _write(df: Any, path: Path) -> None:
     df.write.mode("overwrite").parquet(str(path))
 
 
-def _write_arrow(spark: Any, table: pa.Table, path: Path) -> None:
-    """A driver-side table written by Spark (so every output goes through the same writer and filesystem)."""
-    if table.num_rows == 0:
-        table = pa.table({f.name: pa.array([], f.type) for f in table.schema})
-    _write(spark.createDataFrame(table), path)
+def _write_arrow(table: pa.Table, path: Path) -> None:
+    """A table the driver holds (windows, entities, quarantine read on the driver), written by the driver as
+    replay writes it: OUT is on the driver's filesystem (it is cleared and ``_SUMMARY.json`` written there)."""
+    from quotaflow.pipeline.replay import write_parts
+
+    write_parts(table, path)
 
 
 def run(spec: job.JobSpec, *, master: str | None = None, spark: Any = None,
@@ -295,30 +297,41 @@ def run(spec: job.JobSpec, *, master: str | None = None, spark: Any = None,
     config = spec.quota_config()
     if spec.out.exists():
         shutil.rmtree(spec.out)
-    with summary.timed("read", progress):
-        req = read_input(spark, spec.events, REQUESTS_DIR, spec.out, None if spec.with_inputs else job.DECIDE_COLUMNS)
-    if req is not None:
-        summary.counts.update(requests=req.total, requests_quarantined=req.quarantined)
-        sink = WindowSink(spark)
-        with summary.timed("decisions", progress):
-            _write(decisions(spark, req.good, config, settings, with_inputs=spec.with_inputs, sink=sink),
-                   spec.out / job.DECISIONS)  # fmt: skip
-        with summary.timed("windows", progress):
-            win = sink.table()
-            _write_arrow(spark, win, spec.out / job.WINDOWS)
-            _write_arrow(spark, entities_from_windows(win, spec.headroom), spec.out / job.ENTITIES)
-        summary.counts["windows"] = win.num_rows
-        if spec.compare is not None:
-            with summary.timed("compare", progress):
-                _compare(spark, spec, req.good, win, settings)
-    conns = read_input(spark, spec.events, CONNECTIONS_DIR, spec.out, None)
+    conns: Input | None = None
+
+    def connections() -> None:  # a second Spark job, submitted while the request job runs
+        nonlocal conns
+        conns = read_input(spark, spec.events, CONNECTIONS_DIR, spec.out, None)
+        if conns is not None:
+            with summary.timed("connections"):
+                good_c = conns.good.drop(*[f.name for f in CONNECTION_DECISION_FIELDS if f.name in conns.good.columns])
+                out_schema = _with_fields(good_c.schema, CONNECTION_DECISION_FIELDS)
+                decided_c = good_c.groupBy("broker").applyInArrow(_connections_fn(spec, config.ip_rates), out_schema)
+                _write(decided_c, spec.out / job.CONNECTIONS)
+
+    with ThreadPoolExecutor(max_workers=1) as side:
+        pending = side.submit(connections)
+        with summary.timed("read", progress):
+            req = read_input(spark, spec.events, REQUESTS_DIR, spec.out,
+                             None if spec.with_inputs else job.DECIDE_COLUMNS)  # fmt: skip
+        if req is not None:
+            summary.counts.update(requests=req.total, requests_quarantined=req.quarantined)
+            sink = WindowSink(spark)
+            with summary.timed("decisions", progress):
+                _write(decisions(spark, req.good, config, settings, with_inputs=spec.with_inputs, sink=sink),
+                       spec.out / job.DECISIONS)  # fmt: skip
+            with summary.timed("windows", progress):
+                win = sink.table()
+                _write_arrow(win, spec.out / job.WINDOWS)
+                _write_arrow(entities_from_windows(win, spec.headroom), spec.out / job.ENTITIES)
+            summary.counts["windows"] = win.num_rows
+            if spec.compare is not None:
+                with summary.timed("compare", progress):
+                    _compare(spark, spec, req.good, win, settings)
+        with summary.timed("wait_connections", progress):
+            pending.result()
     if conns is not None:
         summary.counts.update(connections=conns.total, connections_quarantined=conns.quarantined)
-        with summary.timed("connections", progress):
-            good_c = conns.good.drop(*[f.name for f in CONNECTION_DECISION_FIELDS if f.name in conns.good.columns])
-            out_schema = _with_fields(good_c.schema, CONNECTION_DECISION_FIELDS)
-            decided_c = good_c.groupBy("broker").applyInArrow(_connections_fn(spec, config.ip_rates), out_schema)
-            _write(decided_c, spec.out / job.CONNECTIONS)
     summary.write(spec.out)
     return summary
 
@@ -340,5 +353,5 @@ def _compare(spark: Any, spec: job.JobSpec, good: Any, win_a: pa.Table, settings
     decisions(spark, good, spec.quota_config(spec.compare), settings, sink=sink).write.format("noop").mode(
         "overwrite").save()  # fmt: skip
     cmp = compare_windows(win_a, sink.table())
-    _write_arrow(spark, cmp, spec.out / job.COMPARE)
-    _write_arrow(spark, compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
+    _write_arrow(cmp, spec.out / job.COMPARE)
+    _write_arrow(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)

@@ -25,6 +25,7 @@ from quotaflow.events import (
     QUARANTINE_REASON,
     REQUEST_DECISION_FIELDS,
     REQUESTS_DIR,
+    EventsRead,
     clean_by_statistics,
     dataset_files,
     load_events,
@@ -165,47 +166,63 @@ def _with_invalid(bad: pa.Table, invalid: pa.Table) -> pa.Table:
 
 
 def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
-    """The whole replay job (same phases and outputs as the Spark backtest)."""
+    """The whole replay job (same phases and outputs as the Spark backtest). Connections are decided on a second
+    thread while the requests are (the acceptor replay is Python; the request loop, reads and writes release
+    the GIL)."""
     spec.validate()
     summary = job.Summary("replay")
     settings = spec.windows()
     config = spec.quota_config()
     if spec.out.exists():
         shutil.rmtree(spec.out)
-    with summary.timed("read", progress):
-        requests = read_requests(spec.events, spec.with_inputs)
-        connections = load_events(spec.events, CONNECTIONS_DIR)
-    if requests is not None:
-        good, bad, total = requests
-        summary.counts.update(requests=total, requests_quarantined=bad.num_rows)
-        write_parts(bad, spec.out / job.QUARANTINE / REQUESTS_DIR)
-        with summary.timed("decisions", progress):
-            p = prepare(_drop_existing_decisions(good), config)
-            decided = decide(p, settings)
-        with summary.timed("write_decisions", progress):
-            write_parts(decision_table(p, decided, spec.with_inputs), spec.out / job.DECISIONS)
-        with summary.timed("windows", progress):
-            windows = windows_table(p, decided)
-            write_parts(windows, spec.out / job.WINDOWS)
-            write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
-        summary.counts.update(windows=windows.num_rows)
-        if spec.compare is not None:
-            from quotaflow.pipeline.compare import compare_summary, compare_windows
-
-            with summary.timed("compare", progress):
-                _, other = decisions(good, spec.quota_config(spec.compare), settings)
-                assert other is not None
-                cmp = compare_windows(windows, other)
-                write_parts(cmp, spec.out / job.COMPARE)
-                write_parts(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
-    if connections is not None:
-        good_c, bad_c = split_malformed(connections.table, CONNECTIONS_DIR)
-        bad_c = _with_invalid(bad_c, connections.invalid)
-        summary.counts.update(connections=connections.table.num_rows + connections.invalid.num_rows,
-                              connections_quarantined=bad_c.num_rows)  # fmt: skip
-        write_parts(bad_c, spec.out / job.QUARANTINE / CONNECTIONS_DIR)
-        with summary.timed("connections", progress):
-            decided_c = decide_all(good_c, spec.connection_config(), config.ip_rates)
-            write_parts(decided_c, spec.out / job.CONNECTIONS)
+    with ThreadPoolExecutor(max_workers=1) as side:
+        with summary.timed("read_connections"):
+            connections = load_events(spec.events, CONNECTIONS_DIR)
+        pending = None if connections is None else side.submit(_connections, spec, config, connections, summary)
+        with summary.timed("read", progress):
+            requests = read_requests(spec.events, spec.with_inputs)
+        if requests is not None:
+            _requests(spec, config, settings, requests, summary, progress)
+        if pending is not None:
+            with summary.timed("wait_connections", progress):
+                pending.result()
     summary.write(spec.out)
     return summary
+
+
+def _requests(spec: job.JobSpec, config: QuotaConfig, settings: WindowSettings,
+              requests: tuple[pa.Table, pa.Table, int], summary: job.Summary,
+              progress: Progress | None) -> None:  # fmt: skip
+    good, bad, total = requests
+    summary.counts.update(requests=total, requests_quarantined=bad.num_rows)
+    write_parts(bad, spec.out / job.QUARANTINE / REQUESTS_DIR)
+    with summary.timed("decisions", progress):
+        p = prepare(_drop_existing_decisions(good), config)
+        decided = decide(p, settings)
+    with summary.timed("write_decisions", progress):
+        write_parts(decision_table(p, decided, spec.with_inputs), spec.out / job.DECISIONS)
+    with summary.timed("windows", progress):
+        windows = windows_table(p, decided)
+        write_parts(windows, spec.out / job.WINDOWS)
+        write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
+    summary.counts.update(windows=windows.num_rows)
+    if spec.compare is not None:
+        from quotaflow.pipeline.compare import compare_summary, compare_windows
+
+        with summary.timed("compare", progress):
+            _, other = decisions(good, spec.quota_config(spec.compare), settings)
+            assert other is not None
+            cmp = compare_windows(windows, other)
+            write_parts(cmp, spec.out / job.COMPARE)
+            write_parts(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
+
+
+def _connections(spec: job.JobSpec, config: QuotaConfig, connections: EventsRead, summary: job.Summary) -> None:
+    good_c, bad_c = split_malformed(connections.table, CONNECTIONS_DIR)
+    bad_c = _with_invalid(bad_c, connections.invalid)
+    summary.counts.update(connections=connections.table.num_rows + connections.invalid.num_rows,
+                          connections_quarantined=bad_c.num_rows)  # fmt: skip
+    write_parts(bad_c, spec.out / job.QUARANTINE / CONNECTIONS_DIR)
+    with summary.timed("connections"):
+        decided_c = decide_all(good_c, spec.connection_config(), config.ip_rates)
+        write_parts(decided_c, spec.out / job.CONNECTIONS)

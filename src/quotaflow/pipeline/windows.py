@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from quotaflow.pipeline.decide import MANAGERS, Decided
 
 WINDOW_KEYS: Final = ("broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms")
+ENTITY_KEYS: Final = WINDOW_KEYS[:-1]
 WINDOW_SCHEMA: Final = pa.schema(
     [
         pa.field("broker", pa.string()),
@@ -83,18 +84,43 @@ def window_table(decided: Decided, res: pa.Table, brokers: pa.Array) -> pa.Table
 
 
 def entities_from_windows(windows: pa.Table, headroom: float) -> pa.Table:
-    """Per quota-id: peak and p99 of the window rates, share of active windows with a throttle, p99 × headroom."""
-    keys = ["broker", "quota_type", "tag_user", "tag_client_id"]
+    """Per quota-id: peak and p99 (``np.percentile``'s linear interpolation) of the window rates, share of active
+    windows with a throttle, p99 × headroom; one sort, then per-group arithmetic on the sorted arrays."""
     if windows.num_rows == 0:
         return ENTITY_SCHEMA.empty_table()
-    df = windows.to_pandas()
-    g = df.groupby(keys, sort=True)
-    out = g.agg(
-        limit=("limit", "first"),
-        peak_rate=("rate", "max"),
-        p99_rate=("rate", lambda r: float(np.percentile(r.to_numpy(), 99))),
-        throttled_share=("throttle_count", lambda c: float((c.to_numpy() > 0).mean())),
-        windows=("rate", "size"),
-    ).reset_index()
-    out["recommended_quota"] = out["p99_rate"] * headroom
-    return pa.Table.from_pandas(out[ENTITY_SCHEMA.names], schema=ENTITY_SCHEMA, preserve_index=False)
+    t = windows.sort_by([(k, "ascending") for k in ENTITY_KEYS] + [("rate", "ascending")])
+    n_rows = t.num_rows
+    change = np.zeros(n_rows, dtype=bool)
+    change[0] = True
+    for k in ENTITY_KEYS:
+        col = t.column(k).combine_chunks()
+        same = pc.fill_null(pc.equal(col.slice(1), col.slice(0, n_rows - 1)), False).to_numpy(zero_copy_only=False)
+        both_null = (pc.is_null(col.slice(1)).to_numpy(zero_copy_only=False)
+                     & pc.is_null(col.slice(0, n_rows - 1)).to_numpy(zero_copy_only=False))  # fmt: skip
+        change[1:] |= ~(same | both_null)
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n_rows)
+    count = ends - starts
+    rate = t.column("rate").to_numpy()
+    pos = 0.99 * (count - 1)
+    lo = np.floor(pos).astype(np.int64)
+    frac = pos - lo
+    a = rate[starts + lo]
+    b = rate[starts + np.minimum(lo + 1, count - 1)]
+    diff = b - a
+    p99 = np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)  # numpy's _lerp, bit for bit
+    throttled = (t.column("throttle_count").to_numpy() > 0).astype(np.float64)
+    share = np.add.reduceat(throttled, starts) / count
+    first = pa.array(starts)
+    return pa.table(
+        [
+            *(t.column(k).take(first) for k in ENTITY_KEYS),
+            pc.cast(t.column("limit").take(first), pa.float64()),
+            pa.array(rate[ends - 1], pa.float64()),
+            pa.array(p99, pa.float64()),
+            pa.array(share, pa.float64()),
+            pa.array(p99 * headroom, pa.float64()),
+            pa.array(count, pa.int64()),
+        ],
+        schema=ENTITY_SCHEMA,
+    )
