@@ -51,7 +51,7 @@ ENTITY_SCHEMA: Final = pa.schema(
 def window_table(decided: Decided, res: pa.Table, brokers: pa.Array) -> pa.Table:
     """The window rows of :func:`~.decide.decide_rows` (``windows=True``) named: broker (``brokers[code]``),
     quota type, the quota-id's tags and limit from the resolution table ``res``. Every row is a whole window (the
-    rows held every record of their quota-ids), sorted by the window keys."""
+    rows held every record of their quota-ids), in the order the loop closed them."""
     w = decided.windows
     if w is None or len(w.group) == 0:
         return WINDOW_SCHEMA.empty_table()
@@ -80,7 +80,7 @@ def window_table(decided: Decided, res: pa.Table, brokers: pa.Array) -> pa.Table
         ],
         schema=WINDOW_SCHEMA,
     )  # fmt: skip
-    return table.sort_by([(k, "ascending") for k in WINDOW_KEYS])
+    return table
 
 
 def entities_from_windows(windows: pa.Table, headroom: float) -> pa.Table:
