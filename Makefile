@@ -7,9 +7,16 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test setup lint typecheck conformance bench clean
+.PHONY: demo test setup lint typecheck conformance bench clean chromium
 
-setup: $(STAMP) $(NODE_STAMP)
+setup: $(STAMP) $(NODE_STAMP) chromium
+
+# Debian's chromium, driven by Playwright in the console's browser tests (Playwright's own browser download is not
+# used). Installed once, only when missing; needs root (CI runs as root), else says what to run.
+chromium:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "the console's browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; fi; }
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)

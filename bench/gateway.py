@@ -31,8 +31,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from quotaflow.gateway.process import GatewayProcess
-from quotaflow.tansu import Tansu
+from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.tansu import Tansu
 
 
 @dataclass

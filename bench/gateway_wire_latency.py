@@ -22,8 +22,8 @@ from pathlib import Path
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from quotaflow.gateway.process import GatewayProcess
-from quotaflow.tansu import Tansu
+from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.tansu import Tansu
 
 
 def produce_frame(topic: str) -> bytes:

@@ -1,4 +1,4 @@
-"""SPEC §8.4 / ClientQuotasRequestTest.testDescribeClientQuotasMatchPartial: filters and their match counts over
+"""ClientQuotasRequestTest.testDescribeClientQuotasMatchPartial: filters and their match counts over
 the worked example (11 user/client entities plus ip 1.2.3.4 and 2.3.4.5), shared by the filter and admin tests."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from quotaflow.core.errors import QuotaflowError
+from quotaflow.core.errors import QuotaflowError, map_errors
 
 # Re-exported for readers of events (one definition, in the engine). Exemption from the request quota is the
 # engine's ``is_request_quota_exempt``: exempt-throttle APIs, follower fetches and acks=0 produce; cluster-action
@@ -228,7 +228,7 @@ def _mixed_table(rows: list[dict[str, object]]) -> pa.Table:
 
 def _read_file(path: Path, kind: str, dictionary: bool,
                columns: Sequence[str] | None = None) -> tuple[pa.Table, list[tuple[str, str]]]:  # fmt: skip
-    try:
+    with map_errors({pa.ArrowInvalid: EventsInputError, OSError: EventsInputError}, f"cannot read {path}: "):
         if path.suffix == ".parquet":
             names = set(pq.read_schema(path).names)
             cols = None if columns is None else [c for c in columns if c in names]
@@ -238,8 +238,6 @@ def _read_file(path: Path, kind: str, dictionary: bool,
         if columns is not None:
             table = table.select([c for c in columns if c in table.column_names])
         return table, invalid
-    except (pa.ArrowInvalid, OSError) as e:
-        raise EventsInputError(f"cannot read {path}: {e}") from e
 
 
 def conform(table: pa.Table, kind: str, path: object = "", dictionary: bool = False,

@@ -168,13 +168,13 @@ def test_bootstrap_server_and_store_are_exclusive(store: str) -> None:
     assert "--store and --bootstrap-server cannot be used together" in result.stderr
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's schema loader, imported by cli.wire
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's schema loader, imported by admin.wire
 def test_bootstrap_server_uses_the_wire_backend(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """--bootstrap-server slots a wire client in behind the same commands; --command-config reaches it."""
     import click
 
     from quotaflow.admin import Admin
-    from quotaflow.cli import common, wire
+    from quotaflow.cli import common
 
     seen: list[tuple[str, object]] = []
 
@@ -182,7 +182,7 @@ def test_bootstrap_server_uses_the_wire_backend(store: str, monkeypatch: pytest.
         seen.append((bootstrap, click.get_current_context().meta.get(common.COMMAND_CONFIG_META)))
         return Admin(SqliteStore(store))
 
-    monkeypatch.setattr(wire, "open_backend", fake_open_backend)
+    monkeypatch.setattr(common, "open_wire_backend", fake_open_backend)
     result = CliRunner().invoke(cli, ["client-quotas", "--bootstrap-server", "127.0.0.1:9092", "--command-config",
                                       "client.properties", "--describe", "--names", "ip=1.2.3.4"])
     assert result.exit_code == 0, result.stderr

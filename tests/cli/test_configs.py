@@ -1,4 +1,4 @@
-"""``quotaflow configs``: kafka-configs.sh output lines and messages (SPEC §10, ConfigCommandTest)."""
+"""``quotaflow configs``: kafka-configs.sh output lines and messages (ConfigCommandTest)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every public ``conn_*`` vector replays exactly (rows and final metrics, SPEC §12 mode conn)."""
+"""Every public ``conn_*`` vector replays exactly (rows and final metrics, mode conn)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def test_missing_mode_module_is_a_failure_with_reason(vectors_dir: Path, tmp_pat
 
 
 def test_spark_engine_dispatch(vectors_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--engine spark hands (mode, name, args, input path) to quotaflow.pipeline.conformance_spark.run; the
+    """--engine spark hands (mode, name, args, input path) to quotaflow.conformance.spark.run; the
     sanitizer set stays in Python. A stand-in module records the calls (Spark itself is the pipeline's test)."""
     from quotaflow.conformance import rate
     from quotaflow.conformance.runner import Output
@@ -87,9 +87,9 @@ def test_spark_engine_dispatch(vectors_dir: Path, tmp_path: Path, monkeypatch: p
         calls.append((mode, name, args, input_path.name))
         return rate.run(name, args, input_path)
 
-    fake = types.ModuleType("quotaflow.pipeline.conformance_spark")
+    fake = types.ModuleType("quotaflow.conformance.spark")
     fake.run = fake_run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "quotaflow.pipeline.conformance_spark", fake)
+    monkeypatch.setitem(sys.modules, "quotaflow.conformance.spark", fake)
     copy_vectors(vectors_dir, tmp_path, ["rate_samples1", "sanitizer"])
     results = run_all(tmp_path, engine="spark")
     assert [r.passed for r in results] == [True, True]

@@ -1,4 +1,4 @@
-"""DescribeClientQuotas filters (SPEC §8.4, ClientQuotasRequestTest) over in-memory entities."""
+"""DescribeClientQuotas filters (ClientQuotasImage.describe, ClientQuotasRequestTest) over in-memory entities."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ E = FilterComponent.exact
 D = FilterComponent.default
 A = FilterComponent.any
 
-# SPEC §8.4 worked example: 11 user/client entities and two ip entities
+# ClientQuotasRequestTest's worked example: 11 user/client entities and two ip entities
 WORKED: list[dict[str, str | None]] = [
     {"user": "user-1", "client-id": "client-id-1"},
     {"user": "user-2", "client-id": "client-id-1"},
@@ -101,7 +101,7 @@ def filters(draw: st.DrawFn) -> QuotaFilter:
 
 
 def brute_force(flt: QuotaFilter, entity: dict[str, str | None]) -> bool:
-    """The matching rules of SPEC §8.4 spelled out one case at a time."""
+    """The matching rules of ClientQuotasImage.describe spelled out one case at a time."""
     if flt.strict and set(entity) != {c.entity_type for c in flt.components}:
         return False
     for c in flt.components:

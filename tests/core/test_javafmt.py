@@ -1,4 +1,4 @@
-"""Java Double.toString, as kafka-configs.sh prints quota values (SPEC §10)."""
+"""Java Double.toString, as kafka-configs.sh prints quota values (ConfigCommand)."""
 
 from __future__ import annotations
 

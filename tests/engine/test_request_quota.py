@@ -1,4 +1,4 @@
-"""ClientRequestQuotaManagerTest (TEST-CASES §4) plus exempt requests (SPEC §5)."""
+"""ClientRequestQuotaManagerTest plus exempt requests (KIP-124)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Produce / fetch throttle combination (SPEC §4.6)."""
+"""Produce / fetch throttle combination (KafkaApis)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def _preload_kafka_protocol() -> None:
 
 _preload_kafka_protocol()
 
-from quotaflow.tansu import Tansu, free_port  # noqa: E402  (after the preload on purpose)
+from quotaflow.testing.tansu import Tansu, free_port  # noqa: E402  (after the preload on purpose)
 
 
 @pytest.fixture(scope="session")

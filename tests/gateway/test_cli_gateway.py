@@ -16,7 +16,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store import open_store
-from quotaflow.tansu import Tansu
+from quotaflow.testing.tansu import Tansu
 
 try:  # tests/gateway is a package when its __init__.py is present, else a rootdir on sys.path
     from .gateway_wire import Wire

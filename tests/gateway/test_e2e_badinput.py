@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from kafka import KafkaProducer
 
 from quotaflow.admin import Alteration
-from quotaflow.cli.wire import WireAdmin
+from quotaflow.admin.wire import WireAdmin
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.filters import QuotaFilter
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.tansu import Tansu, api_versions_probe
+from quotaflow.testing.tansu import Tansu, api_versions_probe
 
 from .conftest import GatewayFactory, RunningGateway
 

@@ -32,7 +32,7 @@ from quotaflow.core.entities import QuotaEntity
 from quotaflow.events import API_FETCH, API_PRODUCE, REQUESTS_DIR, read_dataset
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.store import open_store
-from quotaflow.tansu import Tansu
+from quotaflow.testing.tansu import Tansu
 
 from .conftest import GatewayFactory
 

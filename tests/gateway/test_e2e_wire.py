@@ -1,4 +1,4 @@
-"""The wire admin client (``quotaflow.cli.wire``) against a real gateway: what it reads is what the store holds."""
+"""The wire admin client (``quotaflow.admin.wire``) against a real gateway: what it reads is what the store holds."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import time
 import pytest
 
 from quotaflow.admin import Admin, Alteration
-from quotaflow.cli.wire import (
+from quotaflow.admin.codec import resolution_to_json
+from quotaflow.admin.wire import (
     KafkaWireConnection,
     SaslPlain,
     WireAdmin,
-    resolution_to_json,
 )
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import (
@@ -23,7 +23,7 @@ from quotaflow.core.errors import (
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
-from quotaflow.tansu import Tansu
+from quotaflow.testing.tansu import Tansu
 
 from .conftest import GatewayFactory, RunningGateway
 

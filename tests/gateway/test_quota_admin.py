@@ -30,7 +30,7 @@ from quotaflow.gateway.quota_admin import principal_allowed
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
-from quotaflow.tansu import Tansu
+from quotaflow.testing.tansu import Tansu
 
 try:  # tests/gateway is a package when its __init__.py is present, else a rootdir on sys.path
     from .gateway_wire import Wire

@@ -54,7 +54,7 @@ def test_alter_results_per_entity(handler: QuotaAdminHandler, version: int) -> N
         (42, "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId",
          {("ip", "1.2.3.4"), ("user", "u")}),
     ]
-    # the first occurrence of the duplicate entity was still applied (SPEC §8.3)
+    # the first occurrence of the duplicate entity was still applied (ClientQuotaControlManager)
     described = handler.describe(version, DescribeClientQuotasRequest[version](components=[], strict=False), True)
     values = {tuple(sorted((e.entity_type, e.entity_name or "") for e in d.entity)): {v.key: v.value for v in d.values}
               for d in _roundtrip(described, DescribeClientQuotasResponse, version).entries}

@@ -6,15 +6,22 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from quotaflow.gateway import protocol, versions
 
 
-def test_merge_caps_drops_and_adds() -> None:
-    upstream = [(0, 0, 99), (3, 0, 12), (48, 0, 0), (17, 0, 1), (9999, 0, 3), (1, 5, 17)]
+def test_merge_forwards_every_api_and_caps_only_what_is_decoded_or_names_brokers() -> None:
+    upstream = [(0, 0, 11), (1, 5, 17), (3, 0, 99), (18, 0, 9), (19, 0, 99), (32, 0, 9), (48, 0, 0), (17, 0, 1),
+                (55, 0, 2), (68, 0, 1), (69, 0, 0), (71, 0, 0), (76, 0, 1), (78, 0, 1), (79, 0, 1), (9999, 0, 3)]
     merged = {k: (lo, hi) for k, lo, hi in versions.merge(upstream)}
-    assert merged[0] == (0, protocol.max_known_version(0))  # capped to what kafka-python decodes
-    assert merged[3] == (0, 12)
+    assert merged[0] == (0, 9)  # Produce v10+ names brokers (KIP-951 NodeEndpoints), not rewritten on the hot path
+    assert merged[1] == (5, 15)  # Fetch v16+ likewise
+    assert merged[3] == (0, protocol.max_known_version(3))  # rewritten: capped to what kafka-python decodes
+    assert merged[18] == (0, versions.APIVERSIONS_MAX)
+    assert merged[19] == (0, protocol.max_known_version(19))  # CreateTopics is decoded for the mutation quota
+    assert merged[32] == (0, 9)  # DescribeConfigs: forwarded as bytes, the upstream's range as it is
+    assert merged[55] == (0, 1)  # DescribeQuorum v2 names the controllers
     assert merged[48] == (0, 1) and merged[49] == (0, 1)  # the gateway's own, whatever the upstream says
     assert merged[17] == (0, 1) and merged[36] == (0, 2)
-    assert 9999 not in merged  # unknown to kafka-python: never advertised
-    assert merged[1] == (5, min(17, protocol.max_known_version(1) or 0))
+    for key in (68, 69, 71, 76, 9999):  # unknown to kafka-python: forwarded as bytes, offered as the upstream does
+        assert merged[key] == next((lo, hi) for k, lo, hi in upstream if k == key)
+    assert 78 not in merged and 79 not in merged  # NodeEndpoints in every version: never offered
 
 
 def _api_versions_frame(version: int, keys: list[tuple[int, int, int]]) -> bytes:
@@ -33,7 +40,7 @@ def test_rewrite_response() -> None:
         decoded = ApiVersionsResponse.decode(out[4:], version=version, header=True)
         keys = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
         assert decoded.header.correlation_id == 5
-        assert keys[ApiKey.DescribeClientQuotas] == (0, 1) and keys[0] == (0, 11) and keys[18] == (0, 4)
+        assert keys[ApiKey.DescribeClientQuotas] == (0, 1) and keys[0] == (0, 9) and keys[18] == (0, 4)
 
 
 def test_kip511_fallback_is_a_v0_body() -> None:
@@ -41,3 +48,23 @@ def test_kip511_fallback_is_a_v0_body() -> None:
     decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
     assert decoded.error_code == 35 and decoded.header.correlation_id == 77
     assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, versions.APIVERSIONS_MAX)]
+
+
+def test_an_upstream_that_does_not_speak_the_version_passes_its_range_on() -> None:
+    # KIP-511 from the upstream: error 35 in a v0 body, whatever version was asked (librdkafka's mock cluster does
+    # this for ApiVersions v4); the client must be told a range the upstream speaks, or it retries forever
+    cls = ApiVersionsResponse
+    body = cls[0](error_code=35, api_keys=[cls.ApiVersion(api_key=18, min_version=0, max_version=3)])
+    out = versions.rewrite_response(protocol.encode_response(body, 0, 9)[4:], 4)
+    decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
+    assert decoded.error_code == 35 and decoded.header.correlation_id == 9
+    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, 3)]
+
+
+def test_an_upstream_error_body_that_is_not_v0_steps_the_client_down() -> None:
+    # librdkafka's mock cluster answers ApiVersions v3 with error 35 in a body of its own shape (bytes as captured)
+    frame = bytes.fromhex("00000007" "0023" "01" "0012" "0000" "0002" "00000000")
+    out = versions.rewrite_response(frame, 3)
+    decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
+    assert decoded.error_code == 35 and decoded.header.correlation_id == 7
+    assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, 2)]

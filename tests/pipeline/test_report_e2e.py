@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow.dataset as ds
 import pytest
 
-from quotaflow.pipeline import demo_stage, job, replay
+from quotaflow.demo import pipeline_stage as demo_stage
+from quotaflow.pipeline import job, replay
 from quotaflow.pipeline.report import build_report
 
 

@@ -107,7 +107,7 @@ def test_missing_input_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 def test_usage_meters_what_each_quota_type_counts(spark: Any) -> None:
-    """Produce bytes of api 0, fetch bytes of non-follower api 1, thread time except the SPEC §5 exemptions, summed
+    """Produce bytes of api 0, fetch bytes of non-follower api 1, thread time except the KIP-124 exemptions, summed
     over brokers per (user, client_id, window)."""
     base = {"listener": "L", "client_ip": "ip", "api_version": 1, "seq": 0, "user": "u", "client_id": "c"}
     events = [  # ts, broker, api, acks, follower, request_bytes, response_bytes, io_ns, net_ns, applied throttle

@@ -67,6 +67,14 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         SqliteStore(path)
 
 
+def test_a_file_that_is_not_a_store_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    path.write_bytes(b"not a database, just bytes " * 100)
+    with pytest.raises(StoreError, match="cannot open quota store") as info:
+        SqliteStore(path)
+    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+
+
 def test_alter_logs_only_effective_changes(tmp_path: Path) -> None:
     with SqliteStore(tmp_path / "q.db", clock_ms=lambda: 1234) as s:
         assert s.alter([(PAIR, {"producer_byte_rate": 10.0, "consumer_byte_rate": 20.0})]) == 2

@@ -14,7 +14,8 @@ from typing import Final
 
 import click
 
-from quotaflow.admin import AdminBackend, Alteration, AlterResult, DescribedEntity, QuotaOp, Resolution
+from quotaflow.admin import AdminBackend, Alteration, DescribedEntity, QuotaOp, Resolution
+from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.cli.common import (
     RawArgsCommand,
     bootstrap_option,
@@ -80,10 +81,6 @@ def describe_text(found: Sequence[DescribedEntity]) -> str:
     return "\n".join(lines)
 
 
-def describe_json(found: Sequence[DescribedEntity]) -> list[dict[str, object]]:
-    return [{"entity": d.entity.to_wire(), "values": dict(sorted(d.values.items()))} for d in found]
-
-
 def resolve_text(res: Resolution) -> str:
     lines = [render_entity(res.entity.to_wire())]
     for key in sorted(res.quotas):
@@ -93,31 +90,6 @@ def resolve_text(res: Resolution) -> str:
         else:
             lines.append(f"  {key}={java_double_str(q.value)} {render_entity(q.entity.to_wire())}")
     return "\n".join(lines)
-
-
-def resolve_json(res: Resolution) -> dict[str, object]:
-    quotas: dict[str, object] = {}
-    for key in sorted(res.quotas):
-        q = res.quotas[key]
-        quotas[key] = {
-            "value": q.value,
-            "unlimited": q.unlimited,
-            "entity": None if q.entity is None else q.entity.to_wire(),
-            "level": q.level,
-            "overridden": [{"level": c.level, "entity": c.entity.to_wire(), "value": c.value} for c in q.overridden],
-            "quota_id": q.quota_id,
-        }
-    return {"entity": res.entity.to_wire(), "seq": res.seq, "quotas": quotas}
-
-
-def alter_json(results: Sequence[AlterResult]) -> list[dict[str, object]]:
-    return [
-        {
-            "entity": dict(r.entity),
-            "error": None if r.ok else {"code": r.error.code, "name": r.error.name, "message": r.error.message},
-        }
-        for r in results
-    ]
 
 
 def do_resolve(backend: AdminBackend, names: dict[str, str]) -> Resolution:
@@ -179,10 +151,10 @@ def client_quotas(
             result: object
             if describe:
                 found = backend.describe(describe_filter(named, default_types, _split(any_types), strict))
-                result = describe_json(found) if output == "json" else describe_text(found)
+                result = describe_to_json(found) if output == "json" else describe_text(found)
             elif resolve:
                 res = do_resolve(backend, named)
-                result = resolve_json(res) if output == "json" else resolve_text(res)
+                result = resolution_to_json(res) if output == "json" else resolve_text(res)
             else:
                 entity: dict[str | None, str | None] = dict(named.items())
                 entity.update(dict.fromkeys(default_types))
@@ -191,7 +163,7 @@ def client_quotas(
                 if failed:
                     raise failed[0].error.exception()
                 verb = "Validated (nothing written)" if validate_only else "Altered"
-                result = alter_json(results) if output == "json" else f"{verb} {render_entity(_known(entity))}"
+                result = alter_to_json(results) if output == "json" else f"{verb} {render_entity(_known(entity))}"
         finally:
             backend.close()
         if isinstance(result, str):

@@ -1,26 +1,30 @@
 """Shared CLI plumbing: where the quotas live (``--store`` / ``--bootstrap-server``) and Kafka-style errors.
 
 Commands talk to an :class:`~quotaflow.admin.AdminBackend`. :func:`open_backend` builds the store-backed
-:class:`~quotaflow.admin.Admin`, or, given ``--bootstrap-server``, the wire client from ``quotaflow.cli.wire``
-(``wire.open_backend(bootstrap: str) -> AdminBackend``) so the same commands manage quotas through a gateway.
+:class:`~quotaflow.admin.Admin`, or, given ``--bootstrap-server``, the wire client
+:class:`~quotaflow.admin.wire.WireAdmin` (:func:`open_wire_backend`) so the same commands manage quotas through a
+gateway.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
+import os
 import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Final, NoReturn, TypeVar
 
 import click
 
 from quotaflow.admin import Admin, AdminBackend
-from quotaflow.core.errors import CommandError, KafkaError, QuotaflowError, StoreError
+from quotaflow.core.errors import BrokerConnectionError, CommandError, KafkaError, QuotaflowError, StoreError
 from quotaflow.store import open_store
+
+if TYPE_CHECKING:
+    from quotaflow.admin.wire import WireAdmin
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -69,12 +73,29 @@ def bootstrap_option(f: F) -> F:
     )(f)
 
 
-COMMAND_CONFIG_META: Final = "quotaflow.command_config"  # read by quotaflow.cli.wire
+COMMAND_CONFIG_META: Final = "quotaflow.command_config"  # read by open_wire_backend
+COMMAND_CONFIG_ENV: Final = "QUOTAFLOW_COMMAND_CONFIG"
 
 
 def set_command_config(path: str) -> None:
-    """Where ``--command-config`` leaves its value for ``quotaflow.cli.wire`` (configs parses args by hand)."""
+    """Where ``--command-config`` leaves its value for :func:`open_wire_backend` (configs parses args by hand)."""
     click.get_current_context().meta[COMMAND_CONFIG_META] = path
+
+
+def _command_config_path() -> str | None:
+    """``--command-config FILE`` of the running command (``configs`` takes ``$QUOTAFLOW_COMMAND_CONFIG`` only)."""
+    ctx = click.get_current_context(silent=True)
+    path = None if ctx is None else ctx.meta.get(COMMAND_CONFIG_META)
+    return path or os.environ.get(COMMAND_CONFIG_ENV) or None
+
+
+def open_wire_backend(bootstrap: str) -> WireAdmin:
+    """The ``--bootstrap-server`` backend, configured from the ``--command-config`` client properties."""
+    from quotaflow.admin.wire import from_properties  # kafka-python only when a command talks to a gateway
+    from quotaflow.gateway.config import read_properties
+
+    path = _command_config_path()
+    return from_properties(bootstrap, read_properties(path) if path else {})
 
 
 def open_backend(store: str | None, bootstrap_server: str | None = None) -> AdminBackend:
@@ -82,12 +103,7 @@ def open_backend(store: str | None, bootstrap_server: str | None = None) -> Admi
     if bootstrap_server is not None:
         if store is not None:
             raise CommandError("--store and --bootstrap-server cannot be used together")
-        try:
-            wire = importlib.import_module("quotaflow.cli.wire")
-        except ImportError as e:
-            raise CommandError("--bootstrap-server is not available in this build of quotaflow") from e
-        backend: AdminBackend = wire.open_backend(bootstrap_server)
-        return backend
+        return open_wire_backend(bootstrap_server)
     return Admin(open_store(store))
 
 
@@ -113,7 +129,7 @@ def kafka_errors(tool: str, args: Sequence[str]) -> Iterator[None]:
     """Turn quotaflow errors raised inside the block into a Kafka-style failure (stderr, exit status 1)."""
     try:
         yield
-    except (KafkaError, CommandError, StoreError) as e:
+    except (KafkaError, CommandError, StoreError, BrokerConnectionError) as e:
         fail(tool, args, e)
 
 

@@ -1,4 +1,4 @@
-"""``quotaflow configs``: ``kafka-configs.sh`` for quotas (SPEC §10), same options, output lines and messages.
+"""``quotaflow configs``: ``kafka-configs.sh`` (``ConfigCommand``) for quotas: same options, output lines, messages.
 
 Arguments are parsed by hand because, as in Kafka, ``--entity-name`` / ``--entity-default`` pair up with the
 ``--entity-type`` options by position, and the first entity given names the entity in the completion message.

@@ -1,4 +1,4 @@
-"""``quotaflow gateway``: run the quota-enforcing Kafka gateway in front of one upstream broker."""
+"""``quotaflow gateway``: run the quota-enforcing Kafka gateway in front of an upstream cluster."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway.server import Gateway, new_event_loop, parse_hostport
+from quotaflow.gateway.brokers import parse_hostport, parse_upstreams
+from quotaflow.gateway.server import Gateway, new_event_loop
 from quotaflow.store import STORE_ENV, store_path
 
 
@@ -30,10 +31,24 @@ def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for value in values:
+        name, sep, port = value.partition("=")
+        if not sep or not name or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise click.BadParameter(f"expected NAME=PORT, got {value!r}", param_hint="--broker-port-base")
+        out[name] = int(port)
+    return out
+
+
 @click.command("gateway")
-@click.option("--upstream", required=True, metavar="HOST:PORT", help="The Kafka(-compatible) broker to front.")
+@click.option("--upstream", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+              help="The Kafka(-compatible) cluster to front: its bootstrap servers.")
 @click.option("--listen", "listen", multiple=True, required=True, metavar="NAME=HOST:PORT",
               help="A named listener (repeatable); port 0 picks a free port, printed on startup.")
+@click.option("--broker-port-base", "port_bases", multiple=True, metavar="NAME=PORT",
+              help="Serve upstream node N of listener NAME on port PORT+N (repeatable). Without it each node gets "
+                   "a free port, printed on the ready line and served at /brokers on the metrics port.")
 @click.option("--store", "store", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help=f"Quota store file (default ${STORE_ENV}, else ./quotaflow.db).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
@@ -53,15 +68,16 @@ def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def gateway(upstream: str, listen: tuple[str, ...], store: Path | None, config_path: Path | None,
             metrics_port: int | None, event_log: Path | None, admins: tuple[str, ...],
-            inter_broker_listener: str | None, broker_name: str, verbose: int) -> None:
+            inter_broker_listener: str | None, broker_name: str, port_bases: tuple[str, ...], verbose: int) -> None:
     """Enforce Kafka client quotas (KIP-55/124/612) on live traffic to UPSTREAM and serve the quota admin APIs
     (DescribeClientQuotas / AlterClientQuotas) from the quota store. Stops on SIGINT / SIGTERM."""
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        gw = Gateway(parse_hostport(upstream), _listeners(listen), store_path(store), config_path=config_path,
+        gw = Gateway(parse_upstreams(upstream), _listeners(listen), store_path(store), config_path=config_path,
                      admin_principals=frozenset(admins) if admins else None, event_log=event_log,
-                     metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name)
+                     metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name,
+                     broker_port_base=_port_bases(port_bases))
     except (QuotaflowError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     loop = new_event_loop()
@@ -88,7 +104,12 @@ async def _run(gw: Gateway) -> None:
         parts = [f"{name}={host}:{port}" for name, (host, port) in gw.addresses.items()]
         if gw.metrics_address is not None:
             parts.append(f"metrics=http://{gw.metrics_address[0]}:{gw.metrics_address[1]}")
-        click.echo(f"quotaflow gateway ready: {' '.join(parts)} upstream={gw.upstream[0]}:{gw.upstream[1]}")
+        parts.append("upstream=" + ",".join(f"{host}:{port}" for host, port in gw.upstreams))
+        # each upstream node's gateway port per listener: NAME.NODE=HOST:PORT (more appear as brokers join; see
+        # /brokers on the metrics port)
+        for name, nodes in gw.node_addresses.items():
+            parts += [f"{name}.{node}={host}:{port}" for node, (host, port) in sorted(nodes.items())]
+        click.echo(f"quotaflow gateway ready: {' '.join(parts)}")
         sys.stdout.flush()
         await stop.wait()
     finally:

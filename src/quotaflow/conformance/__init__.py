@@ -1,4 +1,4 @@
-"""Conformance runner: replays Kafka's reference vectors (SPEC §12) through quotaflow and compares exactly.
+"""Conformance runner: replays Kafka's reference vectors through quotaflow and compares exactly.
 
 ``python -m quotaflow.conformance DIR [--modes rate,client,conn,sanitizer] [--engine python|spark]``. One module
 per mode (``rate``, ``client``, ``conn``, ``sanitizer``), each exposing

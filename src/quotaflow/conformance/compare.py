@@ -1,4 +1,4 @@
-"""SPEC §12 comparison rules: throttle, window, tags and decisions exact; rates within 1e-6 relative."""
+"""The reference vectors' comparison rules: throttle, window, tags and decisions exact; rates within 1e-6 relative."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conformance replay of ``conn`` vectors (SPEC §12 mode ``conn``): args ``samples windowSec interBroker|-``.
+"""Conformance replay of ``conn`` vectors (mode ``conn``): args ``samples windowSec interBroker|-``.
 
 Parses the input rows into engine events, replays them through
 :class:`~quotaflow.engine.conn_acceptor.AcceptorSimulation`, and renders the expected.csv rows and the final

@@ -37,7 +37,7 @@ def mode_runner(mode: str, engine: str) -> ModeRunner:
     """The ``run`` function for a mode; raises LookupError with a reason when it does not exist."""
     if engine == "spark" and mode not in PYTHON_ONLY_MODES:
         try:
-            spark = importlib.import_module("quotaflow.pipeline.conformance_spark")
+            spark = importlib.import_module("quotaflow.conformance.spark")
         except ModuleNotFoundError as e:
             raise LookupError(f"engine spark unavailable ({e.name} not found)") from e
         run_spark: Callable[[str, str, list[str], Path], Output] = spark.run

@@ -1,25 +1,44 @@
-"""Errors as types.
+"""Errors as types: every error quotaflow raises on purpose is a :class:`QuotaflowError`.
+
+Catch the branch you can act on; a Kafka error carries its protocol code (``errno``) and name, so a server answers
+with it and a client turns a code back into its class (:func:`for_code`). A lower layer's own exceptions (``OSError``,
+``sqlite3.Error``, kafka-python's decode errors, Arrow's) are mapped into this tree where that layer is called,
+with :func:`map_errors`, chained so the cause stays visible. Classes defined outside this module are noted with it.
 
     QuotaflowError
-    ├── KafkaError                      one class per Kafka error code (``errno``), registry ``for_code``
-    │   ├── UnknownServerError          -1  UNKNOWN_SERVER_ERROR
-    │   ├── ClusterAuthorizationFailedError 31 CLUSTER_AUTHORIZATION_FAILED
-    │   ├── UnsupportedSaslMechanismError 33 UNSUPPORTED_SASL_MECHANISM
-    │   ├── IllegalSaslStateError       34  ILLEGAL_SASL_STATE
-    │   ├── UnsupportedVersionError     35  UNSUPPORTED_VERSION
-    │   ├── InvalidConfigurationError   40  INVALID_CONFIG
-    │   ├── InvalidRequestError         42  INVALID_REQUEST
-    │   ├── SaslAuthenticationFailedError 58 SASL_AUTHENTICATION_FAILED
-    │   └── ThrottlingQuotaExceededError 89 THROTTLING_QUOTA_EXCEEDED
-    ├── CommandError                    a CLI argument error (kafka-configs.sh's IllegalArgumentException)
-    ├── StoreError                      the quota store cannot be opened or migrated
-    └── ConnectionQuotaError            connection admission refused by the connection-quota engine
-        ├── ConnectionThrottledError    "<ip> throttled for <ms>" (KIP-612 per-IP rate)
-        └── TooManyConnectionsError     "Too many connections from <ip> (maximum = <n>)"
+    ├── KafkaError                          one class per Kafka error code (``errno``), registry ``for_code``
+    │   ├── UnknownServerError              -1  UNKNOWN_SERVER_ERROR (and any code not modelled)
+    │   ├── ClusterAuthorizationFailedError 31  CLUSTER_AUTHORIZATION_FAILED
+    │   ├── UnsupportedSaslMechanismError   33  UNSUPPORTED_SASL_MECHANISM
+    │   ├── IllegalSaslStateError           34  ILLEGAL_SASL_STATE
+    │   ├── UnsupportedVersionError         35  UNSUPPORTED_VERSION
+    │   ├── InvalidConfigurationError       40  INVALID_CONFIG
+    │   ├── InvalidRequestError             42  INVALID_REQUEST
+    │   ├── SaslAuthenticationFailedError   58  SASL_AUTHENTICATION_FAILED
+    │   │   └── SaslAuthenticationError         a PLAIN message the gateway rejects (gateway.sasl)
+    │   └── ThrottlingQuotaExceededError    89  THROTTLING_QUOTA_EXCEEDED
+    │       └── MutationThrottledError          a strict controller-mutation quota, with its throttle
+    │                                           (engine.controller_mutation)
+    ├── CommandError                        a CLI argument or config file error (kafka-configs.sh's
+    │                                       IllegalArgumentException)
+    ├── StoreError                          the quota store cannot be opened, read or migrated
+    ├── BrokerConnectionError               the admin client's gateway/broker is unreachable or not speaking Kafka
+    ├── ConnectionClosed                    the gateway stops serving one client connection
+    ├── UpstreamUnavailableError            no upstream broker address accepted a connection (gateway.brokers;
+    │                                       also an OSError)
+    ├── ConnectionQuotaError                connection admission refused by the connection-quota engine
+    │   ├── ConnectionThrottledError        "<ip> throttled for <ms>" (KIP-612 per-IP rate)
+    │   └── TooManyConnectionsError         "Too many connections from <ip> (maximum = <n>)"
+    ├── EventsInputError                    an events directory is missing or unreadable (events)
+    ├── EventLogError                       the gateway's event log is closed or its writer failed (gateway.eventlog)
+    ├── TansuError                          the test broker did not start (testing.tansu)
+    └── GatewayProcessError                 the gateway child process did not come up (testing.gateway_process)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -46,41 +65,55 @@ class KafkaError(QuotaflowError):
 
 
 class UnknownServerError(KafkaError):
+    """UNKNOWN_SERVER_ERROR: an unexpected server failure, and every error code quotaflow does not model."""
+
     errno = -1
     name = "UNKNOWN_SERVER_ERROR"
 
 
 class ClusterAuthorizationFailedError(KafkaError):
+    """CLUSTER_AUTHORIZATION_FAILED: the principal may not alter quotas (ALTER_CONFIGS on the cluster)."""
+
     errno = 31
     name = "CLUSTER_AUTHORIZATION_FAILED"
     description = "Cluster authorization failed."
 
 
 class UnsupportedSaslMechanismError(KafkaError):
+    """UNSUPPORTED_SASL_MECHANISM: the client asked for a mechanism other than PLAIN."""
+
     errno = 33
     name = "UNSUPPORTED_SASL_MECHANISM"
     description = "The broker does not support the requested SASL mechanism."
 
 
 class IllegalSaslStateError(KafkaError):
+    """ILLEGAL_SASL_STATE: a SASL request out of order (e.g. SaslAuthenticate before SaslHandshake)."""
+
     errno = 34
     name = "ILLEGAL_SASL_STATE"
     description = "Request is not valid given the current SASL state."
 
 
 class UnsupportedVersionError(KafkaError):
+    """UNSUPPORTED_VERSION: an API or API version one side does not speak."""
+
     errno = 35
     name = "UNSUPPORTED_VERSION"
     description = "The version of API is not supported."
 
 
 class InvalidConfigurationError(KafkaError):
+    """INVALID_CONFIG: a quota or broker config value Kafka would reject."""
+
     errno = 40
     name = "INVALID_CONFIG"
     description = "Configuration is invalid."
 
 
 class InvalidRequestError(KafkaError):
+    """INVALID_REQUEST: a malformed request, or one Kafka rejects as a whole (e.g. an unknown entity type)."""
+
     errno = 42
     name = "INVALID_REQUEST"
     description = (
@@ -90,12 +123,16 @@ class InvalidRequestError(KafkaError):
 
 
 class SaslAuthenticationFailedError(KafkaError):
+    """SASL_AUTHENTICATION_FAILED: bad credentials or a malformed SASL message."""
+
     errno = 58
     name = "SASL_AUTHENTICATION_FAILED"
     description = "SASL Authentication failed."
 
 
 class ThrottlingQuotaExceededError(KafkaError):
+    """THROTTLING_QUOTA_EXCEEDED: a controller-mutation quota (KIP-599) rejected the request."""
+
     errno = 89
     name = "THROTTLING_QUOTA_EXCEEDED"
     description = "The throttling quota has been exceeded."
@@ -152,6 +189,15 @@ class StoreError(QuotaflowError):
     """The quota store cannot be opened, read or migrated."""
 
 
+class BrokerConnectionError(QuotaflowError):
+    """The gateway or broker an admin client talks to could not be reached, closed the connection, or did not speak
+    Kafka (or its ``/resolve`` endpoint answered something else)."""
+
+
+class ConnectionClosed(QuotaflowError):
+    """Stop serving this connection (protocol violation, oversize frame, peer gone); the gateway serves the rest."""
+
+
 class ConnectionQuotaError(QuotaflowError):
     """A connection the connection-quota engine will not admit."""
 
@@ -177,3 +223,25 @@ class TooManyConnectionsError(ConnectionQuotaError):
         super().__init__(f"Too many connections from /{ip} (maximum = {maximum})")
         self.ip = ip
         self.maximum = maximum
+
+
+@contextmanager
+def map_errors(mapping: Mapping[type[BaseException], type[QuotaflowError]], prefix: str = "") -> Iterator[None]:
+    """Re-raise a lower layer's exception as the quotaflow error it maps to, chained (``raise ... from``).
+
+    The first entry whose type matches wins, so list specific types before general ones; the new error's message
+    is ``prefix`` + the original's. An error already in the tree is only mapped by an entry that names a type of
+    the tree (``{InvalidRequestError: ConnectionClosed}``), never by a general one such as ``Exception``; anything
+    the mapping does not match passes through untouched::
+
+        with map_errors({sqlite3.Error: StoreError}, f"cannot open quota store {path}: "):
+            conn = sqlite3.connect(path)
+    """
+    try:
+        yield
+    except Exception as e:
+        ours = isinstance(e, QuotaflowError)
+        for source, target in mapping.items():
+            if isinstance(e, source) and (not ours or issubclass(source, QuotaflowError)):
+                raise target(f"{prefix}{e}") from e
+        raise

@@ -1,4 +1,4 @@
-"""DescribeClientQuotas filters exactly as KRaft's ``ClientQuotasImage.describe`` (SPEC §8.4).
+"""DescribeClientQuotas filters exactly as KRaft's ``ClientQuotasImage.describe``.
 
 A filter is a list of components (exact name / default / any specified name, the default included) plus
 ``strict``. Unlike alter errors, a filter error fails the whole request; an unknown entity type is

@@ -1,4 +1,4 @@
-"""Java ``Double.toString`` for quota values, so CLI output reads as kafka-configs.sh prints it (SPEC §10).
+"""Java ``Double.toString`` for quota values, so CLI output reads as kafka-configs.sh (``ConfigCommand``) prints it.
 
 Java prints the shortest decimal that round-trips (JDK 19+, the same digits as Python's ``repr``), as a plain
 decimal when ``1e-3 <= |x| < 1e7`` and in computerized scientific notation otherwise: ``1024.0``, ``12.3``,

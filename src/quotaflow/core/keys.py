@@ -1,4 +1,4 @@
-"""Dynamic quota keys (SPEC §1): their ConfigDef types, the entity types they apply to, unlimited sentinels."""
+"""Dynamic quota keys (Kafka's ``QuotaConfig``): ConfigDef types, the entity types they apply to, unlimited values."""
 
 from __future__ import annotations
 

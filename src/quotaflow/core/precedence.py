@@ -1,4 +1,5 @@
-"""KIP-55 precedence and quota-ids (SPEC §4.1, §4.2, §4.4), over any map of configured (user, client-id) parts.
+"""KIP-55 precedence and quota-ids (Kafka's ``ClientQuotaManager`` metric tags), over any map of configured
+(user, client-id) parts.
 
 Names are opaque here: the engine keys its overrides by *sanitized* user (as Kafka does), so the tags it gets back
 are sanitized too. ``resolve`` in :mod:`quotaflow.admin` does the same over the store.

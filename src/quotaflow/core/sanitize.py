@@ -1,4 +1,4 @@
-"""Entity-name sanitization exactly as Kafka's ``Sanitizer`` (SPEC §9).
+"""Entity-name sanitization exactly as Kafka's ``Sanitizer``.
 
 User principals are URL-encoded wherever Kafka keys quotas by user (override map, ``user`` metric tag, entity
 paths); client-ids stay raw. ``jmx_sanitize`` is what JMX object names carry.

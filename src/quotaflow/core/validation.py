@@ -1,4 +1,4 @@
-"""AlterClientQuotas validation exactly as KRaft's ``ClientQuotaControlManager`` (SPEC §8.3).
+"""AlterClientQuotas validation exactly as KRaft's ``ClientQuotaControlManager``.
 
 Every check raises the Kafka error type with Kafka's exact message (the "shouldnot" typo included), so callers turn
 it into the per-entity ``ApiError``. Maps are walked in Java ``HashMap`` order because the *first* failing check is

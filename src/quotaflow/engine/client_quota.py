@@ -1,4 +1,4 @@
-"""``ClientQuotaManager`` (KIP-55 / KIP-124 / KIP-599, SPEC §4–§6): one instance per :class:`QuotaType`.
+"""``ClientQuotaManager`` (KIP-55 / KIP-124 / KIP-599): one instance per :class:`QuotaType`.
 
 Who shares a quota is decided by the quota-id tags (``core.precedence.quota_tags`` over the override map, keyed by
 *sanitized* user and raw client-id, driven by the ``quotaTypesEnabled`` mask); each quota-id has one quota sensor
@@ -342,7 +342,7 @@ class ClientQuotaManager:
 
     # -- metrics ------------------------------------------------------------------------------------------------------
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
-        """Kafka-named metrics (SPEC §4.3). Reading purges expired samples, as a JMX read does."""
+        """Kafka-named metrics (docs/metrics.md). Reading purges expired samples, as a JMX read does."""
         qt = self.quota_type
         group = qt.group
         for qid, sensor in list(self._sensors.items()):

@@ -1,4 +1,4 @@
-"""Deterministic replay of Kafka's acceptors over a :class:`ConnectionQuotas` (SPEC §12 mode ``conn``).
+"""Deterministic replay of Kafka's acceptors over a :class:`ConnectionQuotas` (the conformance mode ``conn``).
 
 One acceptor per listener handles its connections FIFO. A connection is processed at
 ``max(arrival, acceptor free time)``: the broker/listener rates are recorded then, the acceptor blocks for the

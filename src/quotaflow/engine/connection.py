@@ -1,4 +1,4 @@
-"""KIP-612 connection quotas: Kafka's ``ConnectionQuotas`` (SPEC §7) as pure state, time passed in.
+"""KIP-612 connection quotas: Kafka's ``ConnectionQuotas`` as pure state, time passed in.
 
 Three creation-rate levels share one :class:`~quotaflow.engine.rate.Rate` kernel: broker-wide
 (``max.connection.creation.rate``), per listener (``listener.name.<l>.max.connection.creation.rate``) and per client
@@ -18,7 +18,6 @@ The acceptor drives it in two steps, as Kafka's ``inc`` does around its wait::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -27,13 +26,11 @@ from quotaflow.core.errors import ConnectionThrottledError, InvalidConfiguration
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.rate import Rate, to_int32
+from quotaflow.engine.stats import Avg
 
 GROUP: Final = "socket-server-metrics"
 ACCEPTOR_GROUP: Final = "Acceptor"
 IP_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
-# The broker's MetricConfig defaults (metrics.num.samples, metrics.sample.window.ms) used by the throttle-time Avgs.
-METRIC_SAMPLES: Final = 2
-METRIC_WINDOW_MS: Final = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,27 +46,6 @@ class ConnectionQuotaConfig:
     max_connections_per_ip: int = INT_MAX
     max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
     inter_broker_listener: str | None = None
-
-
-class Avg:
-    """Kafka's ``Avg`` SampledStat: windowed sum / windowed event count; NaN with no events.
-
-    Built from two ``Rate`` kernels recorded at identical times, so both roll and purge identically and no
-    windowing logic is duplicated."""
-
-    __slots__ = ("_count", "_sum")
-
-    def __init__(self, samples: int = METRIC_SAMPLES, window_ms: int = METRIC_WINDOW_MS) -> None:
-        self._sum = Rate(samples, window_ms)
-        self._count = Rate(samples, window_ms)
-
-    def record(self, value: float, now_ms: int) -> None:
-        self._sum.record(value, now_ms)
-        self._count.record(1.0, now_ms)
-
-    def measure(self, now_ms: int) -> float:
-        count = self._count.total(now_ms)
-        return math.nan if count == 0 else self._sum.total(now_ms) / count
 
 
 @dataclass(slots=True)
@@ -153,7 +129,7 @@ class ConnectionQuotas:
         except KeyError:
             raise KeyError(f"listener {listener!r} is not registered") from None
 
-    # -- reconfiguration (SPEC §7.3) -------------------------------------------------------------------------------
+    # -- reconfiguration (updateMaxConnectionRate, updateIpConnectionRateQuota) ----------------------------------------
     def update_broker_max_connection_rate(self, rate: int) -> None:
         """``updateBrokerMaxConnectionRate``: replace the bound, keep the samples."""
         if rate < 0:
@@ -219,7 +195,7 @@ class ConnectionQuotas:
             self.update_listener_max_connections(listener, maxes.get(listener))
         self.update_max_connections_per_ip(cfg.max_connections_per_ip, cfg.max_connections_per_ip_overrides)
 
-    # -- the per-connection algorithm (SPEC §7.2) --------------------------------------------------------------
+    # -- the per-connection algorithm (ConnectionQuotas.inc) -----------------------------------------------------------
     def _record_and_throttle(self, rate: Rate, now_ms: int) -> int:
         return to_int32(rate.record_and_throttle(1.0, now_ms, self.max_throttle_ms))
 
@@ -305,7 +281,7 @@ class ConnectionQuotas:
     def listener_count(self, listener: str) -> int:
         return self._listener(listener).count
 
-    # -- metrics (SPEC §7.1) -------------------------------------------------------------------------------------
+    # -- metrics (socket-server-metrics) -------------------------------------------------------------------------------
     def ip_rate_bound(self, ip: str) -> float | None:
         """The bound of the IP's rate metric, None when the metric does not exist (never recorded)."""
         sensor = self._ip_sensors.get(ip)

@@ -1,4 +1,4 @@
-"""Per-request controller-mutation quotas (KIP-599, SPEC §4.6, §6): strict, permissive, unbounded.
+"""Per-request controller-mutation quotas (KIP-599, ``ControllerMutationQuotaManager``): strict, permissive, unbounded.
 
 CreateTopics / CreatePartitions / DeleteTopics get a quota object from
 :meth:`~quotaflow.engine.client_quota.ClientQuotaManager.new_controller_mutation_quota` and call ``record`` once per

@@ -1,4 +1,4 @@
-"""Which requests the request quota never throttles (SPEC §5), as data.
+"""Which requests the request quota never throttles (KIP-124, ``ClientRequestQuotaManager``), as data.
 
 Exempt requests are recorded into ``exempt-request-time`` instead of the client's ``request-time``.
 """

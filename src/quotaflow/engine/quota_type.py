@@ -1,4 +1,4 @@
-"""The four client-quota types (SPEC §4 table): Kafka's metric group, quota metric name and the key each applies."""
+"""Kafka's four client-quota types (``QuotaType``): the metric group, quota metric name and the key each applies."""
 
 from __future__ import annotations
 

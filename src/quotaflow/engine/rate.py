@@ -1,4 +1,4 @@
-"""Kafka's windowed ``Rate`` over a ``WindowedSum`` (SPEC §2.2–§2.3) and the throttle formulas (SPEC §3).
+"""Kafka's windowed ``Rate`` over a ``WindowedSum`` and the throttle formulas of ``QuotaUtils``.
 
 Kafka 3.8+ semantics: up to ``samples + 1`` samples (one overlapping), purge by each sample's last event time,
 the window padded to ``samples - 1`` whole windows, at least 1 ms. One instance is the whole per-quota-id state;

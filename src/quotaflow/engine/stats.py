@@ -1,20 +1,29 @@
 """The other metrics-library stats quota managers use: ``Avg`` (throttle-time), ``CumulativeSum`` (queue-size).
 
 ``Avg`` is a sampled stat with exactly ``Rate``'s windowing (samples + 1, purge by last event) whose reading is
-sum / event count over the kept samples, NaN when there are no events (SPEC §2.2, Kafka ``Avg.combine``).
+sum / event count over the kept samples, NaN when there are no events (Kafka's ``Avg.combine``).
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from quotaflow.engine.rate import Rate
+
+# The broker's MetricConfig defaults (metrics.num.samples, metrics.sample.window.ms): the throttle-time Avgs use them.
+METRIC_SAMPLES: Final = 2
+METRIC_WINDOW_MS: Final = 30_000
 
 
 class Avg(Rate):
-    """Kafka ``Avg`` over a ``SampledStat``; defaults are ``MetricConfig``'s (2 samples × 30 s)."""
+    """Kafka ``Avg`` over a ``SampledStat``; defaults are ``MetricConfig``'s (2 samples × 30 s).
+
+    One list of samples carries both the sum and the event count, so a read's purge resets both together (two
+    ``Rate`` objects for sum and count drift apart when a read purges one and short-cuts the other)."""
 
     __slots__ = ("_count",)
 
-    def __init__(self, samples: int = 2, window_ms: int = 30_000) -> None:
+    def __init__(self, samples: int = METRIC_SAMPLES, window_ms: int = METRIC_WINDOW_MS) -> None:
         super().__init__(samples, window_ms, None)
         self._count: list[int] = []
 

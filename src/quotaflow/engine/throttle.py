@@ -1,4 +1,4 @@
-"""How several managers' throttles combine into the one a response carries (SPEC §4.6, KafkaApis).
+"""How several managers' throttles combine into the one a response carries (``KafkaApis``).
 
 Produce records bandwidth first, then request time (none for acks=0, which is exempt); fetch records request time
 first, then bandwidth, and un-records the fetch bytes when the response is throttled (an empty response is sent).

@@ -1,4 +1,4 @@
-"""Kafka's ``TokenBucket`` (KIP-599, SPEC §2.5) for ``controller_mutation_rate``.
+"""Kafka's ``TokenBucket`` (KIP-599) for ``controller_mutation_rate``.
 
 ``burst = samples × windowSeconds × quota``; refilled at ``quota`` tokens per second, capped at the burst. Kafka's
 state starts at ``tokens = 0, lastUpdateMs = 0`` so that with epoch timestamps the first refill fills the bucket;

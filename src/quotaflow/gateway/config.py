@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from quotaflow.brokerconfig import parse_properties
-from quotaflow.core.errors import CommandError
+from quotaflow.core.errors import CommandError, map_errors
 
 SOCKET_REQUEST_MAX_BYTES: Final = "socket.request.max.bytes"
 CONNECTIONS_MAX_IDLE_MS: Final = "connections.max.idle.ms"
@@ -98,8 +98,6 @@ def parse_security_protocol_map(raw: str) -> dict[str, str]:
 
 def read_properties(path: str | Path) -> dict[str, str]:
     """A ``server.properties``-style file, parsed as Java properties (``quotaflow.brokerconfig``)."""
-    try:
+    with map_errors({OSError: CommandError}, f"cannot read config file {path}: "):
         text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise CommandError(f"cannot read config file {path}: {e}") from e
     return parse_properties(text)

@@ -28,14 +28,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import InvalidRequestError
+from quotaflow.core.errors import ConnectionClosed, InvalidRequestError
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.gateway.brokers import broker_key
 from quotaflow.gateway.config import SASL_PLAINTEXT
 from quotaflow.gateway.mutations import TopicQuotaDecision
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
 
 if TYPE_CHECKING:
+    from quotaflow.gateway.enforcement import Enforcement
     from quotaflow.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
@@ -44,10 +46,6 @@ SASL_AUTHENTICATION_FAILED: Final = 58
 UNSUPPORTED_SASL_MECHANISM: Final = 33
 ILLEGAL_SASL_STATE: Final = 34
 _RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
-
-
-class ConnectionClosed(Exception):
-    """Stop serving this connection (protocol violation, oversize frame, peer gone)."""
 
 
 @dataclass(slots=True)
@@ -70,8 +68,11 @@ class Pending:
 
 class ClientConnection:
     def __init__(self, gateway: Gateway, listener: str, client_ip: str, client_port: int,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
         self.gateway = gateway
+        self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
+        self.broker = broker_key(node, gateway.broker)  # whose quotas apply: known once the upstream is connected
+        self.enforcement: Enforcement
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -98,12 +99,14 @@ class ClientConnection:
 
     async def serve(self) -> None:
         try:
+            assert self.gateway.brokers is not None
             try:
-                self._upstream_reader, self._upstream_writer = await asyncio.open_connection(
-                    *self.gateway.upstream, limit=self.gateway.stream_limit)
+                self._upstream_reader, self._upstream_writer, node = await self.gateway.brokers.connect(self.node)
             except OSError as e:
-                log.warning("upstream %s:%s unreachable for %s: %s", *self.gateway.upstream, self.client_ip, e)
+                log.warning("upstream unreachable for %s: %s", self.client_ip, e)
                 return
+            self.broker = broker_key(node, self.gateway.broker)
+            self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
             tasks = [asyncio.ensure_future(t) for t in (self._read_client(), self._read_upstream(),
                                                           self._write_client())]
             try:
@@ -201,7 +204,7 @@ class ClientConnection:
                 pending.acks = protocol.produce_acks(frame, header)
             except InvalidRequestError as e:
                 raise ConnectionClosed(str(e)) from e
-            bandwidth_ms = self.gateway.enforcement.produce_bytes(self.principal, header.client_id or "",
+            bandwidth_ms = self.enforcement.produce_bytes(self.principal, header.client_id or "",
                                                                   pending.request_bytes, now_ms)
             pending.decisions["throttle_ms_produce"] = bandwidth_ms
             if bandwidth_ms > 0:  # read nothing more until this response is sent and its throttle has passed
@@ -226,7 +229,7 @@ class ClientConnection:
     def _mutation_quota(self, frame: bytes, pending: Pending) -> bytes | None:
         """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
         header = pending.header
-        quota = self.gateway.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
+        quota = self.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
                                                         header.api_version, pending.received_ms)
         if quota is None:
             return frame
@@ -242,7 +245,7 @@ class ClientConnection:
     def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
         """Cap ``max_bytes`` to the consumer quota's window (KafkaApis does the same): without it, a response
         larger than the window allows would be throttled, answered empty and re-fetched forever."""
-        cap = self.gateway.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
+        cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
         if cap is None:
             return frame
         try:
@@ -375,7 +378,7 @@ class ClientConnection:
             done = time.thread_time_ns()
             pending.thread_ns += written - start
             pending.network_ns += done - written
-            self.gateway.enforcement.network_time(self.principal, pending.header.client_id or "",
+            self.enforcement.network_time(self.principal, pending.header.client_id or "",
                                                   pending.network_ns, now_ms)
             self.gateway.on_request(self, pending, sent, now_ms)
             if pending.holds_reading:  # the mute (set in _respond) now runs from this response
@@ -398,7 +401,7 @@ class ClientConnection:
         if self._auth_ns:
             pending.network_ns += self._auth_ns
             self._auth_ns = 0
-        enforcement = self.gateway.enforcement
+        enforcement = self.enforcement
         user, client_id = self.principal, header.client_id or ""
         thread_ns = pending.thread_ns + time.thread_time_ns() - start_ns
         d = pending.decisions
@@ -439,7 +442,8 @@ class ClientConnection:
         return _PASS_THROUGH
 
     def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
-        if protocol.max_known_version(key) is None:
+        known = protocol.max_known_version(key)
+        if known is None or version > known:  # forwarded undecoded: the client is muted, not told
             return protocol.SIZE.pack(len(frame)) + frame
         message = protocol.decode_response(frame, key, version)
         if key in REWRITTEN_APIS:

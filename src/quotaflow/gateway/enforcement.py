@@ -79,7 +79,7 @@ class Enforcement:
 
     def request(self, api_key: int, user: str, client_id: str, thread_ns: int, now_ms: int,
                 error_code: int | None = None) -> int:
-        """Any other request: the request quota, unless the request is exempt (SPEC §5)."""
+        """Any other request: the request quota, unless the request is exempt (KIP-124's exemptions)."""
         if is_request_quota_exempt(api_key, error_code=error_code):
             self.managers.request.record_exempt_ns(thread_ns, now_ms)
             return 0
@@ -117,7 +117,7 @@ class Enforcement:
         return mutation, req
 
     def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
-        """Socket-write time, recorded without a check: it only weighs on later decisions (SPEC §5)."""
+        """Socket-write time, recorded without a check: it only weighs on later decisions (KIP-124)."""
         self.managers.request.record_network_time_ns(user, client_id, thread_ns, now_ms)
 
     # -- housekeeping ---------------------------------------------------------------------------------------

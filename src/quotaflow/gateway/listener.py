@@ -46,6 +46,7 @@ class AcceptedConnection:
     client_ip: str
     client_port: int
     accepted_ms: int
+    node: int | None = None  # the upstream node whose gateway port accepted it (None: the listener's own port)
 
 
 Handler: TypeAlias = Callable[[asyncio.StreamReader, asyncio.StreamWriter, AcceptedConnection], Awaitable[None]]
@@ -95,23 +96,32 @@ class QuotaListener:
         self._slot_freed = asyncio.Condition()
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         for name, (host, port) in self._bind.items():
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, port))
-                sock.listen(self._backlog)
-                sock.setblocking(False)
+                self.addresses[name] = self.add_port(name, host, port)
             except OSError:
-                sock.close()
                 await self.close()
                 raise
-            self._sockets.append(sock)
-            bound = sock.getsockname()
-            self.addresses[name] = (bound[0], bound[1])
-            self._acceptors.append(loop.create_task(self._accept_loop(name, sock), name=f"acceptor-{name}"))
+
+    def add_port(self, listener: str, host: str, port: int, node: int | None = None) -> tuple[str, int]:
+        """Bind one more port for ``listener`` (while running) and accept on it; its connections carry ``node``
+        (the upstream broker this port serves, ``gateway.brokers``). Returns the bound address."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(self._backlog)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sockets.append(sock)
+        bound = sock.getsockname()
+        suffix = "" if node is None else f"-node-{node}"
+        self._acceptors.append(asyncio.get_running_loop().create_task(
+            self._accept_loop(listener, sock, node), name=f"acceptor-{listener}{suffix}"))
+        return bound[0], bound[1]
 
     async def close(self) -> None:
         """Stop accepting, close held sockets, cancel the handlers' connections and wait for them."""
@@ -140,7 +150,7 @@ class QuotaListener:
         self._notify_slots()
 
     # -- the acceptor ------------------------------------------------------------------------------------------
-    async def _accept_loop(self, listener: str, sock: socket.socket) -> None:
+    async def _accept_loop(self, listener: str, sock: socket.socket, node: int | None = None) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -150,7 +160,7 @@ class QuotaListener:
                 await asyncio.sleep(0.1)
                 continue
             try:
-                await self._admit(listener, conn, str(addr[0]), int(addr[1]))
+                await self._admit(listener, conn, str(addr[0]), int(addr[1]), node)
             except asyncio.CancelledError:
                 conn.close()
                 raise
@@ -158,7 +168,7 @@ class QuotaListener:
                 log.exception("admitting a connection on %s failed", listener)
                 conn.close()
 
-    async def _admit(self, listener: str, conn: socket.socket, ip: str, port: int) -> None:
+    async def _admit(self, listener: str, conn: socket.socket, ip: str, port: int, node: int | None = None) -> None:
         quotas = self.quotas
         start = self._clock_ms()
         delay = quotas.record_connection_and_get_throttle_ms(listener, start)
@@ -184,7 +194,8 @@ class QuotaListener:
             conn.close()
             return
         self.stats[listener].accepted += 1
-        task = asyncio.get_running_loop().create_task(self._serve(conn, AcceptedConnection(listener, ip, port, now)))
+        accepted = AcceptedConnection(listener, ip, port, now, node)
+        task = asyncio.get_running_loop().create_task(self._serve(conn, accepted))
         self._connections.add(task)
         task.add_done_callback(self._connections.discard)
 

@@ -28,6 +28,7 @@ from quotaflow.core.errors import InvalidRequestError
 
 _HEADER: Final = struct.Struct(">hhih")
 _INT16: Final = struct.Struct(">h")
+INT16: Final = _INT16
 _INT32: Final = struct.Struct(">i")
 SIZE: Final = _INT32
 
@@ -215,7 +216,7 @@ def throttle_of(frame: bytes, api_key: int, version: int) -> int:
 
 
 def empty_fetch_response(frame: bytes, version: int, throttle_ms: int) -> bytes:
-    """SPEC §4.6: a throttled fetch is answered with no data (error NONE, same fetch session), throttle attached."""
+    """As ``KafkaApis``: a throttled fetch gets no data (error NONE, same fetch session), throttle attached."""
     upstream = decode_response(frame, ApiKey.Fetch, version)
     fields: dict[str, Any] = {"throttle_time_ms": max(throttle_ms, int(getattr(upstream, "throttle_time_ms", 0))),
                               "responses": []}

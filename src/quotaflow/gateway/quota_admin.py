@@ -1,10 +1,10 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49) over the wire, answered from the quota store.
 
-The semantics are ``quotaflow.admin``'s (SPEC §8.3/§8.4); this module only translates between kafka-python's decoded
-messages and the admin API, and checks authorization (SPEC §8.2): describe and alter need a principal from the
-configured admin list, else CLUSTER_AUTHORIZATION_FAILED. With no admin list configured every principal is allowed,
-as on a Kafka broker with no authorizer. Store work runs in an executor thread; its CPU time is returned so the
-request quota can charge it.
+The semantics are ``quotaflow.admin``'s (KIP-546, as KRaft implements it); this module only translates between
+kafka-python's decoded messages and the admin API, and checks authorization (as ``KafkaApis``/``ControllerApis`` do):
+describe and alter need a principal from the configured admin list, else CLUSTER_AUTHORIZATION_FAILED. With no admin
+list configured every principal is allowed, as on a Kafka broker with no authorizer. Store work runs in an executor
+thread; its CPU time is returned so the request quota can charge it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def principal_allowed(admins: frozenset[str] | None, principal: str) -> bool:
 
 
 def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:
-    # Kafka decodes the entity list into a HashMap: a repeated type collapses, the last one wins (SPEC §8.1)
+    # Kafka decodes the entity list into a HashMap: a repeated type collapses, the last one wins
     return {e.entity_type: e.entity_name for e in entity_data}
 
 
@@ -92,7 +92,7 @@ class QuotaAdminHandler:
             for e in request.entries
         ]
         if not allowed:
-            # every distinct entity echoed with code 31 and the generic message (SPEC §8.2)
+            # every distinct entity echoed with code 31 and the generic message (``KafkaApis``)
             error = ClusterAuthorizationFailedError()
             seen: dict[frozenset[tuple[str | None, str | None]], RawEntity] = {}
             for a in alterations:

@@ -1,46 +1,43 @@
-"""SASL/PLAIN at the gateway: credential hashing and the PLAIN message (RFC 4616).
+"""SASL/PLAIN at the gateway: the PLAIN message (RFC 4616) checked against the store's credentials.
 
-Passwords are never stored: a credential is a per-user random salt plus PBKDF2-HMAC-SHA512 over many iterations
-(slow on purpose, so a leaked store does not give passwords away cheaply). Verification compares in constant time.
+Credential hashing lives in :mod:`quotaflow.store.credentials` (shared with the console's HTTP Basic sign-in) and is
+re-exported here for existing callers.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import os
 from dataclasses import dataclass
 from typing import Final
 
-from quotaflow.store.base import Credential, QuotaStore
+from quotaflow.core.errors import SaslAuthenticationFailedError
+from quotaflow.store.base import QuotaStore
+from quotaflow.store.credentials import (
+    DEFAULT_ITERATIONS,
+    PBKDF2_ALGORITHM,
+    SALT_BYTES,
+    check_password,
+    hash_password,
+    verify_password,
+)
 
-PBKDF2_ALGORITHM: Final = "sha512"
-DEFAULT_ITERATIONS: Final = 210_000  # OWASP's 2023 recommendation for PBKDF2-HMAC-SHA512
-SALT_BYTES: Final = 16
 PLAIN: Final = "PLAIN"
 ANONYMOUS: Final = "ANONYMOUS"
+__all__ = [
+    "ANONYMOUS",
+    "DEFAULT_ITERATIONS",
+    "PBKDF2_ALGORITHM",
+    "PLAIN",
+    "SALT_BYTES",
+    "PlainMessage",
+    "SaslAuthenticationError",
+    "authenticate_plain",
+    "hash_password",
+    "verify_password",
+]
 
 
-def _derive(password: str, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(PBKDF2_ALGORITHM, password.encode("utf-8"), salt, iterations)
-
-
-def hash_password(user: str, password: str, *, iterations: int = DEFAULT_ITERATIONS) -> Credential:
-    """A new credential for ``user`` with a fresh random salt."""
-    salt = os.urandom(SALT_BYTES)
-    return Credential(user=user, salt=salt, iterations=iterations, hash=_derive(password, salt, iterations))
-
-
-def verify_password(credential: Credential, password: str) -> bool:
-    """True when ``password`` matches; the comparison takes the same time wherever the first difference is."""
-    return hmac.compare_digest(_derive(password, credential.salt, credential.iterations), credential.hash)
-
-
-_DUMMY: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
-
-
-class SaslAuthenticationError(Exception):
-    """The client's PLAIN message was malformed or its credentials did not verify."""
+class SaslAuthenticationError(SaslAuthenticationFailedError):
+    """The client's PLAIN message was malformed or its credentials did not verify (SASL_AUTHENTICATION_FAILED)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +74,6 @@ def authenticate_plain(store: QuotaStore, data: bytes) -> str:
     The message for an unknown user and for a wrong password is the same (Kafka's wording), so a client cannot
     probe which users exist."""
     message = PlainMessage.parse(data)
-    credential = store.get_credential(message.username)
-    # an unknown user still pays for one hash, so response time does not reveal which users exist
-    ok = verify_password(credential or _DUMMY, message.password) and credential is not None
-    if not ok:
+    if not check_password(store, message.username, message.password):
         raise SaslAuthenticationError("Authentication failed: Invalid username or password")
     return message.username

@@ -1,29 +1,33 @@
-"""The gateway: named listeners in front of one upstream broker, quotas from the store, usage events out.
+"""The gateway: named listeners in front of an upstream cluster, quotas from the store, usage events out.
 
 ``Gateway`` is the programmatic entry point (``await start()`` / ``await stop()``, bound ``addresses``); tests, the
 demo and the bench use it in-process, through ``GatewayThread`` from synchronous code, or as the
 ``quotaflow gateway`` subprocess. The front door is the connection-quota listener (KIP-612); every admitted client
-connection gets its own upstream connection (:mod:`quotaflow.gateway.connection`).
+connection gets its own upstream connection (:mod:`quotaflow.gateway.connection`), to the broker whose gateway port
+it came in on (:mod:`quotaflow.gateway.brokers`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from quotaflow.admin import Admin
+from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.errors import CommandError
-from quotaflow.gateway.addresses import AddressMap
+from quotaflow.gateway.addresses import AddressOf
+from quotaflow.gateway.broker_quotas import BrokerQuotas
+from quotaflow.gateway.brokers import Address, BrokerRoutes, Streams, parse_hostport, parse_upstreams
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
-from quotaflow.gateway.enforcement import Enforcement
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.store import open_store
@@ -34,17 +38,10 @@ log = logging.getLogger(__name__)
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
 
 
-def parse_hostport(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
-
 class Gateway:
     def __init__(
         self,
-        upstream: tuple[str, int] | str,
+        upstream: str | Address | Sequence[Address],
         listeners: Mapping[str, tuple[str, int] | str],
         store: QuotaStore | str | Path,
         *,
@@ -55,8 +52,11 @@ class Gateway:
         metrics_port: int | None = None,
         inter_broker_listener: str | None = None,
         broker: str = "gateway",
+        broker_port_base: Mapping[str, int] | None = None,
     ) -> None:
-        self.upstream = parse_hostport(upstream) if isinstance(upstream, str) else upstream
+        self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
+        self.upstream = self.upstreams[0]
+        self.broker_port_base = dict(broker_port_base or {})
         self.listen = {name: parse_hostport(a) if isinstance(a, str) else a for name, a in listeners.items()}
         if not self.listen:
             raise ValueError("at least one listener is required")
@@ -76,7 +76,8 @@ class Gateway:
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
         self.stream_limit = STREAM_LIMIT
-        self.enforcement = Enforcement(self.config)
+        self.broker_quotas = BrokerQuotas(self.config)
+        self.brokers: BrokerRoutes | None = None  # after start
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
@@ -95,7 +96,7 @@ class Gateway:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
-        self.enforcement.load(snapshot)
+        self.broker_quotas.load(snapshot)
         self._store_seq = snapshot.seq
         if self.event_log_dir is not None:
             from quotaflow.gateway.eventlog import EventLog
@@ -109,18 +110,22 @@ class Gateway:
                                        inter_broker_listener=self.inter_broker_listener)
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
+        self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
+                                    port_base=self.broker_port_base)
+        await self.brokers.discover()
         if self.metrics_port is not None:
             await self._start_metrics()
         self._tasks.append(asyncio.create_task(self._poll_store()))
         self._tasks.append(asyncio.create_task(self._housekeeping()))
-        log.info("gateway up: %s -> upstream %s:%s", self.addresses, *self.upstream)
+        log.info("gateway up: %s -> upstream %s", self.addresses, self.brokers.describe())
 
     async def _start_metrics(self) -> None:
         from quotaflow.gateway.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
-                                      sources=[self.enforcement, self.connection_quotas])
+                                      sources=[self.broker_quotas, self.connection_quotas])
         self._metrics.add_json_route("/resolve", self._resolve_route)
+        self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
         self.metrics_address = self._metrics.address
 
@@ -158,7 +163,8 @@ class Gateway:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      accepted: AcceptedConnection) -> None:
         """Serve one admitted connection until it closes (the listener's handler)."""
-        conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer)
+        conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer,
+                                node=accepted.node)
         self.connections.add(conn)
         try:
             await conn.serve()
@@ -170,15 +176,30 @@ class Gateway:
         """Bound port of each listener (after ``start``)."""
         return {name: port for name, (_host, port) in self.addresses.items()}
 
-    def address_map(self, listener: str) -> AddressMap:
-        """One upstream broker: every node id is reached through the listener the client used."""
-        return AddressMap(self.addresses[listener])
+    @property
+    def node_addresses(self) -> dict[str, dict[int, Address]]:
+        """Listener -> upstream node id -> the gateway address serving it (after ``start``; grows as brokers
+        appear). The node served on the listener's own port (a one-broker upstream) is included."""
+        assert self.brokers is not None
+        out = {name: dict(ports) for name, ports in self.brokers.ports.items()}
+        served = self.brokers.bootstrap_node()
+        if served is not None:
+            for name, address in self.addresses.items():
+                out[name][served] = address
+        return out
+
+    def address_map(self, listener: str) -> AddressOf:
+        """How clients on ``listener`` reach each upstream node (learning nodes as responses name them)."""
+        assert self.brokers is not None
+        return functools.partial(self.brokers.gateway_address, listener)
+
+    async def open_upstream(self, address: Address) -> Streams:
+        """A connection to one upstream broker."""
+        return await asyncio.open_connection(*address, limit=self.stream_limit)
 
     # -- resolve (no Kafka API key: JSON on the metrics endpoint) -------------------------------------------
 
     def _resolve_route(self, query: dict[str, list[str]]) -> Any:
-        from quotaflow.cli.wire import resolution_to_json
-
         if "ip" in query:
             return resolution_to_json(self.admin.resolve_ip(query["ip"][0]))
         if "user" not in query and "client-id" not in query:
@@ -193,7 +214,7 @@ class Gateway:
         h = pending.header
         d = pending.decisions
         self._event_log.request({
-            "ts_ms": pending.received_ms, "listener": conn.listener, "user": conn.principal,
+            "ts_ms": pending.received_ms, "broker": conn.broker, "listener": conn.listener, "user": conn.principal,
             "client_id": h.client_id or "", "client_ip": conn.client_ip, "api_key": h.api_key,
             "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
             "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,
@@ -219,7 +240,7 @@ class Gateway:
                 log.exception("polling the quota store failed; retrying")
                 continue
             if changes:
-                self.enforcement.apply_changes(changes)
+                self.broker_quotas.apply_changes(changes)
                 self._store_seq = changes[-1].seq
 
     async def _housekeeping(self) -> None:
@@ -237,7 +258,7 @@ class Gateway:
                     log.info("closing idle connection from %s:%s", conn.client_ip, conn.client_port)
                     conn.close()
             if now - last_tick >= 1.0:
-                self.enforcement.tick(time.time_ns() // 1_000_000)
+                self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now
 
 

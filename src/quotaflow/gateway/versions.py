@@ -1,10 +1,15 @@
 """ApiVersions at the gateway: what the client is told it may send.
 
-The advertised set is the upstream's, cut to what the gateway can decode (kafka-python's generated classes), with
-the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
-store, and SaslHandshake (17) / SaslAuthenticate (36), terminated here. KIP-511: a client asking for a newer
-ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body listing the ApiVersions range, and retries
-with a version from it.
+The advertised set is every API the upstream offers (forwarded as bytes, whether or not kafka-python models it),
+with the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
+store, and SaslHandshake (17) / SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway
+must decode: the address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's
+``max_bytes`` cap and empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what
+kafka-python 3.0.12 decodes; address-bearing versions it does not rewrite are capped below them
+(``addresses.ADDRESS_VERSION_CAPS``); an API with no version free of broker addresses is not offered.
+
+KIP-511: a client asking for a newer ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body
+listing the ApiVersions range, and retries with a version from it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import UnsupportedVersionError
+from quotaflow.gateway import protocol
+from quotaflow.gateway.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
 from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_version
 
 # Served by the gateway itself, whatever the upstream supports: key -> (min, max).
@@ -24,16 +31,21 @@ GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.SaslAuthenticate: (0, 2),
 }
 APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
+# APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
+DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
 
 
 def merge(upstream: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     """(key, min, max) triples to advertise, sorted by key."""
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
-        known = max_known_version(key)
-        if known is None or key in GATEWAY_APIS:
+        if key in GATEWAY_APIS or key in NEVER_OFFERED:
             continue
-        hi = min(hi, known)
+        if key in DECODED_APIS:
+            known = max_known_version(key)
+            hi = min(hi, -1 if known is None else known)
+        if key in ADDRESS_VERSION_CAPS:
+            hi = min(hi, ADDRESS_VERSION_CAPS[key])
         if lo <= hi:
             merged[key] = (lo, hi)
     merged.update(GATEWAY_APIS)
@@ -48,13 +60,25 @@ def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0) 
     """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
     ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
     cls = RESPONSES[ApiKey.ApiVersions]
+    error_code = protocol.INT16.unpack_from(upstream_frame, 4)[0]  # after the v0 header, in every version
+    if error_code != 0:
+        # KIP-511: the upstream does not speak this version and answered with a v0 body naming its own ApiVersions
+        # range; pass that range on, capped to the gateway's, so the client retries with one both speak. A body
+        # that is not v0 (librdkafka's mock cluster writes its own shape) gets one version less, so a client's
+        # retries step down to one the upstream speaks.
+        lo, hi = 0, max(0, min(APIVERSIONS_MAX, version - 1))
+        try:
+            message = cls.decode(upstream_frame, version=0, header=True)
+        except Exception:  # kafka-python raises assorted errors on malformed input
+            message = None
+        if message is not None:
+            for entry in message.api_keys:
+                if entry.api_key == ApiKey.ApiVersions:
+                    lo, hi = entry.min_version, min(entry.max_version, APIVERSIONS_MAX)
+        fallback = cls[0](error_code=error_code, api_keys=[_api_version(cls, ApiKey.ApiVersions, lo, hi)])
+        return encode_response(fallback, 0, protocol.response_correlation_id(upstream_frame))
     message = cls.decode(upstream_frame, version=version, header=True)
     correlation_id = message.header.correlation_id
-    if message.error_code != 0:
-        # the upstream already answered with a v0 fallback body; keep it, capped to what the gateway decodes
-        fallback = cls[0](error_code=message.error_code,
-                          api_keys=[_api_version(cls, ApiKey.ApiVersions, 0, APIVERSIONS_MAX)])
-        return encode_response(fallback, 0, correlation_id)
     triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys])
     message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
     if version >= 1:

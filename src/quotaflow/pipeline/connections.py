@@ -1,4 +1,4 @@
-"""Per-broker connection-acceptor decisions (KIP-612, SPEC §7 / §12) driven through the engine's acceptor replay.
+"""Per-broker connection-acceptor decisions (KIP-612, ``ConnectionQuotas``) driven through the engine's acceptor replay.
 
 The engine's :class:`~quotaflow.engine.conn_acceptor.AcceptorSimulation` replays one broker: its listeners (the
 distinct listeners of that broker's events, registered in name order before the first connection, so the

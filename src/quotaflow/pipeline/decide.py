@@ -5,7 +5,7 @@ next batch of the same partition, so each driver carries that one group's :class
 All work per batch is vectorised; the per-row loop is the kernel's (``decide_groups``).
 
 * Request pass (KIP-124), key (broker, request quota-id): every request records io-thread time ×1e-7 % with a
-  check, then network-thread time without one (same timestamp); exempt requests (SPEC §5) and a disabled manager
+  check, then network-thread time without one (same timestamp); exempt requests (KIP-124) and a disabled manager
   record nothing. Throttle capped at one sample window.
 * Byte pass (KIP-55), key (broker, byte type, quota-id): produce records ``request_bytes``; consumer fetch records
   ``response_bytes`` with the request throttle as floor and un-records when the applied throttle is positive.
@@ -140,7 +140,7 @@ def _keys_at(keys: Sequence[pa.Array | pa.ChunkedArray], i: int) -> tuple[object
 
 def exempt_from_request_quota(api: npt.NDArray[np.int16], acks: npt.NDArray[np.int8],
                                follower: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:  # fmt: skip
-    """SPEC §5 exemptions known from an event: exempt-throttle APIs, follower fetches, produce with acks=0
+    """KIP-124 exemptions known from an event: exempt-throttle APIs, follower fetches, produce with acks=0
     (``acks`` with nulls filled by any value other than 0)."""
     exempt: npt.NDArray[np.bool_] = np.isin(api, _EXEMPT_KEYS) | follower | ((api == PRODUCE_API_KEY) & (acks == 0))
     return exempt

@@ -7,7 +7,7 @@ writes one row per closed window:
 
 * ``produce_bytes``: request bytes of produce requests (api_key 0): what ``producer_byte_rate`` meters;
 * ``fetch_bytes``: response bytes of non-follower fetches (api_key 1): what ``consumer_byte_rate`` meters;
-* ``request_thread_ns``: IO + network thread time of requests the request quota meters (SPEC §5: not follower
+* ``request_thread_ns``: IO + network thread time of requests the request quota meters (KIP-124: not follower
   fetches, not acks=0 produce, not cluster actions); the ``request_percentage`` rate is ``ns × 1e-7 / window s``;
 * ``throttled_requests`` / ``throttle_ms``: what the gateways applied, when their log carries ``throttle_ms``.
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import StoreError
+from quotaflow.core.errors import StoreError, map_errors
 from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
 from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
@@ -51,7 +51,7 @@ class SqliteStore:
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
         self._snapshot_cache: Snapshot | None = None
-        try:
+        with map_errors({sqlite3.Error: StoreError}, f"cannot open quota store {self.path}: "):
             if self.path.parent != Path(""):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(
@@ -61,8 +61,6 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot open quota store {self.path}: {e}") from e
 
     # -- schema -----------------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ class DemoContext:
 
 Stage = Callable[[DemoContext], None]
 
-# One quota at every precedence level (SPEC §4.1), plus connection-rate quotas for ips (KIP-612).
+# One quota at every precedence level (KIP-55), plus connection-rate quotas for ips (KIP-612).
 DEMO_QUOTAS: Final[list[tuple[QuotaEntity, dict[str, float | None]]]] = [
     (QuotaEntity(user="alice", client_id="ingest"), {"producer_byte_rate": 5_000_000.0}),
     (QuotaEntity(user="alice", client_id=DEFAULT), {"producer_byte_rate": 3_000_000.0}),
@@ -144,20 +145,20 @@ PIPELINE_DIR: Final = "pipeline"
 
 def stage_gateway(ctx: DemoContext) -> None:
     """Live traffic: tansu behind the gateway, a throttled and an unthrottled producer, usage events logged."""
-    from quotaflow.gateway import demo_stage
+    from quotaflow.demo import gateway_stage
 
-    summary = demo_stage.run(ctx.out_dir / GATEWAY_DIR, ctx.store_path, console=ctx.console)
+    summary = gateway_stage.run(ctx.out_dir / GATEWAY_DIR, ctx.store_path, console=ctx.console)
     ctx.results["gateway usage events (Parquet)"] = Path(summary["events"])
     ctx.results["gateway log"] = Path(summary["gateway_log"])
 
 
 def stage_backtest_report(ctx: DemoContext) -> None:
     """Spark backtest of the gateway's own event log against the store, then the HTML report."""
-    from quotaflow.pipeline import demo_stage
+    from quotaflow.demo import pipeline_stage
 
     gateway_dir = ctx.out_dir / GATEWAY_DIR
     with ctx.console.status("backtest on Spark (local)") as status:
-        result = demo_stage.run(gateway_dir / "events", ctx.store_path, ctx.out_dir / PIPELINE_DIR,
+        result = pipeline_stage.run(gateway_dir / "events", ctx.store_path, ctx.out_dir / PIPELINE_DIR,
                                 progress=lambda msg: status.update(msg),
                                 broker_config=gateway_dir / "gateway.properties")
     counts = ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items()))
@@ -199,8 +200,30 @@ def main(argv: list[str] | None = None) -> int:
     for what, path in ctx.results.items():
         console.print(f"{what}: {path.resolve()}")
     console.print(f"Try: quotaflow client-quotas --store {store_path} --resolve --names user=alice,client-id=ingest")
+    gateway_cmd, console_cmd = console_commands(store_path, out_dir)
+    console.print("Open the console on the demo's store and backtest. Its Live page watches a gateway: the demo's "
+                  "stopped with it, so start one configured like it in front of your broker (BROKER:9092), then "
+                  "open the URL the console prints:", highlight=False)
+    console.print(f"  {gateway_cmd} &", highlight=False, soft_wrap=True)
+    console.print(f"  {console_cmd}", highlight=False, soft_wrap=True)
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+CONSOLE_GATEWAY_HTTP: Final = ("127.0.0.1", 9193)
+
+
+def console_commands(store_path: Path, out_dir: Path) -> tuple[str, str]:
+    """The gateway (the demo's settings, its store) and the console (that store, the demo's backtest, that
+    gateway's /metrics) to run after the demo. Read-only, so nobody needs to sign in; docs/console.md says how to
+    allow changes."""
+    host, port = CONSOLE_GATEWAY_HTTP
+    gateway = shlex.join([
+        "quotaflow", "gateway", "--upstream", "BROKER:9092", "--listen", "PLAINTEXT=127.0.0.1:9192",
+        "--store", str(store_path), "--config", str(out_dir / GATEWAY_DIR / "gateway.properties"),
+        "--metrics-port", str(port),
+    ])
+    console = shlex.join([
+        "quotaflow", "console", "--store", str(store_path), "--backtests", str(out_dir / PIPELINE_DIR),
+        "--gateway", f"http://{host}:{port}", "--read-only",
+    ])
+    return gateway, console

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from quotaflow.tansu import Tansu, api_versions_probe
+from quotaflow.testing.tansu import Tansu, api_versions_probe
 
 pytestmark = pytest.mark.broker
 

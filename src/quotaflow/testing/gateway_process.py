@@ -13,8 +13,9 @@ from pathlib import Path
 from types import TracebackType
 
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.processes import stop_process
-from quotaflow.tansu import LOOPBACK, api_versions_probe
+from quotaflow.testing.ports import LOOPBACK
+from quotaflow.testing.processes import stop_process
+from quotaflow.testing.tansu import api_versions_probe
 
 _READY = re.compile(r"quotaflow gateway ready: PLAINTEXT=[^\s:]+:(\d+)(?: metrics=http://[^\s:]+:(\d+))?")
 

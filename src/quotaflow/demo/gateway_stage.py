@@ -21,9 +21,9 @@ from rich.table import Table
 from quotaflow.admin import Alteration
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.events import API_PRODUCE, REQUESTS_DIR, read_dataset
-from quotaflow.gateway.process import GatewayProcess
 from quotaflow.gateway.sasl import ANONYMOUS
-from quotaflow.tansu import Tansu
+from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.tansu import Tansu
 
 THROTTLED: Final = "demo-throttled"
 UNTHROTTLED: Final = "demo-unthrottled"
@@ -75,7 +75,7 @@ def _produce_flat_out(bootstrap: str, topic: str, client_id: str, seconds: float
 
 def _set_quotas(gw: GatewayProcess) -> dict[str, Any]:
     """Through the gateway's own quota admin API: a limit for one client, none that binds for the other."""
-    from quotaflow.cli.wire import WireAdmin
+    from quotaflow.admin.wire import WireAdmin
 
     wire = WireAdmin(gw.bootstrap, http_url=gw.http_url)
     try:

@@ -334,7 +334,7 @@ def run_client_vector(vectors_dir: Path, name: str, key: str, admin: Admin) -> l
 
 
 # testQuotaConfigPrecedence (TEST-CASES §3.4): the level of the supplying entity for each of the 25 records,
-# read off the table against the 8-level list of SPEC §4.1.
+# read off the table against KIP-55's 8-level precedence.
 PRECEDENCE_LEVELS = [1, 3, 3, 1, 1, 2, 2, 5, 5, 5, 6, 6, 6, 6, 8, 8, 8, 8, 3, 3, 1, 1, 3, 1, 2]
 
 

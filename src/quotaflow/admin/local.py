@@ -1,12 +1,13 @@
 """The control-plane API over a quota store: describe, alter and resolve client quotas (KIP-546).
 
-* :meth:`Admin.describe` selects entities with a :class:`~quotaflow.core.filters.QuotaFilter` (SPEC §8.4).
-* :meth:`Admin.alter` applies alterations with KRaft's exact per-entity validation and duplicate rules (SPEC §8.3);
-  every entity is all-or-nothing and the whole call is one store transaction.
+* :meth:`Admin.describe` selects entities with a :class:`~quotaflow.core.filters.QuotaFilter` (KRaft's
+  ``ClientQuotasImage.describe``).
+* :meth:`Admin.alter` applies alterations with the exact per-entity validation and duplicate rules of KRaft's
+  ``ClientQuotaControlManager``; every entity is all-or-nothing and the whole call is one store transaction.
 * :meth:`Admin.resolve` answers the question KIP-546 proposed and Kafka never shipped: for a (user, client-id) pair,
-  which quota applies for each key, who supplied it (precedence level 1-8, SPEC §4.1), what it overrides, and the
-  quota-id (metric tags, SPEC §4.2) that decides who shares the bucket. :class:`QuotaIndex` does the same for many
-  pairs over one snapshot.
+  which quota applies for each key, who supplied it (KIP-55's precedence level 1-8), what it overrides, and the
+  quota-id (``ClientQuotaManager``'s metric tags) that decides who shares the bucket. :class:`QuotaIndex` does the
+  same for many pairs over one snapshot.
 
 Anything that offers ``describe`` / ``alter`` / ``resolve`` / ``resolve_ip`` is an :class:`AdminBackend`; the CLIs
 talk to that protocol, so a store-backed :class:`Admin` and a wire client are interchangeable.
@@ -23,7 +24,7 @@ from quotaflow.core.entities import DEFAULT, Name, Part, QuotaEntity
 from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, KafkaError
 from quotaflow.core.filters import QuotaFilter
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
-from quotaflow.core.precedence import ClientKey, candidates, entity_bit, quota_tags
+from quotaflow.core.precedence import ClientKey, candidates, entity_bit, quota_limit, quota_tags
 from quotaflow.core.sanitize import sanitize
 from quotaflow.core.validation import (
     HostResolver,
@@ -137,7 +138,7 @@ class Resolution:
 
 _CLIENT_KEYS: Final = tuple(sorted(CLIENT_QUOTA_KEYS))
 _NOT_TRACKED: Final = {k: ResolvedQuota(k, None, None, None, (), None) for k in _CLIENT_KEYS}
-# quotaLimit(tags) only consults these levels for each shape of the tag pair (SPEC §4.2)
+# quotaLimit(tags) only consults these levels for each shape of the tag pair (``ClientQuotaManager.quotaLimit``)
 _LEVELS_FOR_TAGS: dict[tuple[bool, bool], frozenset[int]] = {
     (True, True): frozenset({1, 2, 4, 5}),
     (True, False): frozenset({3, 6}),
@@ -174,6 +175,11 @@ class QuotaIndex:
     def mask(self, key: str) -> int:
         """``quotaTypesEnabled`` of the quota manager that enforces ``key``."""
         return self._masks[key]
+
+    def quota_for_tags(self, key: str, tag_user: str, tag_client_id: str) -> tuple[QuotaEntity, float] | None:
+        """``quotaLimit(tags)`` for a metric series: the entity and value that quota-id is held to, None when
+        unlimited. ``tag_user`` is sanitized, as the metrics carry it."""
+        return quota_limit(self._overrides[key], tag_user, tag_client_id)
 
     def resolve(self, user: str, client_id: str) -> Resolution:
         """For a connection with principal ``user`` (raw) and ``client_id``: the effective quota of every key."""

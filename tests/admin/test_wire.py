@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from quotaflow.admin import Admin, Alteration
-from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import CommandError
 
-wire = pytest.importorskip("quotaflow.cli.wire")
+wire = pytest.importorskip("quotaflow.admin.wire")
 
 
 def test_sasl_plain_from_a_jaas_line() -> None:
@@ -55,24 +51,10 @@ def test_bootstrap_parsing() -> None:
         wire.parse_bootstrap("localhost")
 
 
-def test_resolve_document_round_trip(tmp_path: Path) -> None:
-    from quotaflow.store import open_store
-
-    admin = Admin(open_store(tmp_path / "q.db"))
-    try:
-        admin.alter(
-            [
-                Alteration.of(QuotaEntity(user="alice"), {"producer_byte_rate": 100.0}),
-                Alteration.of(QuotaEntity(user=DEFAULT, client_id=DEFAULT), {"producer_byte_rate": 50.0}),
-                Alteration.of(QuotaEntity(ip=DEFAULT), {"connection_creation_rate": 3.0}),
-            ]
-        )
-        for resolution in (admin.resolve("alice", "c"), admin.resolve("bob", ""), admin.resolve_ip("10.0.0.1")):
-            assert wire.resolution_from_json(wire.resolution_to_json(resolution)) == resolution
-    finally:
-        admin.close()
-    with pytest.raises(wire.BrokerConnectionError):
-        wire.resolution_from_json({"entity": {"user": "x"}})
+def test_a_malformed_resolve_document_is_a_broker_connection_error() -> None:
+    with pytest.raises(wire.BrokerConnectionError, match="unexpected /resolve document") as info:
+        wire.WireAdmin._resolution({"entity": {"user": "x"}})
+    assert isinstance(info.value.__cause__, KeyError)
 
 
 class FakeBroker:

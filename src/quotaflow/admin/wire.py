@@ -13,7 +13,6 @@ client calls when given ``http_url``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import time
@@ -30,21 +29,20 @@ from kafka.protocol.parser import KafkaProtocol
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from quotaflow import __version__
-from quotaflow.admin import Alteration, AlterResult, Contribution, DescribedEntity, Resolution, ResolvedQuota
-from quotaflow.cli.client_quotas import resolve_json
+from quotaflow.admin.codec import resolution_from_json
+from quotaflow.admin.local import Alteration, AlterResult, DescribedEntity, Resolution
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import (
     ApiError,
+    BrokerConnectionError,
     CommandError,
     InvalidRequestError,
     KafkaError,
-    QuotaflowError,
-    StoreError,
     UnsupportedVersionError,
     for_code,
+    map_errors,
 )
 from quotaflow.core.filters import QuotaFilter
-from quotaflow.gateway.config import read_properties
 
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
@@ -62,13 +60,7 @@ SASL_USERNAME: Final = "sasl.username"  # librdkafka's spelling, accepted as an 
 SASL_PASSWORD: Final = "sasl.password"
 REQUEST_TIMEOUT_MS: Final = "request.timeout.ms"
 HTTP_URL: Final = "quotaflow.http.url"  # the gateway's HTTP endpoint, for --resolve
-COMMAND_CONFIG_META: Final = "quotaflow.command_config"  # where --command-config leaves its value (cli.common)
-COMMAND_CONFIG_ENV: Final = "QUOTAFLOW_COMMAND_CONFIG"
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-class BrokerConnectionError(StoreError):
-    """The gateway (where the quotas live) could not be reached, closed the connection, or did not speak Kafka."""
 
 
 def error_for(code: int, message: str | None) -> KafkaError:
@@ -114,10 +106,8 @@ class KafkaWireConnection:
         self._protocol = KafkaProtocol(client_id=client_id)
         self._blocked_until = 0.0
         self.throttled_ms_total = 0
-        try:
+        with map_errors({OSError: BrokerConnectionError}, f"cannot connect to {host}:{port}: "):
             self._sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as e:
-            raise BrokerConnectionError(f"cannot connect to {host}:{port}: {e}") from e
         try:
             self.versions = self._negotiate()
             if sasl is not None:
@@ -132,26 +122,24 @@ class KafkaWireConnection:
         wait = self._blocked_until - time.monotonic()
         if wait > 0:
             self._sleep(wait)
-        try:
+        where = f"{self.host}:{self.port}"
+        with (
+            map_errors({Exception: BrokerConnectionError}, f"bad response from {where}: "),  # kafka-python's decode
+            map_errors({OSError: BrokerConnectionError}, f"{where}: "),
+        ):
             self._protocol.send_request(request)
             self._sock.sendall(self._protocol.send_bytes())
             deadline = time.monotonic() + self.timeout
             while True:
                 if time.monotonic() > deadline:
-                    raise BrokerConnectionError(f"no response from {self.host}:{self.port} in {self.timeout}s")
+                    raise BrokerConnectionError(f"no response from {where} in {self.timeout}s")
                 data = self._sock.recv(1 << 16)
                 if not data:
-                    raise BrokerConnectionError(f"{self.host}:{self.port} closed the connection")
+                    raise BrokerConnectionError(f"{where} closed the connection")
                 responses = self._protocol.receive_bytes(data)
                 if responses:
                     response = responses[0][1]
                     break
-        except OSError as e:
-            raise BrokerConnectionError(f"{self.host}:{self.port}: {e}") from e
-        except QuotaflowError:
-            raise
-        except Exception as e:  # kafka-python's decode errors: not a Kafka peer, or a broken frame
-            raise BrokerConnectionError(f"bad response from {self.host}:{self.port}: {e}") from e
         throttle_ms = int(getattr(response, "throttle_time_ms", 0) or 0)
         if throttle_ms > 0:
             self.throttled_ms_total += throttle_ms
@@ -254,10 +242,16 @@ class WireAdmin:
         ]
 
     def resolve(self, user: str, client_id: str) -> Resolution:
-        return resolution_from_json(self._get_json("/resolve", {"user": user, "client-id": client_id}))
+        return self._resolution(self._get_json("/resolve", {"user": user, "client-id": client_id}))
 
     def resolve_ip(self, ip: str) -> Resolution:
-        return resolution_from_json(self._get_json("/resolve", {"ip": ip}))
+        return self._resolution(self._get_json("/resolve", {"ip": ip}))
+
+    @staticmethod
+    def _resolution(doc: Any) -> Resolution:
+        with map_errors({KeyError: BrokerConnectionError, TypeError: BrokerConnectionError,
+                         ValueError: BrokerConnectionError}, "unexpected /resolve document: "):
+            return resolution_from_json(doc)
 
     def _get_json(self, path: str, query: Mapping[str, str]) -> Any:
         if self.http_url is None:
@@ -266,13 +260,12 @@ class WireAdmin:
                 "(the gateway's --metrics-port) in the --command-config file"
             )
         url = f"{self.http_url}{path}?{urllib.parse.urlencode(query)}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as e:
-            raise BrokerConnectionError(f"GET {url}: HTTP {e.code}: {e.read().decode(errors='replace')}") from e
-        except (OSError, ValueError) as e:
-            raise BrokerConnectionError(f"GET {url}: {e}") from e
+        with map_errors({OSError: BrokerConnectionError, ValueError: BrokerConnectionError}, f"GET {url}: "):
+            try:
+                with urllib.request.urlopen(url, timeout=self.timeout) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                raise BrokerConnectionError(f"GET {url}: HTTP {e.code}: {e.read().decode(errors='replace')}") from e
 
     def close(self) -> None:
         self.conn.close()
@@ -309,54 +302,3 @@ def from_properties(bootstrap: str, props: Mapping[str, str]) -> WireAdmin:
         except ValueError as e:
             raise CommandError(f"{REQUEST_TIMEOUT_MS} must be a number of milliseconds") from e
     return WireAdmin(bootstrap, sasl=sasl_from_properties(props), http_url=props.get(HTTP_URL), timeout=timeout)
-
-
-def _command_config_path() -> str | None:
-    """``--command-config FILE`` of the running command (``configs`` takes ``$QUOTAFLOW_COMMAND_CONFIG`` only)."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    path = None if ctx is None else ctx.meta.get(COMMAND_CONFIG_META)
-    return path or os.environ.get(COMMAND_CONFIG_ENV) or None
-
-
-def open_backend(bootstrap: str) -> WireAdmin:
-    """The ``--bootstrap-server`` backend of ``quotaflow configs`` / ``client-quotas`` (see cli.common)."""
-    path = _command_config_path()
-    return from_properties(bootstrap, read_properties(path) if path else {})
-
-
-# -- the /resolve document --------------------------------------------------------------------------------------
-
-
-def _entity_from(doc: Mapping[str, str | None] | None) -> QuotaEntity | None:
-    return None if doc is None else QuotaEntity.from_wire(doc)
-
-
-def resolution_to_json(resolution: Resolution) -> dict[str, object]:
-    """The ``/resolve`` document the gateway serves: what ``client-quotas --resolve --output json`` prints."""
-    return resolve_json(resolution)
-
-
-def resolution_from_json(doc: Mapping[str, Any]) -> Resolution:
-    """A :class:`Resolution` from the JSON document ``client-quotas --resolve --output json`` prints
-    (:func:`resolution_to_json`), which the gateway serves at ``/resolve``."""
-    try:
-        entity = QuotaEntity.from_wire(doc["entity"])
-        quotas = {
-            key: ResolvedQuota(
-                key=key,
-                value=None if q["value"] is None else float(q["value"]),
-                entity=_entity_from(q["entity"]),
-                level=q["level"],
-                overridden=tuple(
-                    Contribution(int(c["level"]), QuotaEntity.from_wire(c["entity"]), float(c["value"]))
-                    for c in q["overridden"]
-                ),
-                quota_id=q["quota_id"],
-            )
-            for key, q in doc["quotas"].items()
-        }
-        return Resolution(entity, int(doc["seq"]), quotas)
-    except (KeyError, TypeError, ValueError) as e:
-        raise BrokerConnectionError(f"unexpected /resolve document: {e}") from e

@@ -1,0 +1,5 @@
+"""``python -m quotaflow.demo``."""
+
+from quotaflow.demo.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""Real-browser plumbing for the console tests: the app served by uvicorn on a thread, Debian's chromium driven
+by Playwright (never a downloaded browser), and screenshots kept for a person to look at."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SCREENSHOTS_ENV = "QUOTAFLOW_SCREENSHOTS"  # a directory to keep the pages' screenshots in
+
+
+@contextmanager
+def serve(app: Starlette) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port; yields its URL, stops the server on exit."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the console did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+@contextmanager
+def browser(credentials: tuple[str, str] | None = None) -> Iterator[Any]:
+    """A fresh chromium profile (its own --user-data-dir); HTTP Basic answered with ``credentials`` when given."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} not found: `make setup` installs Debian's chromium (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="qf-chromium-") as profile, sync_playwright() as p:
+        kwargs: dict[str, Any] = {"viewport": {"width": 1300, "height": 900}}
+        if credentials is not None:
+            kwargs["http_credentials"] = {"username": credentials[0], "password": credentials[1]}
+        context = p.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, **kwargs
+        )
+        context.set_default_timeout(20_000)
+        errors: list[str] = []
+        context.on("weberror", lambda e: errors.append(str(e.error)))
+        try:
+            yield context
+        finally:
+            context.close()
+        assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def screenshot(page: Any, tmp_path: Path, name: str) -> Path:
+    """Full-page PNG in the test's directory, and in ``$QUOTAFLOW_SCREENSHOTS`` when set."""
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    keep = os.environ.get(SCREENSHOTS_ENV)
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        (Path(keep) / path.name).write_bytes(path.read_bytes())
+    assert path.stat().st_size > 10_000, "an empty page"
+    return path

@@ -1,0 +1,184 @@
+"""Imports point inward only: every import in src/quotaflow, importlib strings followed, against the layer order.
+
+Layers, lowest first; a module may import its own package and any package on a lower layer, never one on its
+own layer (sideways) or above (up). ``quotaflow/__init__.py`` (the version) is below everything. On top of the
+order, the graph of what loads what (imports inside functions included) has no cycle, inside a package either.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import quotaflow
+
+SRC: Final = Path(quotaflow.__file__).parent
+ROOT: Final = "quotaflow"
+
+# lowest first; packages and top-level modules of src/quotaflow. A new one must be placed here (see the test below).
+LAYERS: Final[tuple[frozenset[str], ...]] = (
+    frozenset({"core"}),
+    frozenset({"engine"}),
+    frozenset({"store"}),
+    frozenset({"admin", "events", "brokerconfig"}),
+    frozenset({"gateway", "pipeline", "console"}),
+    frozenset({"cli"}),
+    frozenset({"conformance"}),
+    frozenset({"testing"}),  # the broker/gateway process harness of tests, bench and the demo
+    frozenset({"demo"}),  # runs real brokers and gateways through testing/
+)
+LAYER_OF: Final = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+_MODULE_PATH: Final = re.compile(r"quotaflow(?:\.\w+)+")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: Final = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _existing(name: str) -> str | None:
+    """The longest prefix of a dotted name that is a quotaflow module (``pkg.mod.attr`` -> ``pkg.mod``)."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks (annotations only, never executed)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            inside |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return inside
+
+
+def imports_of(module: str) -> Iterator[tuple[int, str, bool]]:
+    """(line, imported quotaflow module, loads it) for every import statement and every module path in a string
+    literal (``importlib.import_module("quotaflow.x")``, ``"quotaflow.cli.report:report"``, f-string prefixes).
+
+    ``loads it`` is False for ``TYPE_CHECKING`` imports and for an f-string prefix (``f"quotaflow.conformance.{m}"``
+    names some module of that package, not its ``__init__``): both count for the layers, not for load cycles."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = _type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        loads = id(node) not in typing_only
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            targets = [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = _MODULE_PATH.fullmatch(node.value.partition(":")[0])
+            targets = [m.group(0)] if m else []
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            prefix = str(node.values[0].value)
+            m = _MODULE_PATH.fullmatch(prefix.rstrip("."))
+            targets = [m.group(0)] if m and prefix.endswith(".") else []
+            loads = False
+        for target in targets:
+            found = _existing(target) if target.startswith(ROOT + ".") else None
+            if found is not None and found != module:
+                yield getattr(node, "lineno", 0), found, loads
+
+
+def area(module: str) -> str:
+    """``quotaflow.gateway.server`` -> ``gateway``; ``quotaflow.events`` -> ``events``; the root -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_area_has_a_layer() -> None:
+    areas = {area(m) for m in MODULES} - {""}
+    assert not areas - set(LAYER_OF), f"place these in LAYERS: {sorted(areas - set(LAYER_OF))}"
+
+
+def wrong_imports(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
+    """``module:line imports target (up|sideways)`` for every import that does not point to a lower layer."""
+    wrong = []
+    for module, imported in graph.items():
+        here = area(module)
+        if here not in LAYER_OF:
+            continue
+        for line, target in imported:
+            there = area(target)
+            if there in ("", here):
+                continue
+            if there not in LAYER_OF or LAYER_OF[there] >= LAYER_OF[here]:
+                way = "sideways" if LAYER_OF.get(there) == LAYER_OF[here] else "up"
+                wrong.append(f"{module}:{line} imports {target} ({way})")
+    return wrong
+
+
+def test_imports_point_inward() -> None:
+    graph = {m: [(line, t) for line, t, _ in imports_of(m)] for m in MODULES}
+    wrong = wrong_imports(graph)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_wrong_imports_flags_up_and_sideways() -> None:
+    graph = {
+        "quotaflow.engine.rate": [(3, "quotaflow.gateway.server"), (4, "quotaflow.core.keys")],
+        "quotaflow.gateway.server": [(5, "quotaflow.pipeline.job"), (6, "quotaflow.gateway.config")],
+        "quotaflow.cli.main": [(7, "quotaflow.admin.wire"), (8, "quotaflow.testing.tansu")],
+    }
+    assert wrong_imports(graph) == [
+        "quotaflow.engine.rate:3 imports quotaflow.gateway.server (up)",
+        "quotaflow.gateway.server:5 imports quotaflow.pipeline.job (sideways)",
+        "quotaflow.cli.main:8 imports quotaflow.testing.tansu (up)",
+    ]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of a directed graph as a path [a, b, ..., a], else None (iterative DFS)."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    for start in sorted(graph):
+        if start in state:
+            continue
+        stack: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                state[node] = 2
+            elif state.get(child) == 1:
+                return [*path[path.index(child) :], child]
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(graph.get(child, ())))))
+    return None
+
+
+def test_find_cycle_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle() -> None:
+    graph = {m: {t for _, t, loads in imports_of(m) if loads} for m in MODULES}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_string_imports_are_followed() -> None:
+    """The walker sees importlib strings and "module:attr" tables, not only import statements."""
+    assert "quotaflow.cli.report" in {t for _, t, _ in imports_of("quotaflow.cli.main")}
