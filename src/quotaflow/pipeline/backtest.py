@@ -40,7 +40,7 @@ from quotaflow.events import (
 from quotaflow.pipeline import job
 from quotaflow.pipeline.decide import ManagerView, RequestRows, WindowSettings, decide_rows
 from quotaflow.pipeline.resolve import QUOTA_TYPES, QuotaConfig, components, resolve_clients
-from quotaflow.pipeline.windows import WINDOW_SCHEMA, entities_from_windows, window_table
+from quotaflow.pipeline.windows import ENTITY_SCHEMA, WINDOW_SCHEMA, entity_table, window_table
 
 Progress = Callable[[str], None]
 LOOP_COLUMNS: Final = ("_broker", "_pair", "ts_ms", "seq", "api_key", "acks", "is_follower", "request_bytes",
@@ -134,46 +134,58 @@ def split_malformed_df(df: Any, kind: str) -> tuple[Any, Any]:
 
 
 class WindowSink:
-    """Window rows sent back by the tasks: an accumulator of {partition: Arrow IPC bytes} (a retried task
-    replaces its own entry, so nothing counts twice)."""
+    """Window and entity rows sent back by the tasks: an accumulator of {partition: (windows, entities) as Arrow
+    IPC bytes} (a retried task replaces its own entry, so nothing counts twice)."""
 
     def __init__(self, spark: Any) -> None:
         from pyspark.accumulators import AccumulatorParam
 
         class _Param(AccumulatorParam):  # type: ignore[type-arg]
-            def zero(self, value: dict[int, bytes]) -> dict[int, bytes]:
+            def zero(self, value: dict[int, tuple[bytes, bytes]]) -> dict[int, tuple[bytes, bytes]]:
                 return {}
 
-            def addInPlace(self, a: dict[int, bytes], b: dict[int, bytes]) -> dict[int, bytes]:
+            def addInPlace(self, a: dict[int, tuple[bytes, bytes]],
+                           b: dict[int, tuple[bytes, bytes]]) -> dict[int, tuple[bytes, bytes]]:  # fmt: skip
                 a.update(b)
                 return a
 
         self.acc = spark.sparkContext.accumulator({}, _Param())
 
-    def table(self) -> pa.Table:
-        parts = [pa.ipc.open_stream(v).read_all() for _, v in sorted(self.acc.value.items())]
-        return pa.concat_tables(parts) if parts else WINDOW_SCHEMA.empty_table()
+    def tables(self) -> tuple[pa.Table, pa.Table]:
+        """(windows, entities) of every partition."""
+        parts = [v for _, v in sorted(self.acc.value.items())]
+        out = []
+        for i, schema in enumerate((WINDOW_SCHEMA, ENTITY_SCHEMA)):
+            tables = [pa.ipc.open_stream(p[i]).read_all() for p in parts]
+            out.append(pa.concat_tables(tables) if tables else schema.empty_table())
+        return out[0], out[1]
 
 
-def _send(acc: Any, table: pa.Table) -> None:
-    from pyspark import TaskContext
-
+def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
         w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _send(acc: Any, windows: pa.Table, entities: pa.Table) -> None:
+    from pyspark import TaskContext
+
     ctx = TaskContext.get()
-    acc.add({ctx.partitionId() if ctx is not None else 0: sink.getvalue().to_pybytes()})
+    acc.add({ctx.partitionId() if ctx is not None else 0: (_ipc(windows), _ipc(entities))})
 
 
 class Plan:
     """What every task needs: each manager's view per resolution row, the resolution table (window tags and
     limits), the broker names by code, the window settings and the window sink."""
 
-    def __init__(self, res: pa.Table, brokers: list[str], settings: WindowSettings, sink: WindowSink | None) -> None:
+    def __init__(self, res: pa.Table, brokers: list[str], settings: WindowSettings, sink: WindowSink | None,
+                 headroom: float = job.DEFAULT_HEADROOM) -> None:  # fmt: skip
         self.views = {t: ManagerView.of_resolution(res, t) for t in QUOTA_TYPES}
         self.res = res
         self.brokers = pa.array(brokers, pa.string())
         self.settings = settings
+        self.headroom = headroom
         self.acc = None if sink is None else sink.acc
 
     def decide(self, table: pa.Table) -> tuple[np.ndarray, ...]:
@@ -182,7 +194,8 @@ class Plan:
         pair = table.column("_pair").to_numpy()
         decided = decide_rows(rows, pair, self.views, self.settings, windows=self.acc is not None)
         if self.acc is not None:
-            _send(self.acc, window_table(decided, self.res, self.brokers))
+            _send(self.acc, window_table(decided, self.res, self.brokers),
+                  entity_table(decided, self.res, self.brokers, self.headroom))  # fmt: skip
         return decided.columns
 
 
@@ -226,7 +239,7 @@ def _wide_udf(plan: Plan) -> Any:
 
 
 def decisions(spark: Any, good: Any, config: QuotaConfig, settings: WindowSettings, *, with_inputs: bool = False,
-              sink: WindowSink | None = None) -> Any:  # fmt: skip
+              sink: WindowSink | None = None, headroom: float = job.DEFAULT_HEADROOM) -> Any:  # fmt: skip
     """Good request rows → decisions: (broker, seq) + the four columns, or every input column + them
     (``with_inputs``). With ``sink`` the window rows of the same loop are sent to it as the tasks finish.
 
@@ -245,7 +258,7 @@ def decisions(spark: Any, good: Any, config: QuotaConfig, settings: WindowSettin
                      "_component": pa.array(components(res), pa.int64())})  # fmt: skip
     code = F.create_map(*[x for i, b in enumerate(brokers) for x in (F.lit(b), F.lit(i))])[F.col("broker")]
     df = good.join(F.broadcast(spark.createDataFrame(keys)), ["user", "client_id"], "inner").withColumn("_broker", code)
-    plan = Plan(res, brokers, settings, sink)
+    plan = Plan(res, brokers, settings, sink, headroom)
     loop = [F.coalesce(F.col("acks"), F.lit(1).cast("byte")).alias("acks") if c == "acks" else F.col(c)
             for c in LOOP_COLUMNS]  # fmt: skip
     names = F.array(*[F.lit(b) for b in brokers])
@@ -318,12 +331,12 @@ def run(spec: job.JobSpec, *, master: str | None = None, spark: Any = None,
             summary.counts.update(requests=req.total, requests_quarantined=req.quarantined)
             sink = WindowSink(spark)
             with summary.timed("decisions", progress):
-                _write(decisions(spark, req.good, config, settings, with_inputs=spec.with_inputs, sink=sink),
-                       spec.out / job.DECISIONS)  # fmt: skip
+                _write(decisions(spark, req.good, config, settings, with_inputs=spec.with_inputs, sink=sink,
+                                 headroom=spec.headroom), spec.out / job.DECISIONS)  # fmt: skip
             with summary.timed("windows", progress):
-                win = sink.table()
+                win, ent = sink.tables()
                 _write_arrow(win, spec.out / job.WINDOWS)
-                _write_arrow(entities_from_windows(win, spec.headroom), spec.out / job.ENTITIES)
+                _write_arrow(ent, spec.out / job.ENTITIES)
             summary.counts["windows"] = win.num_rows
             if spec.compare is not None:
                 with summary.timed("compare", progress):
@@ -352,6 +365,6 @@ def _compare(spark: Any, spec: job.JobSpec, good: Any, win_a: pa.Table, settings
     sink = WindowSink(spark)
     decisions(spark, good, spec.quota_config(spec.compare), settings, sink=sink).write.format("noop").mode(
         "overwrite").save()  # fmt: skip
-    cmp = compare_windows(win_a, sink.table())
+    cmp = compare_windows(win_a, sink.tables()[0])
     _write_arrow(cmp, spec.out / job.COMPARE)
     _write_arrow(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)

@@ -37,7 +37,7 @@ from quotaflow.pipeline import job
 from quotaflow.pipeline.connections import decide_all
 from quotaflow.pipeline.decide import I64, Decided, ManagerView, RequestRows, WindowSettings, codes, decide_rows
 from quotaflow.pipeline.resolve import QUOTA_TYPES, QuotaConfig, components, resolve_clients
-from quotaflow.pipeline.windows import entities_from_windows, window_table
+from quotaflow.pipeline.windows import entity_table, window_table
 
 BATCH_ROWS: Final = 1 << 20
 STATISTICS_COLUMNS: Final = ("ts_ms", "window_start_ms", "throttle_ms")
@@ -96,6 +96,11 @@ def decision_table(p: Prepared, decided: Decided, with_inputs: bool = False) -> 
 def windows_table(p: Prepared, decided: Decided) -> pa.Table:
     _, brokers = codes(p.table.column("broker"))
     return window_table(decided, p.res, brokers)
+
+
+def entities_table(p: Prepared, decided: Decided, headroom: float) -> pa.Table:
+    _, brokers = codes(p.table.column("broker"))
+    return entity_table(decided, p.res, brokers, headroom)
 
 
 def write_parts(table: pa.Table, out: Path, rows_per_file: int = BATCH_ROWS, threads: int = THREADS) -> None:
@@ -204,7 +209,7 @@ def _requests(spec: job.JobSpec, config: QuotaConfig, settings: WindowSettings,
     with summary.timed("windows", progress):
         windows = windows_table(p, decided)
         write_parts(windows, spec.out / job.WINDOWS)
-        write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
+        write_parts(entities_table(p, decided, spec.headroom), spec.out / job.ENTITIES)
     summary.counts.update(windows=windows.num_rows)
     if spec.compare is not None:
         from quotaflow.pipeline.compare import compare_summary, compare_windows

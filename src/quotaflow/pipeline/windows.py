@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 from quotaflow.pipeline.decide import MANAGERS, Decided
 
 WINDOW_KEYS: Final = ("broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms")
-ENTITY_KEYS: Final = WINDOW_KEYS[:-1]
 WINDOW_SCHEMA: Final = pa.schema(
     [
         pa.field("broker", pa.string()),
@@ -48,14 +47,10 @@ ENTITY_SCHEMA: Final = pa.schema(
 )
 
 
-def window_table(decided: Decided, res: pa.Table, brokers: pa.Array) -> pa.Table:
-    """The window rows of :func:`~.decide.decide_rows` (``windows=True``) named: broker (``brokers[code]``),
-    quota type, the quota-id's tags and limit from the resolution table ``res``. Every row is a whole window (the
-    rows held every record of their quota-ids), in the order the loop closed them."""
-    w = decided.windows
-    if w is None or len(w.group) == 0:
-        return WINDOW_SCHEMA.empty_table()
-    manager, combo = decided.combos.owner(w.group)
+def _names(decided: Decided, res: pa.Table, brokers: pa.Array, groups: np.ndarray) -> tuple[list[pa.Array], np.ndarray]:
+    """For state rows ``groups``: [broker, quota_type, tag_user, tag_client_id, limit] arrays, in the order of the
+    returned index into ``groups`` (rows grouped by manager)."""
+    manager, combo = decided.combos.owner(groups)
     pair = pa.array(decided.combos.pair[combo])
     cols: dict[str, list[pa.Array]] = {"quota_type": [], "tag_user": [], "tag_client_id": [], "limit": []}
     order = []
@@ -70,57 +65,53 @@ def window_table(decided: Decided, res: pa.Table, brokers: pa.Array) -> pa.Table
             cols[part].append(res.column(f"{name}_{part}").combine_chunks().take(at))
     idx = np.concatenate(order)
     broker = pc.cast(brokers, pa.string()).take(pa.array(decided.combos.broker[combo[idx]]))
-    table = pa.table(
+    named = [broker, *(pa.concat_arrays(cols[c]) for c in ("quota_type", "tag_user", "tag_client_id"))]
+    return [*named, pc.cast(pa.concat_arrays(cols["limit"]), pa.float64())], idx
+
+
+def window_table(decided: Decided, res: pa.Table, brokers: pa.Array) -> pa.Table:
+    """The window rows of :func:`~.decide.decide_rows` (``windows=True``) named: broker (``brokers[code]``),
+    quota type, the quota-id's tags and limit from the resolution table ``res``. Every row is a whole window (the
+    rows held every record of their quota-ids), in the order the loop closed them (grouped by quota type)."""
+    w = decided.windows
+    if w is None or len(w.group) == 0:
+        return WINDOW_SCHEMA.empty_table()
+    (broker, quota_type, tag_user, tag_client_id, limit), idx = _names(decided, res, brokers, w.group)
+    return pa.table(
         [
-            broker, pa.concat_arrays(cols["quota_type"]), pa.concat_arrays(cols["tag_user"]),
-            pa.concat_arrays(cols["tag_client_id"]), pa.array(w.window_start_ms[idx], pa.int64()),
-            pa.array(w.value_sum[idx], pa.float64()), pa.array(w.rate[idx], pa.float64()),
-            pc.cast(pa.concat_arrays(cols["limit"]), pa.float64()), pa.array(w.throttle_count[idx], pa.int64()),
-            pa.array(w.throttle_ms_sum[idx], pa.int64()),
+            broker, quota_type, tag_user, tag_client_id, pa.array(w.window_start_ms[idx], pa.int64()),
+            pa.array(w.value_sum[idx], pa.float64()), pa.array(w.rate[idx], pa.float64()), limit,
+            pa.array(w.throttle_count[idx], pa.int64()), pa.array(w.throttle_ms_sum[idx], pa.int64()),
         ],
         schema=WINDOW_SCHEMA,
     )  # fmt: skip
-    return table
 
 
-def entities_from_windows(windows: pa.Table, headroom: float) -> pa.Table:
-    """Per quota-id: peak and p99 (``np.percentile``'s linear interpolation) of the window rates, share of active
-    windows with a throttle, p99 × headroom; one sort, then per-group arithmetic on the sorted arrays."""
-    if windows.num_rows == 0:
+def entity_table(decided: Decided, res: pa.Table, brokers: pa.Array, headroom: float) -> pa.Table:
+    """Per quota-id (one state row of the loop) with window rows: peak and p99 (``np.percentile``'s linear
+    interpolation) of its window rates, share of its windows with a throttle, p99 × ``headroom``, window count.
+    A quota-id's windows all come from one run (whole quota-ids), so its entity row is final."""
+    w = decided.windows
+    if w is None or len(w.group) == 0:
         return ENTITY_SCHEMA.empty_table()
-    t = windows.sort_by([(k, "ascending") for k in ENTITY_KEYS] + [("rate", "ascending")])
-    n_rows = t.num_rows
-    change = np.zeros(n_rows, dtype=bool)
-    change[0] = True
-    for k in ENTITY_KEYS:
-        col = t.column(k).combine_chunks()
-        same = pc.fill_null(pc.equal(col.slice(1), col.slice(0, n_rows - 1)), False).to_numpy(zero_copy_only=False)
-        both_null = (pc.is_null(col.slice(1)).to_numpy(zero_copy_only=False)
-                     & pc.is_null(col.slice(0, n_rows - 1)).to_numpy(zero_copy_only=False))  # fmt: skip
-        change[1:] |= ~(same | both_null)
-    starts = np.flatnonzero(change)
-    ends = np.append(starts[1:], n_rows)
+    order = np.lexsort((w.rate, w.group))
+    group, rate = w.group[order], w.rate[order]
+    starts = np.flatnonzero(np.diff(group, prepend=-1) != 0)
+    ends = np.append(starts[1:], len(group))
     count = ends - starts
-    rate = t.column("rate").to_numpy()
     pos = 0.99 * (count - 1)
     lo = np.floor(pos).astype(np.int64)
     frac = pos - lo
-    a = rate[starts + lo]
-    b = rate[starts + np.minimum(lo + 1, count - 1)]
+    a, b = rate[starts + lo], rate[starts + np.minimum(lo + 1, count - 1)]
     diff = b - a
     p99 = np.where(frac >= 0.5, b - diff * (1 - frac), a + diff * frac)  # numpy's _lerp, bit for bit
-    throttled = (t.column("throttle_count").to_numpy() > 0).astype(np.float64)
-    share = np.add.reduceat(throttled, starts) / count
-    first = pa.array(starts)
+    share = np.add.reduceat((w.throttle_count[order] > 0).astype(np.float64), starts) / count
+    (broker, quota_type, tag_user, tag_client_id, limit), idx = _names(decided, res, brokers, group[starts])
     return pa.table(
         [
-            *(t.column(k).take(first) for k in ENTITY_KEYS),
-            pc.cast(t.column("limit").take(first), pa.float64()),
-            pa.array(rate[ends - 1], pa.float64()),
-            pa.array(p99, pa.float64()),
-            pa.array(share, pa.float64()),
-            pa.array(p99 * headroom, pa.float64()),
-            pa.array(count, pa.int64()),
+            broker, quota_type, tag_user, tag_client_id, limit, pa.array(rate[ends - 1][idx], pa.float64()),
+            pa.array(p99[idx], pa.float64()), pa.array(share[idx], pa.float64()),
+            pa.array(p99[idx] * headroom, pa.float64()), pa.array(count[idx], pa.int64()),
         ],
         schema=ENTITY_SCHEMA,
-    )
+    )  # fmt: skip
