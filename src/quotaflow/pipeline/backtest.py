@@ -46,6 +46,8 @@ Progress = Callable[[str], None]
 LOOP_COLUMNS: Final = ("_broker", "_pair", "ts_ms", "seq", "api_key", "acks", "is_follower", "request_bytes",
                        "response_bytes", "io_thread_ns", "network_thread_ns")  # fmt: skip
 """What crosses to Python: broker code, resolution row, and the event columns the loop reads."""
+OUT_BATCH_ROWS: Final = 1 << 16
+"""Rows per Arrow batch handed back to the JVM (a partition's decisions are computed whole, returned in pieces)."""
 
 
 def _spark_type(t: pa.DataType) -> Any:
@@ -208,7 +210,7 @@ def _narrow_fn(plan: Plan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.R
         results = plan.decide(table)
         cols = [table.column("_broker"), table.column("seq"), *(pa.array(r, pa.int64()) for r in results)]
         names = ["_broker", "seq", *(f.name for f in REQUEST_DECISION_FIELDS)]
-        yield from pa.table(cols, names=names).to_batches()
+        yield from pa.table(cols, names=names).to_batches(max_chunksize=OUT_BATCH_ROWS)
 
     return fn
 
