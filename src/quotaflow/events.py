@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -153,6 +154,8 @@ def check_events_dir(events: Path) -> dict[str, list[Path]]:
     return found
 
 
+READ_THREADS: Final = 4
+"""Files of one dataset read at once (pyarrow also decodes each file's columns in parallel)."""
 STRING_DICTIONARY: Final = pa.dictionary(pa.int32(), pa.string())
 
 
@@ -302,16 +305,17 @@ def load_events(events: Path, kind: str, *, dictionary: bool = False,
         return None
     want = None if columns is None else list(dict.fromkeys([*columns, "seq"]))
     tables, invalid = [], []
-    for p in files:
-        table, bad = _read_file(p, kind, dictionary, want)
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:  # overlaps the files' I/O and decoding
+        read = list(pool.map(lambda p: _read_file(p, kind, dictionary, want), files))
+    for p, (table, bad) in zip(files, read, strict=True):
         invalid += bad
         if table.num_columns or not bad:  # a file of invalid lines only has no rows
             tables.append(conform(table, kind, p, dictionary, want))
     table = (pa.concat_tables(assign_seq(tables), promote_options="permissive") if tables
              else conform(pa.table({f.name: pa.array([], f.type) for f in schema_for(kind)}), kind, "", dictionary,
                           want))  # fmt: skip
-    rejected = pa.table({INVALID_LINE: pa.array([t for t, _ in invalid], pa.string()),
-                         QUARANTINE_REASON: pa.array([r for _, r in invalid], pa.string())})  # fmt: skip
+    lines, reasons = [t for t, _ in invalid], [r for _, r in invalid]
+    rejected = pa.table([pa.array(lines, pa.string()), pa.array(reasons, pa.string())], schema=INVALID_SCHEMA)
     return EventsRead(table, rejected)
 
 

@@ -1,8 +1,11 @@
-"""Per-batch drivers of the engine's array kernel, shared by the Spark backtest and the single-process replay.
+"""Drivers of the engine's loops, shared by the Spark backtest and the single-process replay.
 
-Both drivers hand over Arrow batches sorted by (group key, ts_ms, seq); a quota-id's rows may continue into the
-next batch of the same partition, so each driver carries that one group's :class:`KernelState` row across calls.
-All work per batch is vectorised; the per-row loop is the kernel's (``decide_groups``).
+:func:`decide_rows` is what both jobs run: rows of whole quota-ids (all of replay's, or one Spark partition)
+through the engine's fused loop (:mod:`quotaflow.engine.rows`), all three managers per row in (ts_ms, seq) order,
+closing each (quota-id, 1 s window) on the way. :class:`RequestPass` and :class:`BytePass` are the same decisions
+as per-batch drivers of the array kernel (``decide_groups``) over batches sorted by (group key, ts_ms, seq),
+carrying the last quota-id's :class:`KernelState` row into the next batch (bounded memory per call; a test checks
+they agree with :func:`decide_rows`):
 
 * Request pass (KIP-124), key (broker, request quota-id): every request records io-thread time ×1e-7 % with a
   check, then network-thread time without one (same timestamp); exempt requests (KIP-124) and a disabled manager
@@ -316,16 +319,6 @@ def time_order(ts_ms: I64, seq: I64) -> I64 | None:
     if bool(np.all((dt > 0) | ((dt == 0) & (np.diff(seq) > 0)))):
         return None
     return np.lexsort((seq, ts_ms)).astype(np.int64, copy=False)
-
-
-def group_order(key: I64, timeline: I64 | None) -> I64:
-    """Rows grouped by ``key`` (dense, ≥ 0), each group in timeline order (``None``: row order).
-
-    A stable sort keeps the timeline inside each group; keys that fit 16 bits sort by radix in O(n)."""
-    k = key if timeline is None else key[timeline]
-    small = len(k) == 0 or int(k.max()) < 1 << 16
-    order = np.argsort(k.astype(np.uint16) if small else k, kind="stable").astype(np.int64, copy=False)
-    return order if timeline is None else timeline[order]
 
 
 MANAGERS: Final = ("request", "produce", "fetch")
