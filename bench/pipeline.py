@@ -3,11 +3,12 @@
 For each size N of generated events (``quotaflow generate-traffic``), in one process and one Spark session:
 
 * spark whole     ``backtest.run``: the whole job (read, decisions written narrow, windows, entities, connections);
+* spark requests  the same job over the request events only (no connections): decisions, windows, entities;
 * spark decisions its decision path: read → resolve → one shuffle → ``mapInArrow`` → narrow write;
 * spark floor     what Spark costs for the same shape with no decisions: read the loop's columns → repartition by
                   (broker, user) → sortWithinPartitions(ts_ms, seq) → ``mapInArrow`` identity over those columns
                   (four zero columns) → narrow write;
-* replay whole    ``replay.run`` (the same job in one process);
+* replay whole    ``replay.run`` (the same job in one process); ``replay requests`` without the connections;
 * replay decisions its decision path: read the loop's columns → resolve → the engine loop → narrow write;
 * replay floor    read the same columns as replay does and write the narrow table with zero decisions.
 
@@ -173,12 +174,18 @@ def main() -> None:
                 t = time.perf_counter()
                 generate(TrafficSpec(events=n, seed=42), events)
                 print(f"generated {n} in {time.perf_counter() - t:.1f} s", flush=True)
+            only = w / f"requests-{n}"  # the same request events, no connections
+            only.mkdir(exist_ok=True)
+            if not (only / REQUESTS_DIR).exists():
+                (only / REQUESTS_DIR).symlink_to(events / REQUESTS_DIR)
             row = {"events": n, "load_before": os.getloadavg()[0]}
             row["spark_floor_s"] = spark_floor(spark, events, w / "out-floor")
             row["spark_decisions_s"] = spark_decisions(spark, events, config, w / "out-sd")
+            row["spark_requests_s"] = spark_whole(spark, only, store, w / "out-spark-req")
             row["spark_whole_s"] = spark_whole(spark, events, store, w / "out-spark")
             row["replay_floor_s"] = replay_floor(events, w / "out-rfloor")
             row["replay_decisions_s"] = replay_decisions(events, config, w / "out-rd")
+            row["replay_requests_s"] = replay_whole(only, store, w / "out-replay-req")
             row["replay_whole_s"] = replay_whole(events, store, w / "out-replay")
             row["load_after"] = os.getloadavg()[0]
             rows.append(row)
@@ -189,18 +196,19 @@ def main() -> None:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Spark master {args.master}. "
         f"Spark start-up (session + first job): {startup:.1f} s, not included below.",
         "",
-        "| events | Spark whole s | Spark decisions s | Spark floor s | whole / floor | whole / decisions "
-        "| replay whole s | replay decisions s | events/s | replay floor s | whole / decisions | Spark µs/event "
-        "| replay µs/event | load (1 min) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| events | Spark whole s | requests only s | decisions s | floor s | whole / floor | requests / decisions "
+        "| replay whole s | requests only s | decisions s | decisions events/s | floor s | requests / decisions "
+        "| Spark µs/event | replay µs/event | load (1 min) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         n = r["events"]
         lines.append(
-            f"| {n:,} | {r['spark_whole_s']:.1f} | {r['spark_decisions_s']:.1f} | {r['spark_floor_s']:.1f} | "
-            f"{r['spark_whole_s'] / r['spark_floor_s']:.2f} | {r['spark_whole_s'] / r['spark_decisions_s']:.2f} | "
-            f"{r['replay_whole_s']:.2f} | {r['replay_decisions_s']:.2f} | {n / r['replay_decisions_s']:,.0f} | "
-            f"{r['replay_floor_s']:.2f} | {r['replay_whole_s'] / r['replay_decisions_s']:.2f} | "
+            f"| {n:,} | {r['spark_whole_s']:.1f} | {r['spark_requests_s']:.1f} | {r['spark_decisions_s']:.1f} | "
+            f"{r['spark_floor_s']:.1f} | {r['spark_whole_s'] / r['spark_floor_s']:.2f} | "
+            f"{r['spark_requests_s'] / r['spark_decisions_s']:.2f} | {r['replay_whole_s']:.2f} | "
+            f"{r['replay_requests_s']:.2f} | {r['replay_decisions_s']:.2f} | {n / r['replay_decisions_s']:,.0f} | "
+            f"{r['replay_floor_s']:.2f} | {r['replay_requests_s'] / r['replay_decisions_s']:.2f} | "
             f"{1e6 * r['spark_whole_s'] / n:.2f} | {1e6 * r['replay_whole_s'] / n:.2f} | "
             f"{r['load_before']:.1f}–{r['load_after']:.1f} |"
         )
