@@ -46,6 +46,7 @@ demo: setup
 bench: setup
 	$(BIN)/python bench/admin.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/console.py
 
 clean:
 	rm -rf $(VENV) node_modules build *.egg-info

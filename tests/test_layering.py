@@ -62,16 +62,31 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return inside
 
 
+def _import_module_args(tree: ast.AST) -> set[int]:
+    """ids of the string constants passed to ``importlib.import_module`` / ``__import__`` (they load a module)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("import_module", "__import__"):
+                found.add(id(node.args[0]))
+    return found
+
+
 def imports_of(module: str) -> Iterator[tuple[int, str, bool]]:
     """(line, imported quotaflow module, loads it) for every import statement and every module path in a string
-    literal (``importlib.import_module("quotaflow.x")``, ``"quotaflow.cli.report:report"``, f-string prefixes).
+    literal (``importlib.import_module("quotaflow.x")``, ``"quotaflow.cli.report:report"``, f-string prefixes,
+    ``[sys.executable, "-m", "quotaflow.cli.main"]``).
 
-    ``loads it`` is False for ``TYPE_CHECKING`` imports and for an f-string prefix (``f"quotaflow.conformance.{m}"``
-    names some module of that package, not its ``__init__``): both count for the layers, not for load cycles."""
+    All count for the layers. ``loads it`` (an edge of the load-cycle check) is True for import statements outside
+    ``TYPE_CHECKING``, ``import_module`` arguments and ``"module:attr"`` strings (lazy loading); False for a bare
+    module path (a child process's ``-m``) and an f-string prefix (``f"quotaflow.conformance.{m}"`` names some
+    module of that package, not its ``__init__``)."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
     typing_only = _type_checking_nodes(tree)
+    imported_by_name = _import_module_args(tree)
     for node in ast.walk(tree):
         targets: list[str] = []
         loads = id(node) not in typing_only
@@ -86,6 +101,7 @@ def imports_of(module: str) -> Iterator[tuple[int, str, bool]]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             m = _MODULE_PATH.fullmatch(node.value.partition(":")[0])
             targets = [m.group(0)] if m else []
+            loads = loads and (id(node) in imported_by_name or ":" in node.value)
         elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
             prefix = str(node.values[0].value)
             m = _MODULE_PATH.fullmatch(prefix.rstrip("."))
@@ -180,5 +196,8 @@ def test_no_import_cycle() -> None:
 
 
 def test_string_imports_are_followed() -> None:
-    """The walker sees importlib strings and "module:attr" tables, not only import statements."""
-    assert "quotaflow.cli.report" in {t for _, t, _ in imports_of("quotaflow.cli.main")}
+    """The walker sees importlib strings and "module:attr" tables, not only import statements; a child process's
+    ``-m quotaflow.cli.main`` counts for the layers but loads nothing in this process."""
+    assert ("quotaflow.cli.report", True) in {(t, loads) for _, t, loads in imports_of("quotaflow.cli.main")}
+    spawned = {(t, loads) for _, t, loads in imports_of("quotaflow.testing.gateway_process")}
+    assert ("quotaflow.cli.main", False) in spawned

@@ -16,6 +16,7 @@ from typing import Final
 
 from quotaflow.core.errors import InvalidConfigurationError
 from quotaflow.core.keys import INT_MAX
+from quotaflow.core.properties import parse_properties as parse_properties  # re-exported: gateway.config, tests
 from quotaflow.engine.connection import ConnectionQuotaConfig
 
 MAX_CONNECTION_CREATION_RATE: Final = "max.connection.creation.rate"
@@ -26,70 +27,6 @@ INTER_BROKER_LISTENER_NAME: Final = "inter.broker.listener.name"
 QUOTA_WINDOW_NUM: Final = "quota.window.num"
 QUOTA_WINDOW_SIZE_SECONDS: Final = "quota.window.size.seconds"
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(max\.connection\.creation\.rate|max\.connections)$")
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _logical_lines(text: str) -> list[str]:
-    """java.util.Properties lines: comments (# !) dropped, a trailing odd backslash joins the next line."""
-    out: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending += line[:-1]
-            continue
-        out.append(pending + line)
-        pending = ""
-    if pending:
-        out.append(pending)
-    return out
-
-
-def _unescape(s: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            nxt = s[i + 1]
-            if nxt == "u" and i + 5 < len(s):
-                out.append(chr(int(s[i + 2 : i + 6], 16)))
-                i += 6
-                continue
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text (``key=value``, ``key: value`` or ``key value``); later keys win."""
-    props: dict[str, str] = {}
-    for line in _logical_lines(text):
-        i = 0
-        while i < len(line):
-            if line[i] == "\\":
-                i += 2
-                continue
-            if line[i] in "=: \t\f":
-                break
-            i += 1
-        key = line[:i]
-        j = i
-        while j < len(line) and line[j] in " \t\f":
-            j += 1
-        if j < len(line) and line[j] in "=:":
-            j += 1
-        while j < len(line) and line[j] in " \t\f":
-            j += 1
-        value = line[j:]
-        props[_unescape(key)] = _unescape(value)
-    return props
 
 
 def _int(props: dict[str, str], key: str, default: int, at_least: int) -> int:

@@ -93,5 +93,5 @@ def test_the_demo_prints_commands_that_parse(tmp_path: Path) -> None:
         argv = shlex.split(cmd)
         assert argv[:2] == ["quotaflow", command.name]
         ctx = command.make_context(command.name, argv[2:])  # click parses and validates every option
-        assert ctx.params["store"] == tmp_path / "demo-out" / "quotaflow.db"
+        assert Path(ctx.params["store"]) == tmp_path / "demo-out" / "quotaflow.db"
     assert "--gateway http://127.0.0.1:9193" in console_cmd and "--metrics-port 9193" in gateway_cmd

@@ -41,4 +41,4 @@ def test_empty_password_is_refused(tmp_path: Path) -> None:
     store = str(tmp_path / "q.db")
     code, out = run("users", "add", "carol", "--store", store, stdin="\n")
     assert code == 2 and "must not be empty" in out
-    assert run("users", "list", "--store", store) == (0, "")
+    assert run("users", "list", "--store", store) == (1, f"Error: quota store {store} does not exist\n")  # not created

@@ -66,7 +66,7 @@ BT_ENTITIES = [  # broker, quota_type, tag_user, tag_client_id, limit (None = un
 ]
 
 
-def write_backtest(root: Path, *, seconds: int = 30, compare: bool = False) -> pa.Table:
+def write_backtest(root: Path, *, seconds: int = 30, compare: bool = False, null_tags: bool = False) -> pa.Table:
     """A small backtest output laid out as ``quotaflow backtest --out`` writes it; returns its windows."""
     from quotaflow.pipeline.compare import compare_summary, compare_windows
     from quotaflow.pipeline.windows import ENTITY_SCHEMA, WINDOW_SCHEMA
@@ -77,7 +77,8 @@ def write_backtest(root: Path, *, seconds: int = 30, compare: bool = False) -> p
         for s in range(seconds):
             rate = float(base * (1.0 + 0.4 * np.sin(s / 4.0)) * rng.uniform(0.95, 1.05))
             throttled = int(limit is not None and rate > limit)
-            rows.append({"broker": broker, "quota_type": qt, "tag_user": user, "tag_client_id": client,
+            rows.append({"broker": broker, "quota_type": qt, "tag_user": user or (None if null_tags else ""),
+                         "tag_client_id": client or (None if null_tags else ""),
                          "window_start_ms": T0 + 1000 * s, "value_sum": rate, "rate": rate, "limit": limit,
                          "throttle_count": throttled, "throttle_ms_sum": 400 * throttled})
     windows = pa.Table.from_pylist(rows, schema=WINDOW_SCHEMA)

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from quotaflow.admin import Admin
+from quotaflow.admin import Admin, Alteration
 from quotaflow.cli.main import cli
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.core.entities import QuotaEntity
@@ -131,7 +131,7 @@ def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
     assert r.json()["error"]["message"] == message
     if "results" in r.json():  # validated by the admin (not a malformed body): the message is the admin's own
         assert r.json()["field"] == field
-        from quotaflow.admin import Alteration, QuotaOp
+        from quotaflow.admin import QuotaOp
 
         expected = Admin(store).alter([Alteration(entity, tuple(QuotaOp(o["key"], o["value"]) for o in ops))], True)
         assert r.json()["results"][0]["error"]["message"] == expected[0].error.message
@@ -255,3 +255,36 @@ def test_resolve_links_from_quotas(client: TestClient) -> None:
     full = client.get("/resolve", params={"user": "alice", "client-id": "ingest"}).text
     back = "/quotas?strict=1&amp;user_match=exact&amp;user=alice&amp;client-id_match=exact&amp;client-id=ingest"
     assert f'href="{back}"' in full
+
+
+def test_the_page_lists_a_bounded_number_of_rows(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    import quotaflow.console.pages as app_mod
+
+    monkeypatch.setattr(app_mod, "PAGE_ROWS", 3)
+    page = client.get("/quotas").text
+    assert page.count('class="entity"') == 3 and "the first 3 of 7 matching" in page
+    assert len(client.get("/api/quotas").json()) == 7  # the API returns every match
+
+
+def test_values_beyond_json_numbers_are_validated_by_kafka(client: TestClient, store: SqliteStore) -> None:
+    r = post(client, {"entity": {"user": "u7"}, "ops": [{"key": "producer_byte_rate", "value": "1e999"}]})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Proposed value for producer_byte_rate is too large for a LONG."
+    assert store.get(QuotaEntity(user="u7")) == {}
+
+
+def test_resolve_sees_changes_another_process_made(client: TestClient, store: SqliteStore) -> None:
+    before = client.get("/api/resolve", params={"user": "carol", "client-id": "x"}).json()
+    assert before["quotas"]["producer_byte_rate"]["value"] == 1e6  # <default> user
+    with SqliteStore(store.path) as other:  # e.g. the CLI or a gateway writing the same file
+        Admin(other).alter([Alteration.of(QuotaEntity(user="carol"), {"producer_byte_rate": 7e6})])
+    after = client.get("/api/resolve", params={"user": "carol", "client-id": "x"}).json()
+    assert after["quotas"]["producer_byte_rate"]["value"] == 7e6 and after["seq"] == before["seq"] + 1
+
+
+def test_a_body_over_the_limit_is_refused_unread(client: TestClient, store: SqliteStore) -> None:
+    before = store.last_seq()
+    big = b'{"entity": {"user": "u"}, "ops": [' + b'{"key": "producer_byte_rate", "value": 1},' * 5000 + b"]}"
+    r = client.post("/api/quotas", content=big, headers={"content-type": "application/json"}, auth=ADMIN)
+    assert r.status_code == 400 and "larger than 65536 bytes" in r.json()["error"]["message"]
+    assert store.last_seq() == before

@@ -68,6 +68,12 @@ def test_entity_windows(backtests_dir: Path) -> None:
     assert bt.entity_windows(bt.find(backtests_dir, "w"), "gateway", "request", "nobody", "")["t"] == []
 
 
+def test_an_empty_tag_may_be_stored_as_null(backtests_dir: Path) -> None:
+    write_backtest(backtests_dir / "nulls", null_tags=True)
+    got = bt.entity_windows(bt.find(backtests_dir, "nulls"), "gateway", "produce", "alice", "")
+    assert len(got["t"]) == 30 and sum(1 for n in got["throttled"] if n) > 0
+
+
 def test_the_rendered_report_is_found_and_served(api: TestClient, backtests_dir: Path) -> None:
     report = backtests_dir / "plain" / "report"
     report.mkdir()

@@ -162,3 +162,12 @@ def test_backtests_pages(page: Any, console_url: str, tmp_path: Path) -> None:
     page.locator("#bt-entities tr", has_text="request").click()
     page.wait_for_function("document.querySelector('#window-chart').innerText.includes('request user=bob')")
     screenshot(page, tmp_path, "backtest")
+
+
+def test_delete_an_entity(page: Any, console_url: str, store: SqliteStore) -> None:
+    page.goto(f"{console_url}/quotas")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#quota-table tr", has_text="client-id=batch-loader").locator("button.delete").click()
+    page.wait_for_function("!document.querySelector('#quota-table').innerText.includes('batch-loader')")
+    assert len(rows(page)) == 6
+    assert store.get(QuotaEntity(client_id="batch-loader")) == {}

@@ -169,8 +169,15 @@ def test_live_page_shows_a_throttled_client_of_a_real_gateway(
             row = page.locator("#entity-table tr.throttled").first.inner_text().split("\t")
             assert row[1:4] == ["produce", "—", "hog"]
             assert row[5] == "200.0 k"  # the store's quota for client-id hog, as the gateway enforces it
+            supplier = page.locator("#entity-table tr.throttled a").first
+            assert supplier.get_attribute("title") == "client-id=hog"  # links to the entity that supplies it
             page.wait_for_selector("#top-charts .chart-box .uplot")
             assert "client-id=hog" in page.locator("#top-charts .chart-box").first.inner_text()
+            page.locator("#entity-table tr.throttled td").first.click()  # any quota-id: its own chart
+            page.wait_for_selector("#picked-chart .uplot")
+            assert "client-id=hog" in page.inner_text("#picked-chart")
+            status = page.inner_text("#live-status")
+            page.wait_for_function(f"document.querySelector('#live-status').innerText !== {status!r}")  # refreshed
             time.sleep(2)  # a few more scrapes for the chart
             screenshot(page, tmp_path, "live")
             doc = httpx2.get(f"{url}/api/live").json()

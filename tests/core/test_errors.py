@@ -99,8 +99,8 @@ def test_map_errors_maps_within_the_tree_only_when_named() -> None:
 
 
 def test_lower_layer_errors_are_mapped_where_they_are_called(tmp_path: Path) -> None:
-    """Two callers of map_errors: a missing config file is a CommandError, an unreadable events file an
-    EventsInputError, each with the cause chained."""
+    """A missing config file is a CommandError, an unreadable events file an EventsInputError, each with the
+    cause chained."""
     from quotaflow.events import EventsInputError, read_dataset
     from quotaflow.gateway.config import read_properties
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,18 @@ import pytest
 
 from quotaflow.demo import main as demo
 
-pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
+
+def test_python_m_quotaflow_demo_is_the_entry_point() -> None:
+    """``make demo`` runs ``python -m quotaflow.demo``: the package's __main__ reaches main's argument parser."""
+    done = subprocess.run([sys.executable, "-m", "quotaflow.demo", "--help"], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m quotaflow.demo") and "--out" in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.broker
+@pytest.mark.spark
 def test_demo_writes_results_from_a_fresh_store(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One run (the demo reuses the active Spark session); a store left in the output directory is replaced."""
     out = tmp_path / "demo-out"

@@ -174,9 +174,11 @@ def test_produce_and_fetch_rates_converge_to_their_quota(tansu: Tansu, gateway_f
     p_last = last_rate(
         client_events(events, "throttled-producer", API_PRODUCE), "request_bytes", "throttle_ms_produce", end_ms
     )
-    c_last = last_rate(
-        client_events(events, "throttled-consumer", API_FETCH), "response_bytes", "throttle_ms_fetch", end_ms
-    )
+    fetches = client_events(events, "throttled-consumer", API_FETCH)
+    # response_bytes is the upstream's response (what the quota records); a throttled fetch delivers nothing
+    delivered = pc.if_else(pc.greater(fetches.column("throttle_ms"), 0), 0, fetches.column("response_bytes"))
+    fetches = fetches.append_column("delivered_bytes", delivered)
+    c_last = last_rate(fetches, "delivered_bytes", "throttle_ms_fetch", end_ms)
     free_events = client_events(events, "free-producer", API_PRODUCE)
     free = rate(free_events, "request_bytes", end_ms - int(MEASURE_S * 1000), end_ms)
     report = f"last 10 s: produce {p_last / Q_P:.3f} Q, fetch {c_last / Q_C:.3f} Q, unthrottled {free / Q_P:.1f} Q_P"

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from quotaflow.gateway.sasl import (
+    LoginCache,
     PlainMessage,
     SaslAuthenticationError,
-    authenticate_plain,
+    SaslVerifier,
     hash_password,
     verify_password,
 )
@@ -52,9 +55,53 @@ class _Creds:
         return self.creds.get(user)
 
 
-def test_authenticate_plain() -> None:
-    store = _Creds(hash_password("alice", "pw", iterations=FAST))
-    assert authenticate_plain(store, b"\x00alice\x00pw") == "alice"  # type: ignore[arg-type]
-    for bad in (b"\x00alice\x00nope", b"\x00mallory\x00pw"):
-        with pytest.raises(SaslAuthenticationError, match="Invalid username or password"):
-            authenticate_plain(store, bad)  # type: ignore[arg-type]
+def _verifier(*creds: Credential, rate: int = 1) -> SaslVerifier:
+    return SaslVerifier(_Creds(*creds), threads=1, failed_rate_per_ip=rate)  # type: ignore[arg-type]
+
+
+def test_verifier_accepts_good_and_refuses_bad_logins() -> None:
+    async def run() -> None:
+        v = _verifier(hash_password("alice", "pw", iterations=FAST), rate=10)
+        try:
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.1")).principal == "alice"
+            for bad in (b"\x00alice\x00nope", b"\x00mallory\x00pw"):
+                verdict = await v.verify(bad, "10.0.0.1")
+                assert verdict.principal is None
+                assert verdict.error == "Authentication failed: Invalid username or password"
+            assert (await v.verify(b"alice", "10.0.0.1")).error == "Invalid SASL/PLAIN message: expected 3 tokens"
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
+def test_verifier_caches_good_logins_and_throttles_failing_ips() -> None:
+    async def run() -> None:
+        v = _verifier(hash_password("alice", "pw", iterations=FAST), rate=1)
+        try:
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"
+            assert v.hashed == 1
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"
+            assert v.hashed == 1  # the second login came from the cache
+            for _ in range(6):  # burst of 3 hashes, then refused without hashing
+                assert (await v.verify(b"\x00alice\x00wrong", "10.0.0.9")).principal is None
+            assert v.hashed == 4 and v.refused == 3
+            # the throttled IP's good client still gets in (cache), another IP still gets its hashes
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"
+            assert (await v.verify(b"\x00alice\x00wrong", "10.0.0.10")).principal is None
+            assert v.hashed == 5
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
+def test_login_cache_follows_credential_changes() -> None:
+    cache = LoginCache(size=2)
+    old, new = hash_password("alice", "pw", iterations=FAST), hash_password("alice", "pw2", iterations=FAST)
+    cache.remember(old, "pw")
+    assert cache.hit(old, "pw") and not cache.hit(old, "pw2")
+    assert not cache.hit(new, "pw")  # the password was changed: the cached login no longer counts
+    for user in ("b", "c"):
+        cache.remember(hash_password(user, "x", iterations=FAST), "x")
+    assert not cache.hit(old, "pw")  # LRU-bounded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -113,6 +114,40 @@ def test_fuzzed_local_requests_never_hurt_other_connections(gateway: GatewayThre
     good.send(ApiVersionsRequest[0](), 0)
     assert ApiVersionsResponse.decode(good.recv(), version=0, header=True).error_code == 0
     good.sock.close()
+
+
+def _reply_or_close(address: tuple[str, int], api_key: int, version: int) -> tuple[str, bytes]:
+    """Send a bare header; ("response", frame) for one whole framed reply, ("closed", b"") for a clean close."""
+    with socket.create_connection(address, timeout=5) as s:
+        header = struct.pack(">hhih", api_key, version, 7, 1) + b"x"
+        s.sendall(struct.pack(">i", len(header)) + header)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                assert data == b"", f"partial frame {data.hex()} before the close"
+                return "closed", b""
+            data += chunk
+            if len(data) >= 4 and len(data) - 4 >= struct.unpack(">i", data[:4])[0]:
+                size = struct.unpack(">i", data[:4])[0]
+                assert size >= 4 and len(data) == 4 + size, f"malformed reply {data[:16].hex()}"
+                return "response", data[4:]
+
+
+@pytest.mark.parametrize("api_key", [0, 1, 3, 9, 10, 18, 19, 32, 48, 60, 75, 999])
+@pytest.mark.parametrize("version", [-1, 99, -32768])
+def test_bad_header_versions_get_a_whole_response_or_a_clean_close(gateway: GatewayThread, api_key: int,
+                                                                   version: int) -> None:
+    kind, frame = _reply_or_close(gateway.address(), api_key, version)
+    if api_key == ApiKey.ApiVersions:  # KIP-511: UNSUPPORTED_VERSION in a v0 body, same correlation id
+        assert kind == "response"
+        av = ApiVersionsResponse.decode(frame, version=0, header=True)
+        assert av.error_code == 35 and av.header.correlation_id == 7
+    else:
+        assert kind == "closed"
+    good = Wire(gateway.address())  # the gateway still serves
+    good.send(ApiVersionsRequest[0](), 0)
+    assert ApiVersionsResponse.decode(good.recv(), version=0, header=True).error_code == 0
 
 
 def _raw_request(api_key: int, version: int, cid: int, body: bytes) -> bytes:

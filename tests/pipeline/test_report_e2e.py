@@ -1,15 +1,12 @@
-"""The report over real backtest/replay output (generated traffic, the shared quota stores), and the demo stage."""
+"""The report over real backtest/replay output (generated traffic, the shared quota stores)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.dataset as ds
-import pytest
 
-from quotaflow.demo import pipeline_stage as demo_stage
 from quotaflow.pipeline import job, replay
 from quotaflow.pipeline.report import build_report
 
@@ -35,18 +32,3 @@ def test_report_on_replay_output(traffic: Path, quota_store: Path, loose_store: 
     assert "<th>requests quarantined</th>" in page  # the job's own counts from _SUMMARY.json
     assert "<th>entities_changed</th>" in page  # the comparison's totals (compare_summary/)
 
-
-@pytest.mark.spark
-def test_demo_stage_backtests_on_spark_and_reports(spark: Any, traffic: Path, quota_store: Path,
-                                                   tmp_path: Path) -> None:
-    steps: list[str] = []
-    props = tmp_path / "broker.properties"  # the demo gateway's window settings
-    props.write_text("quota.window.num=3\nquota.window.size.seconds=1\n")
-    where = demo_stage.run(traffic, quota_store, tmp_path / "demo", progress=steps.append, spark=spark,
-                           broker_config=props)
-    assert Path(where["report"]).is_file() and Path(where["report"]).name == "report.html"
-    assert [Path(p).name for p in where["charts"]] == ["rate_vs_quota.png", "throttle_distribution.png",
-                                                       "connections.png"]
-    assert where["counts"]["requests"] == ds.dataset(traffic / "requests").count_rows()
-    assert "decisions" in steps and "writing HTML" in steps  # both the backtest and the report reported progress
-    assert spark.range(1).count() == 1  # the shared session was not stopped

@@ -14,7 +14,7 @@ from quotaflow.core.errors import QuotaflowError
 @click.command("backtest")
 @job_options
 @click.option("--master", default=None, help="Spark master URL (default local[*]).")
-def backtest(events: Path, store: Path, out: Path, broker_config: Path | None, compare: Path | None,
+def backtest(events: Path, store: str, out: Path, broker_config: Path | None, compare: str | None,
              headroom: float, with_inputs: bool, master: str | None) -> None:  # fmt: skip
     """What the store's quotas would have done to this traffic: decisions, windows, entities, connections."""
     from quotaflow.pipeline import backtest as job

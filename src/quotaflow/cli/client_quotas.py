@@ -146,7 +146,7 @@ def client_quotas(
                 raise CommandError("--alter needs --add and/or --delete")
         if resolve and default_types:
             raise CommandError("--resolve takes names only: a client always has a user and a client-id")
-        backend = open_backend(store, bootstrap_server)
+        backend = open_backend(store, bootstrap_server, create=alter)
         try:
             result: object
             if describe:

@@ -42,15 +42,13 @@ _JAVA_EXCEPTIONS: Final = {
 }
 
 
+STORE_HELP: Final = ("Quota store: a SQLite file (PATH or sqlite:///PATH) or a topic in a Kafka cluster "
+                      "(kafka://HOST:PORT[,HOST:PORT...][/TOPIC]); default $QUOTAFLOW_STORE, else ./quotaflow.db.")
+
+
 def store_option(f: F) -> F:
-    """``--store PATH`` (else ``$QUOTAFLOW_STORE``, else ``./quotaflow.db``)."""
-    return click.option(
-        "--store",
-        "store",
-        metavar="PATH",
-        default=None,
-        help="SQLite quota store (default: $QUOTAFLOW_STORE or ./quotaflow.db).",
-    )(f)
+    """``--store PATH|URL`` (else ``$QUOTAFLOW_STORE``, else ``./quotaflow.db``)."""
+    return click.option("--store", "store", metavar="PATH|URL", default=None, help=STORE_HELP)(f)
 
 
 def bootstrap_option(f: F) -> F:
@@ -98,13 +96,13 @@ def open_wire_backend(bootstrap: str) -> WireAdmin:
     return from_properties(bootstrap, read_properties(path) if path else {})
 
 
-def open_backend(store: str | None, bootstrap_server: str | None = None) -> AdminBackend:
-    """The backend the command runs against."""
+def open_backend(store: str | None, bootstrap_server: str | None = None, *, create: bool = True) -> AdminBackend:
+    """The backend the command runs against; ``create=False`` (describe, resolve) refuses a missing store file."""
     if bootstrap_server is not None:
         if store is not None:
             raise CommandError("--store and --bootstrap-server cannot be used together")
         return open_wire_backend(bootstrap_server)
-    return Admin(open_store(store))
+    return Admin(open_store(store, create=create))
 
 
 def java_exception_line(error: QuotaflowError) -> str:
@@ -129,8 +127,16 @@ def kafka_errors(tool: str, args: Sequence[str]) -> Iterator[None]:
     """Turn quotaflow errors raised inside the block into a Kafka-style failure (stderr, exit status 1)."""
     try:
         yield
-    except (KafkaError, CommandError, StoreError, BrokerConnectionError) as e:
+    except StoreError as e:
+        store_failure(e)
+    except (KafkaError, CommandError, BrokerConnectionError) as e:
         fail(tool, args, e)
+
+
+def store_failure(error: StoreError) -> NoReturn:
+    """A store that cannot be opened, read or written: one line on stderr, exit status 1."""
+    click.echo(f"Error: {error}", err=True)
+    sys.exit(1)
 
 
 class RawArgsCommand(click.Command):

@@ -237,7 +237,7 @@ def configs(args: tuple[str, ...]) -> None:
     with kafka_errors(TOOL, raw_args()):
         a = parse_args(args)
         parts = check_args(a)
-        backend = open_backend(a.store, a.bootstrap_server)
+        backend = open_backend(a.store, a.bootstrap_server, create=a.alter)
         try:
             if a.describe:
                 for line in describe_lines(backend, parts):

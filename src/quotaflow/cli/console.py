@@ -14,9 +14,10 @@ from typing import Final
 import click
 import uvicorn
 
+from quotaflow.cli.common import STORE_HELP
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.store import STORE_ENV, open_store, store_path
+from quotaflow.store import open_store
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8080"
 
@@ -51,8 +52,7 @@ class _Server(uvicorn.Server):
 
 
 @click.command("console")
-@click.option("--store", "store", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help=f"Quota store file (default ${STORE_ENV}, else ./quotaflow.db).")
+@click.option("--store", "store", metavar="PATH|URL", default=None, help=STORE_HELP)
 @click.option("--gateway", "gateways", multiple=True, metavar="http://HOST:PORT",
               help="A gateway's HTTP endpoint (its --metrics-port) for the Live page (repeatable).")
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
@@ -67,13 +67,13 @@ class _Server(uvicorn.Server):
               help="Seconds between scrapes of each gateway's /metrics.")
 @click.option("--history", type=click.IntRange(min=10, max=100_000), default=300, show_default=True,
               help="Scrapes kept per series (memory is bounded by this times the number of series).")
-def console(store: Path | None, gateways: tuple[str, ...], listen: str, backtests: Path | None, read_only: bool,
+def console(store: str | None, gateways: tuple[str, ...], listen: str, backtests: Path | None, read_only: bool,
             admins: tuple[str, ...], scrape_interval: float, history: int) -> None:
     """The web console: see and change quotas, resolve, watch live throttling, browse backtests."""
     host, port = parse_listen(listen)
     urls = [_gateway_url(g) for g in gateways]
     try:
-        quota_store = open_store(store_path(store))
+        quota_store = open_store(store)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     try:

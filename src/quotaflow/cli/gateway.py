@@ -8,14 +8,16 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
+from quotaflow.cli.common import STORE_HELP
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.brokers import parse_hostport, parse_upstreams
 from quotaflow.gateway.server import Gateway, new_event_loop
-from quotaflow.store import STORE_ENV, store_path
+from quotaflow.store import store_value
 
 
 def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
@@ -49,8 +51,7 @@ def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--broker-port-base", "port_bases", multiple=True, metavar="NAME=PORT",
               help="Serve upstream node N of listener NAME on port PORT+N (repeatable). Without it each node gets "
                    "a free port, printed on the ready line and served at /brokers on the metrics port.")
-@click.option("--store", "store", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help=f"Quota store file (default ${STORE_ENV}, else ./quotaflow.db).")
+@click.option("--store", "store", metavar="PATH|URL", default=None, help=STORE_HELP)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
               help="server.properties-style settings (socket.request.max.bytes, connections.max.idle.ms, "
                    "quota.window.*, connection-rate quotas; the latter reload when the file changes).")
@@ -65,28 +66,60 @@ def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
                                                             "rate (inter.broker.listener.name).")
 @click.option("--broker", "broker_name", default="gateway", show_default=True,
               help="The broker name written into usage events.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Gateway processes accepting on the same listener ports (SO_REUSEPORT), one core each; worker i "
+                   "serves metrics on --metrics-port + i and logs events under EVENT_LOG/worker-<i>. Give them a "
+                   "kafka:// store and quotaflow.quota.scope=cluster to share quotas (docs/cluster-quotas.md).")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def gateway(upstream: str, listen: tuple[str, ...], store: Path | None, config_path: Path | None,
+def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_path: Path | None,
             metrics_port: int | None, event_log: Path | None, admins: tuple[str, ...],
-            inter_broker_listener: str | None, broker_name: str, port_bases: tuple[str, ...], verbose: int) -> None:
+            inter_broker_listener: str | None, broker_name: str, port_bases: tuple[str, ...], workers: int,
+            verbose: int) -> None:
     """Enforce Kafka client quotas (KIP-55/124/612) on live traffic to UPSTREAM and serve the quota admin APIs
     (DescribeClientQuotas / AlterClientQuotas) from the quota store. Stops on SIGINT / SIGTERM."""
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    listeners = _listeners(listen)
+    bases = _port_bases(port_bases)
+
+    def serve(bind: Mapping[str, tuple[str, int]], worker: int | None) -> None:
+        """One gateway; worker ``i`` of ``--workers`` shares the ports and takes metrics port + i, its own log."""
+        worker_metrics = metrics_port if worker is None or not metrics_port else metrics_port + worker
+        worker_events = event_log if worker is None or event_log is None else event_log / f"worker-{worker}"
+        try:
+            gw = Gateway(parse_upstreams(upstream), dict(bind), store_value(store), config_path=config_path,
+                         admin_principals=frozenset(admins) if admins else None, event_log=worker_events,
+                         metrics_port=worker_metrics, inter_broker_listener=inter_broker_listener,
+                         broker=broker_name, broker_port_base=bases, reuse_port=worker is not None)
+        except (QuotaflowError, ValueError) as e:
+            raise click.ClickException(str(e)) from e
+        loop = new_event_loop()
+        try:
+            loop.run_until_complete(_run(gw))
+        except OSError as e:
+            raise click.ClickException(f"cannot start the gateway: {e}") from e
+        finally:
+            loop.close()
+
+    if workers == 1:
+        serve(listeners, None)
+        return
+
+    def worker_main(index: int, bind: Mapping[str, tuple[str, int]]) -> int:
+        try:
+            serve(bind, index)
+        except click.ClickException as e:
+            e.show()
+            return e.exit_code
+        return 0
+
+    from quotaflow.cli.gateway_workers import supervise
+
     try:
-        gw = Gateway(parse_upstreams(upstream), _listeners(listen), store_path(store), config_path=config_path,
-                     admin_principals=frozenset(admins) if admins else None, event_log=event_log,
-                     metrics_port=metrics_port, inter_broker_listener=inter_broker_listener, broker=broker_name,
-                     broker_port_base=_port_bases(port_bases))
-    except (QuotaflowError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
-    loop = new_event_loop()
-    try:
-        loop.run_until_complete(_run(gw))
+        status = supervise(workers, listeners, worker_main)
     except OSError as e:
-        raise click.ClickException(f"cannot start the gateway: {e}") from e
-    finally:
-        loop.close()
+        raise click.ClickException(f"cannot reserve the listener ports: {e}") from e
+    sys.exit(status)
 
 
 async def _run(gw: Gateway) -> None:

@@ -26,8 +26,8 @@ def job_options(fn: F) -> F:
             "--store",
             "store",
             required=True,
-            type=click.Path(path_type=Path),
-            help="Quota store (SQLite) whose quotas are applied.",
+            metavar="PATH|URL",
+            help="Quota store whose quotas are applied (a SQLite file, or kafka://HOST:PORT[/TOPIC]: a snapshot).",
         ),
         click.option(
             "--out",
@@ -45,7 +45,7 @@ def job_options(fn: F) -> F:
         click.option(
             "--compare",
             "compare",
-            type=click.Path(path_type=Path, dir_okay=False),
+            metavar="PATH|URL",
             help="A second store: run both configs and write the difference to OUT/compare/.",
         ),
         click.option(
@@ -68,7 +68,7 @@ def job_options(fn: F) -> F:
     return fn
 
 
-def spec_from(events: Path, store: Path, out: Path, broker_config: Path | None, compare: Path | None,
+def spec_from(events: Path, store: str, out: Path, broker_config: Path | None, compare: str | None,
               headroom: float, with_inputs: bool = False) -> JobSpec:  # fmt: skip
     return JobSpec(events, store, out, broker_config, compare, headroom, with_inputs)
 

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "stream": "quotaflow.cli.stream:stream",
     "users": "quotaflow.cli.users:users",
     "gateway": "quotaflow.cli.gateway:gateway",
+    "store": "quotaflow.cli.store:store",
     "console": "quotaflow.cli.console:console",
 }
 

@@ -13,7 +13,7 @@ from quotaflow.core.errors import QuotaflowError
 
 @click.command("replay")
 @job_options
-def replay(events: Path, store: Path, out: Path, broker_config: Path | None, compare: Path | None,
+def replay(events: Path, store: str, out: Path, broker_config: Path | None, compare: str | None,
            headroom: float, with_inputs: bool) -> None:  # fmt: skip
     """Same arguments and output as `quotaflow backtest`, single process (pyarrow + numpy + the engine kernel)."""
     from quotaflow.pipeline import replay as job

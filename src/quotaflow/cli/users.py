@@ -55,7 +55,7 @@ def add(user: str, password: str | None, store: str | None) -> None:
 def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
-        qs = open_store(store)
+        qs = open_store(store, create=False)
         try:
             removed = qs.delete_credential(user)
         finally:
@@ -72,7 +72,7 @@ def remove(user: str, store: str | None) -> None:
 def list_users(store: str | None) -> None:
     """Print the user names, one per line, sorted."""
     try:
-        qs = open_store(store)
+        qs = open_store(store, create=False)
         try:
             names = qs.list_credentials()
         finally:

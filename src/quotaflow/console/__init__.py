@@ -5,6 +5,7 @@ themselves. It depends inward only (core, engine, store, admin); the gateways an
 HTTP ``/metrics`` and their output files. See docs/console.md.
 """
 
-from quotaflow.console.app import ConsoleConfig, create_app
+from quotaflow.console.app import create_app
+from quotaflow.console.state import ConsoleConfig
 
 __all__ = ["ConsoleConfig", "create_app"]

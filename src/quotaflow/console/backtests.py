@@ -124,13 +124,21 @@ def entities(bt: Backtest, n: int = TABLE_ROWS) -> list[dict[str, Any]]:
     return rows[:n]
 
 
+def _tag_is(column: str, value: str) -> pc.Expression:
+    """A tag equal to ``value``; the empty tag is stored as "" or null (both mean "not part of the quota-id")."""
+    equal = pc.field(column) == value
+    return (equal | pc.field(column).is_null()) if value == "" else equal
+
+
 def entity_windows(bt: Backtest, broker: str, quota_type: str, user: str, client_id: str) -> dict[str, list[Any]]:
     """One quota-id's windows as chart columns: start (s), rate, limit (null = unlimited), throttled requests."""
-    flt = (pc.field("quota_type") == quota_type) & (pc.field("broker") == broker)
-    t = _read(bt, "windows", [*ENTITY_KEY, "window_start_ms", "rate", "limit", "throttle_count"], flt)
-    user_col = pc.fill_null(t["tag_user"], "")
-    client_col = pc.fill_null(t["tag_client_id"], "")
-    t = t.filter(pc.and_(pc.equal(user_col, user), pc.equal(client_col, client_id))).sort_by("window_start_ms")
+    flt = (
+        (pc.field("quota_type") == quota_type)
+        & (pc.field("broker") == broker)
+        & _tag_is("tag_user", user)
+        & _tag_is("tag_client_id", client_id)
+    )
+    t = _read(bt, "windows", ["window_start_ms", "rate", "limit", "throttle_count"], flt).sort_by("window_start_ms")
     return {
         "t": [ms / 1000.0 for ms in t["window_start_ms"].to_pylist()],
         "rate": t["rate"].to_pylist(),

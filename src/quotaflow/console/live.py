@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import httpx2 as httpx
+import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
 from quotaflow.admin import QuotaIndex
@@ -98,16 +98,16 @@ class LiveMetrics:
         self._task: asyncio.Task[None] | None = None
 
     # -- scraping ---------------------------------------------------------------------------------------------
-    async def scrape_once(self, client: httpx.AsyncClient) -> None:
+    async def scrape_once(self, client: httpx2.AsyncClient) -> None:
         """Scrape every gateway once (concurrently); a failed gateway records its error, the others go on."""
         await asyncio.gather(*(self._scrape(client, gw) for gw in self.gateways.values()))
 
-    async def _scrape(self, client: httpx.AsyncClient, gw: GatewayState) -> None:
+    async def _scrape(self, client: httpx2.AsyncClient, gw: GatewayState) -> None:
         try:
             response = await client.get(f"{gw.url}/metrics")
             response.raise_for_status()
             text = response.text
-        except httpx.HTTPError as e:
+        except httpx2.HTTPError as e:
             gw.ok, gw.error = False, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return
         try:
@@ -157,7 +157,7 @@ class LiveMetrics:
 
     async def run(self) -> None:
         """Scrape forever, every ``interval_s``."""
-        async with httpx.AsyncClient(timeout=max(1.0, self.interval_s)) as client:
+        async with httpx2.AsyncClient(timeout=max(1.0, self.interval_s)) as client:
             while True:
                 await self.scrape_once(client)
                 await asyncio.sleep(self.interval_s)

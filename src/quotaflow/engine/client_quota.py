@@ -213,6 +213,10 @@ class ClientQuotaManager:
         """The quota sensor if it exists (never creates one)."""
         return self._sensors.get(self.quota_id(user, client_id))
 
+    def quota_sensors(self) -> list[tuple[QuotaId, QuotaSensor]]:
+        """Every quota-id with a sensor (cluster-wide quotas read their rates and set their bounds)."""
+        return list(self._sensors.items())
+
     @property
     def sensor_count(self) -> int:
         return len(self._sensors)

@@ -23,6 +23,16 @@ CONTROLLER_QUOTA_WINDOW_NUM: Final = "controller.quota.window.num"
 CONTROLLER_QUOTA_WINDOW_SIZE_SECONDS: Final = "controller.quota.window.size.seconds"
 QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
 MAX_IN_FLIGHT: Final = "quotaflow.max.in.flight.requests"
+FETCH_MAX_BYTES: Final = "fetch.max.bytes"
+QUEUED_MAX_REQUEST_BYTES: Final = "queued.max.request.bytes"
+SASL_SERVER_MAX_RECEIVE_SIZE: Final = "sasl.server.max.receive.size"
+FAILED_AUTHENTICATION_DELAY_MS: Final = "connection.failed.authentication.delay.ms"
+MAX_UNSENT_RESPONSE_BYTES: Final = "quotaflow.max.unsent.response.bytes"
+SASL_VERIFY_THREADS: Final = "quotaflow.sasl.verify.threads"
+SASL_FAILED_PER_IP_RATE: Final = "quotaflow.sasl.failed.authentication.rate.per.ip"
+UPSTREAM_BACKOFF_MS: Final = "quotaflow.upstream.reconnect.backoff.ms"
+UPSTREAM_BACKOFF_MAX_MS: Final = "quotaflow.upstream.reconnect.backoff.max.ms"
+UPSTREAM_CONNECT_TIMEOUT_MS: Final = "quotaflow.upstream.connect.timeout.ms"
 LISTENER_SECURITY_PROTOCOL_MAP: Final = "listener.security.protocol.map"
 PLAINTEXT: Final = "PLAINTEXT"
 SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
@@ -39,6 +49,18 @@ class GatewayConfig:
     controller_quota_window_size_seconds: int = 1
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # unanswered requests read per connection; 1 = Kafka's one-at-a-time reading
+    fetch_max_bytes: int = 57_671_680  # Kafka's broker default (55 MB): Fetch max_bytes is capped to it
+    queued_max_request_bytes: int = -1  # Kafka's default: request bytes read and not yet passed on, all connections
+    # responses read from the upstream (or made here) but not yet taken by the client's socket: above this, the
+    # gateway stops reading both the client and its upstream connection (docs/gateway.md: memory bound)
+    max_unsent_response_bytes: int = 4 * 1024 * 1024
+    sasl_server_max_receive_size: int = 524_288  # Kafka's default: larger frames before authentication close
+    failed_authentication_delay_ms: int = 100  # Kafka's default: a failed login is answered after this delay
+    sasl_verify_threads: int = 1  # the bounded pool that hashes passwords, off the event loop
+    sasl_failed_rate_per_ip: int = 1  # password hashes per second per client IP for failing logins (burst 3)
+    upstream_backoff_ms: int = 100  # first wait before retrying an unreachable upstream
+    upstream_backoff_max_ms: int = 2_000  # the exponential backoff's ceiling
+    upstream_connect_timeout_ms: int = 30_000  # how long a client is held while its upstream is retried
     # listener name -> PLAINTEXT | SASL_PLAINTEXT (Kafka's listener.security.protocol.map); unmapped listeners use
     # their own name when it is a protocol name, else PLAINTEXT
     security_protocols: Mapping[str, str] = field(default_factory=dict)
@@ -55,7 +77,18 @@ class GatewayConfig:
             CONTROLLER_QUOTA_WINDOW_SIZE_SECONDS: "controller_quota_window_size_seconds",
             QUOTA_POLL_MS: "store_poll_ms",
             MAX_IN_FLIGHT: "max_in_flight",
+            FETCH_MAX_BYTES: "fetch_max_bytes",
+            QUEUED_MAX_REQUEST_BYTES: "queued_max_request_bytes",
+            MAX_UNSENT_RESPONSE_BYTES: "max_unsent_response_bytes",
+            SASL_SERVER_MAX_RECEIVE_SIZE: "sasl_server_max_receive_size",
+            FAILED_AUTHENTICATION_DELAY_MS: "failed_authentication_delay_ms",
+            SASL_VERIFY_THREADS: "sasl_verify_threads",
+            SASL_FAILED_PER_IP_RATE: "sasl_failed_rate_per_ip",
+            UPSTREAM_BACKOFF_MS: "upstream_backoff_ms",
+            UPSTREAM_BACKOFF_MAX_MS: "upstream_backoff_max_ms",
+            UPSTREAM_CONNECT_TIMEOUT_MS: "upstream_connect_timeout_ms",
         }
+        minimum = {FAILED_AUTHENTICATION_DELAY_MS: 0, FETCH_MAX_BYTES: 1024, QUEUED_MAX_REQUEST_BYTES: -1}
         values: dict[str, object] = {}
         extra: dict[str, str] = {}
         for key, raw in props.items():
@@ -66,14 +99,18 @@ class GatewayConfig:
                     number = int(raw)
                 except ValueError as e:
                     raise CommandError(f"Invalid value {raw} for configuration {key}: Not a number of type INT") from e
-                if number < 1:
-                    raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be at least 1")
+                least = minimum.get(key, 1)
+                if number < least:
+                    raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be at least {least}")
                 values[typed[key]] = number
             else:
                 extra[key] = raw
         values["extra"] = extra
         values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        config = cls(**values)  # type: ignore[arg-type]
+        if 0 < config.queued_max_request_bytes < config.socket_request_max_bytes:
+            raise CommandError(f"{QUEUED_MAX_REQUEST_BYTES} must be larger or equal to {SOCKET_REQUEST_MAX_BYTES}")
+        return config
 
 
     def security_protocol(self, listener: str) -> str:

@@ -1,19 +1,21 @@
-"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling.
+"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling, backpressure.
 
-Three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
+Up to three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
 pipeline requests and match responses by order and correlation id):
 
 * ``_read_client``: reads a frame, decides (forward raw / answer locally / fail), queues a ``Pending``; forwarded
   frames are written to the upstream unchanged, so correlation ids are preserved. It reads the next request only
-  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time).
-  Pipelining is allowed by default, and still no request slips past a throttle: the produce byte rate is decided
-  when the request is read, and the mute starts then and lasts until the response is sent plus the throttle time.
-* ``_read_upstream``: reads upstream responses and completes the oldest forwarded ``Pending``.
-* ``_write_client``: takes each ``Pending`` in order, applies quotas (KIP-219: answer at once with
-  ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be rewritten, writes.
+  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time), the
+  connection is not muted, and the client has taken its responses (``quotaflow.max.unsent.response.bytes``). A
+  byte-rate-limited producer is read one produce at a time, so nothing it pipelines slips past its throttle.
+* ``_read_upstream`` (started with the upstream connection, which opens with the first request to forward): reads
+  upstream responses and completes the oldest forwarded ``Pending``; it too pauses while the client does not drain.
+* ``_write_client``: takes each ``Pending`` in order and, in one synchronous step, decides its quotas (KIP-219:
+  answer at once with ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be
+  rewritten, writes, and logs the event row, so the log's order is the decisions' order.
 
-Thread time (``time.thread_time_ns``) is measured around every synchronous step a request takes on the event
-loop, plus work done for it in executor threads, and fed to the request quota (SPEC §5; docs/gateway.md).
+Thread time (``time.thread_time_ns``) up to a request's quota decision is its io-thread time, checked against the
+request quota; after it (rewrite, encode, write) its network-thread time, recorded unchecked (docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -23,18 +25,25 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import ConnectionClosed, InvalidRequestError
+from quotaflow.core.errors import (
+    ConnectionClosed,
+    IllegalSaslStateError,
+    InvalidRequestError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
-from quotaflow.gateway.brokers import broker_key
+from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PLAINTEXT
 from quotaflow.gateway.mutations import TopicQuotaDecision
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError, authenticate_plain
+from quotaflow.gateway.sasl import ANONYMOUS, PLAIN
 
 if TYPE_CHECKING:
     from quotaflow.gateway.enforcement import Enforcement
@@ -42,9 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SASL_AUTHENTICATION_FAILED: Final = 58
-UNSUPPORTED_SASL_MECHANISM: Final = 33
-ILLEGAL_SASL_STATE: Final = 34
 _RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
 
 
@@ -60,8 +66,11 @@ class Pending:
     acks: int | None = None
     local: bytes | None = None  # a response the gateway made itself
     upstream: asyncio.Future[bytes] | None = None
+    forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
+    local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool = False
-    holds_reading: bool = False  # produce throttled on read: no further reads until its response + throttle
+    holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
+    exempt: bool = False  # exempt from the request quota (SPEC §5): its thread time goes to exempt-request-time
     mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
     decisions: dict[str, int] = field(default_factory=dict)
 
@@ -71,8 +80,9 @@ class ClientConnection:
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
         self.gateway = gateway
         self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
-        self.broker = broker_key(node, gateway.broker)  # whose quotas apply: known once the upstream is connected
-        self.enforcement: Enforcement
+        # whose quotas apply: the node's, else the gateway's own name until a bootstrap connection's upstream is known
+        self.broker = broker_key(node, gateway.broker)
+        self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -94,35 +104,60 @@ class ClientConnection:
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
         self.require_sasl = gateway.config.security_protocol(listener) == SASL_PLAINTEXT
         self._closing = False
+        # bytes of responses read from the upstream or made here and not yet handed to the client's socket
+        self._unsent = 0
+        self._unsent_local = 0  # the part of it the gateway made itself
+        self._drained = asyncio.Event()
+        self._tasks: list[asyncio.Future[None]] = []
+        self._ended: asyncio.Future[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     async def serve(self) -> None:
+        """Read and write the client until either side ends. The upstream connection is opened lazily, by the
+        first request that must be forwarded (after authentication on SASL listeners), so a client that never
+        sends a whole request holds no upstream socket."""
+        self._ended = asyncio.get_running_loop().create_future()
         try:
-            assert self.gateway.brokers is not None
-            try:
-                self._upstream_reader, self._upstream_writer, node = await self.gateway.brokers.connect(self.node)
-            except OSError as e:
-                log.warning("upstream unreachable for %s: %s", self.client_ip, e)
-                return
-            self.broker = broker_key(node, self.gateway.broker)
-            self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
-            tasks = [asyncio.ensure_future(t) for t in (self._read_client(), self._read_upstream(),
-                                                          self._write_client())]
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                results = await asyncio.gather(*tasks, return_exceptions=True)
+            self._spawn(self._read_client())
+            self._spawn(self._write_client())
+            await self._ended
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            results = await asyncio.gather(*self._tasks, return_exceptions=True)
             for exc in results:
                 if isinstance(exc, Exception) and not isinstance(
                         exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
                     log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
-        finally:
             self._fail_awaiting()
             self.close()
             await self._wait_closed()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.append(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, _task: asyncio.Future[None]) -> None:
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    async def _ensure_upstream(self) -> None:
+        """Connect the upstream on first use; while it is down the client is held (the gateway retries with
+        backoff up to its bound), then the connection is closed."""
+        if self._upstream_writer is not None:
+            return
+        try:
+            self._upstream_reader, self._upstream_writer, node = await self.gateway.connect_upstream(self.node)
+        except UpstreamUnavailableError as e:
+            raise ConnectionClosed(str(e)) from e
+        if self._closing:
+            self._upstream_writer.close()
+            raise ConnectionClosed("closed while connecting upstream")
+        self.broker = broker_key(node, self.gateway.broker)
+        self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
+        self._spawn(self._read_upstream())
 
     def close(self) -> None:
         """Close both sockets now (idempotent; safe from other tasks, e.g. the idle reaper)."""
@@ -141,33 +176,101 @@ class ClientConnection:
         while self._awaiting:
             fut = self._awaiting.popleft().upstream
             if fut is not None and not fut.done():
-                fut.set_exception(ConnectionClosed("upstream connection closed"))
+                fut.cancel()  # the writer is cancelled too; nobody is left to read an exception
 
     # -- client -> gateway ----------------------------------------------------------------------------------
 
-    async def _read_frame(self, reader: asyncio.StreamReader, limit: int) -> bytes:
+    async def _read_frame(self, reader: asyncio.StreamReader, limit: int, setting: str) -> bytes:
         size = protocol.SIZE.unpack(await reader.readexactly(4))[0]
         if size < 0 or size > limit:
-            raise ConnectionClosed(f"frame of {size} bytes exceeds socket.request.max.bytes ({limit})")
+            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
         return await reader.readexactly(size)
 
+    def _frame_limit(self) -> tuple[int, str]:
+        """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
+        authenticated, ``socket.request.max.bytes`` after."""
+        config = self.gateway.config
+        if self.require_sasl and self._sasl_state != "authenticated":
+            return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes), \
+                "sasl.server.max.receive.size"
+        return config.socket_request_max_bytes, "socket.request.max.bytes"
+
     async def _read_client(self) -> None:
-        limit = self.gateway.config.socket_request_max_bytes
         while not self._closing:
             await self._slots.acquire()
-            await self._unmuted()
-            frame = await self._read_frame(self.reader, limit)
-            await self._unmuted()  # a mute set while this read was pending holds the request back too
-            start = time.thread_time_ns()
-            self.last_active = time.monotonic()
-            pending = self._on_request(frame)
-            pending.thread_ns += time.thread_time_ns() - start
-            if pending.upstream is None and pending.local is None:
-                pending = await self._answer_locally(frame, pending)
+            await self._ready_to_read()
+            size = await self._read_size(*self._frame_limit())
+            memory = self.gateway.request_memory
+            await memory.acquire(size)  # queued.max.request.bytes, over all connections
+            try:
+                frame = await self.reader.readexactly(size)
+                await self._ready_to_read()  # a mute set while this read was pending holds the request back too
+                pending = await self._take_request(frame)
+            finally:
+                memory.release(size)
+            if pending.local:
+                self._unsent += len(pending.local)
+                self._unsent_local += len(pending.local)
             await self._queue.put(pending)
             if pending.close_after:
                 # read no more; the writer sends this last response and then ends the connection
                 await asyncio.get_running_loop().create_future()
+
+    async def _read_size(self, limit: int, setting: str) -> int:
+        size: int = protocol.SIZE.unpack(await self.reader.readexactly(4))[0]
+        if size < 0 or size > limit:
+            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
+        return size
+
+    async def _take_request(self, frame: bytes) -> Pending:
+        """Decide one request and pass it on: forwarded (its bytes leave when the upstream socket drains) or
+        answered here."""
+        if self._upstream_writer is None and self._will_forward(frame):
+            # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
+            await self._ensure_upstream()
+        start = time.thread_time_ns()
+        self.last_active = time.monotonic()
+        pending = self._on_request(frame)
+        pending.thread_ns += time.thread_time_ns() - start
+        if pending.forward is not None:
+            await self._ensure_upstream()
+            self._forward(pending)
+            assert self._upstream_writer is not None
+            await self._upstream_writer.drain()  # a slow upstream: stop reading the client, do not buffer
+        elif pending.upstream is None and pending.local is None:
+            pending = await self._answer_locally(frame, pending)
+        return pending
+
+    def _will_forward(self, frame: bytes) -> bool:
+        """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
+        if self._sasl_state == "handshaken-v0" or (self.require_sasl and self._sasl_state != "authenticated"):
+            return False
+        try:
+            header = protocol.parse_request_header(frame)
+        except InvalidRequestError:
+            return False
+        key, version = header.api_key, header.api_version
+        if key == ApiKey.ApiVersions:
+            return 0 <= version <= versions.APIVERSIONS_MAX
+        return key not in _LOCAL_APIS and _supported(key, version)
+
+    async def _ready_to_read(self) -> None:
+        await self._unmuted()
+        await self._below_unsent_bound()
+
+    def _over_unsent_bound(self, upstream: bool) -> bool:
+        # the upstream reader does not count responses made here: one of those queued behind a forwarded request
+        # must never stop the response the writer is waiting for from being read
+        unsent = self._unsent - self._unsent_local if upstream else self._unsent
+        buffered = self.writer.transport.get_write_buffer_size()
+        return unsent + buffered > self.gateway.config.max_unsent_response_bytes
+
+    async def _below_unsent_bound(self, *, upstream: bool = False) -> None:
+        """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
+        not taken, read neither its requests nor its upstream's responses (the writer wakes this after each drain)."""
+        while self._over_unsent_bound(upstream) and not self._closing:
+            self._drained.clear()
+            await self._drained.wait()
 
     async def _unmuted(self) -> None:
         while True:
@@ -194,24 +297,30 @@ class ClientConnection:
         if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
+        if key == ApiKey.ApiVersions and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
+            pending.local = versions.unsupported_version_response(header.correlation_id)  # KIP-511
+            return pending
+        if not _supported(key, header.api_version):
+            # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
+            # cannot frame a response for it either (its header version depends on the API version)
+            raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         if key in _LOCAL_APIS:
             return pending  # answered by _answer_locally
-        if key == ApiKey.ApiVersions and header.api_version > versions.APIVERSIONS_MAX:
-            pending.local = versions.unsupported_version_response(header.correlation_id)
+        if key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated":
+            pending.local_api_versions = True  # no upstream connection before authentication
             return pending
         if key == ApiKey.Produce:
             try:
                 pending.acks = protocol.produce_acks(frame, header)
             except InvalidRequestError as e:
                 raise ConnectionClosed(str(e)) from e
-            bandwidth_ms = self.enforcement.produce_bytes(self.principal, header.client_id or "",
-                                                                  pending.request_bytes, now_ms)
-            pending.decisions["throttle_ms_produce"] = bandwidth_ms
-            if bandwidth_ms > 0:  # read nothing more until this response is sent and its throttle has passed
+            if self.enforcement.produce_limited(self.principal, header.client_id or ""):
+                # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
+                # until this response is decided and sent and its throttle has passed, so nothing slips past it
                 pending.holds_reading = True
                 self._held += 1
-            if pending.acks == 0:  # no response will come; the writer still applies the byte-rate mute
-                self._forward(frame, pending)
+            if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
+                pending.forward = frame
                 pending.local = b""
                 return pending
         if key == ApiKey.Fetch and header.api_version >= 3:
@@ -221,7 +330,7 @@ class ClientConnection:
             if forward is None:  # every topic refused: answered here
                 return pending
             frame = forward
-        self._forward(frame, pending)
+        pending.forward = frame
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
@@ -243,22 +352,21 @@ class ClientConnection:
         return pending.mutations.forward
 
     def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
-        """Cap ``max_bytes`` to the consumer quota's window (KafkaApis does the same): without it, a response
-        larger than the window allows would be throttled, answered empty and re-fetched forever."""
-        cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
-        if cap is None:
-            return frame
+        """``max_bytes = min(request's, fetch.max.bytes, the consumer quota's window)``, as KafkaApis does: the
+        broker setting bounds one response's memory, and without the quota cap a response larger than the window
+        allows would be throttled, answered empty and re-fetched forever."""
+        cap = self.gateway.config.fetch_max_bytes
+        quota_cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
+        if quota_cap is not None:
+            cap = min(cap, quota_cap)
         try:
-            request = protocol.decode_request(frame, header)
+            return protocol.cap_fetch_max_bytes(frame, header, cap)
         except InvalidRequestError as e:
             raise ConnectionClosed(str(e)) from e
-        if request.max_bytes <= cap:
-            return frame
-        request.max_bytes = cap
-        return protocol.encode_request(request, header)
 
-    def _forward(self, frame: bytes, pending: Pending) -> None:
-        assert self._upstream_writer is not None
+    def _forward(self, pending: Pending) -> None:
+        assert self._upstream_writer is not None and pending.forward is not None
+        frame, pending.forward = pending.forward, None
         start = time.thread_time_ns()
         self._upstream_writer.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
         pending.network_ns += time.thread_time_ns() - start
@@ -271,6 +379,8 @@ class ClientConnection:
             if header.api_version == _RAW_SASL:
                 return await self._raw_sasl(frame, pending)
             request = protocol.decode_request(frame, header)
+            if pending.local_api_versions:
+                return await self._api_versions_before_auth(pending)
             if header.api_key == ApiKey.SaslHandshake:
                 return self._sasl_handshake(request, pending)
             if header.api_key == ApiKey.SaslAuthenticate:
@@ -283,14 +393,28 @@ class ClientConnection:
             raise ConnectionClosed(str(e)) from e
         return pending
 
+    async def _api_versions_before_auth(self, pending: Pending) -> Pending:
+        """ApiVersions from a client that has not authenticated: the upstream's list (fetched once for everyone
+        by the gateway), merged with the gateway's own APIs, as the forwarded answer would be."""
+        try:
+            upstream = await self.gateway.upstream_api_versions()
+        except UpstreamUnavailableError as e:
+            raise ConnectionClosed(str(e)) from e
+        version = pending.header.api_version
+        cls = protocol.response_class(ApiKey.ApiVersions, version)
+        keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
+        pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
+                                                 pending.header.correlation_id)
+        return pending
+
     def _sasl_handshake(self, request: Any, pending: Pending) -> Pending:
         version = pending.header.api_version
         cls = protocol.response_class(ApiKey.SaslHandshake, version)
         if self._sasl_state != "none":
-            error = ILLEGAL_SASL_STATE
+            error = IllegalSaslStateError.errno
             pending.close_after = True
         elif request.mechanism != PLAIN:
-            error = UNSUPPORTED_SASL_MECHANISM
+            error = UnsupportedSaslMechanismError.errno
         else:
             error = 0
             self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
@@ -299,14 +423,12 @@ class ClientConnection:
         return pending
 
     async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
-        def run() -> tuple[str | None, str | None, int]:
-            start = time.thread_time_ns()
-            try:
-                return authenticate_plain(self.gateway.store, token), None, time.thread_time_ns() - start
-            except SaslAuthenticationError as e:
-                return None, str(e), time.thread_time_ns() - start
-
-        return await asyncio.get_running_loop().run_in_executor(None, run)
+        """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is
+        answered only after ``connection.failed.authentication.delay.ms``, as Kafka delays it (KIP-306)."""
+        verdict = await self.gateway.sasl.verify(token, self.client_ip)
+        if verdict.principal is None:
+            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
+        return verdict.principal, verdict.error, verdict.cpu_ns
 
     async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
         principal, _error, ns = await self._check_plain(token)
@@ -323,12 +445,12 @@ class ClientConnection:
         cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
         message: str | None
         if self._sasl_state != "handshaken":
-            error, message = ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate request"
+            error, message = IllegalSaslStateError.errno, "Unexpected SaslAuthenticate request"
         else:
             principal, message, ns = await self._check_plain(bytes(request.auth_bytes))
             pending.thread_ns += ns
             if principal is None:
-                error = SASL_AUTHENTICATION_FAILED
+                error = SaslAuthenticationFailedError.errno
             else:
                 error, message = 0, None
                 self.principal = principal
@@ -345,7 +467,9 @@ class ClientConnection:
     async def _read_upstream(self) -> None:
         assert self._upstream_reader is not None
         while True:
-            frame = await self._read_frame(self._upstream_reader, 1 << 31)
+            await self._below_unsent_bound(upstream=True)
+            frame = await self._read_frame(self._upstream_reader, 1 << 31, "upstream")
+            self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
             pending = self._awaiting.popleft()
@@ -363,52 +487,72 @@ class ClientConnection:
                 return
             frame = await pending.upstream if pending.upstream is not None else pending.local
             assert frame is not None
-            start = time.thread_time_ns()
-            now_ms = time.time_ns() // 1_000_000
-            out = self._respond(pending, frame, start, now_ms)
-            written = time.thread_time_ns()
-            if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
-                self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
-                sent = len(frame) + 4
-            else:
-                if out:
-                    self.writer.write(out)
-                sent = len(out)
-            self.last_active = time.monotonic()
-            done = time.thread_time_ns()
-            pending.thread_ns += written - start
-            pending.network_ns += done - written
-            self.enforcement.network_time(self.principal, pending.header.client_id or "",
-                                                  pending.network_ns, now_ms)
-            self.gateway.on_request(self, pending, sent, now_ms)
-            if pending.holds_reading:  # the mute (set in _respond) now runs from this response
+            self._send(pending, frame)
+            if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
                 self._released.set()
             await self.writer.drain()
+            self._drained.set()
             self._slots.release()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
 
-    def _respond(self, pending: Pending, frame: bytes, start_ns: int, now_ms: int) -> bytes:
-        """The bytes to send: quotas applied (KIP-219), addresses rewritten, correlation id kept."""
-        header = pending.header
-        key, version = header.api_key, header.api_version
-        if version == _RAW_SASL or key in _SASL_APIS:
+    def _send(self, pending: Pending, frame: bytes) -> None:
+        """Decide, render and write one response, and log it: all in one synchronous step, so no other request's
+        decision comes between them and the event log's ``(ts_ms, seq)`` order is the order of the live decisions.
+
+        One definition of a request's thread time: ``io_thread_ns`` is the CPU time up to its quota decision (read,
+        parse, decide, executor work), recorded with the check; everything after the decision (address rewrite,
+        re-encoding, the socket write) is ``network_thread_ns``, recorded without one at the same timestamp. Both
+        are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md)."""
+        start = time.thread_time_ns()
+        key = pending.header.api_key
+        sasl = pending.header.api_version == _RAW_SASL or key in _SASL_APIS
+        now_ms = self.gateway.decision_ms()
+        throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
+        out = self._render(pending, frame, throttle)
+        self._unsent -= len(frame)
+        if pending.upstream is None:
+            self._unsent_local -= len(frame)
+        if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
+            self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
+        elif out:
+            self.writer.write(out)
+        self.last_active = time.monotonic()
+        pending.network_ns += time.thread_time_ns() - measured
+        if sasl:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
-            # its CPU time becomes network-thread time of the first request after it (SPEC §5)
-            self._auth_ns += pending.thread_ns + time.thread_time_ns() - start_ns
-            return frame
+            # its CPU time becomes network-thread time of the first request after it, and it is not logged
+            self._auth_ns += pending.thread_ns + pending.network_ns
+            return
         if self._auth_ns:
             pending.network_ns += self._auth_ns
             self._auth_ns = 0
         enforcement = self.enforcement
+        client_id = pending.header.client_id or ""
+        if pending.exempt:
+            enforcement.exempt_network_time(pending.network_ns, now_ms)
+        else:
+            enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
+        response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
+        self.gateway.on_request(self, pending, response_bytes, now_ms)
+
+    def _decide(self, pending: Pending, frame: bytes, start_ns: int, now_ms: int) -> tuple[int, int]:
+        """The quota decisions for one response (KIP-219): (throttle to apply, the thread-time reading that ended
+        its io time). ``frame`` is the upstream response (unframed) or the gateway's own (framed)."""
+        header = pending.header
+        key = header.api_key
+        enforcement = self.enforcement
         user, client_id = self.principal, header.client_id or ""
-        thread_ns = pending.thread_ns + time.thread_time_ns() - start_ns
+        measured = time.thread_time_ns()
+        pending.thread_ns += measured - start_ns
+        thread_ns = pending.thread_ns
         d = pending.decisions
         if key == ApiKey.Produce:
-            decision = enforcement.produce_request_time(user, client_id, d.get("throttle_ms_produce", 0), thread_ns,
-                                                        -1 if pending.acks is None else pending.acks, now_ms)
-            d["throttle_ms_request"] = decision.request_ms
+            acks = -1 if pending.acks is None else pending.acks
+            pending.exempt = acks == 0
+            decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
+            d["throttle_ms_produce"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
             throttle = decision.throttle_ms
         elif key == ApiKey.Fetch and pending.upstream is not None:
             decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
@@ -418,17 +562,24 @@ class ClientConnection:
             mutation, d["throttle_ms_request"] = enforcement.request_with_mutation(
                 user, client_id, thread_ns, pending.mutations.quota, now_ms)
             throttle = max(mutation, d["throttle_ms_request"])
-            d["throttle_ms"] = throttle
-            if throttle > 0:
-                self._mute(throttle)
-            if pending.upstream is None:
-                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
-            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
         else:
+            pending.exempt = enforcement.is_exempt(key)
             throttle = d["throttle_ms_request"] = enforcement.request(key, user, client_id, thread_ns, now_ms)
         d["throttle_ms"] = throttle
         if throttle > 0:
             self._mute(throttle)
+        return throttle, measured
+
+    def _render(self, pending: Pending, frame: bytes, throttle: int) -> bytes:
+        """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
+        header = pending.header
+        key, version = header.api_key, header.api_version
+        if version == _RAW_SASL or key in _SASL_APIS:
+            return frame
+        if pending.mutations is not None:
+            if pending.upstream is None:
+                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
+            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
         if pending.upstream is None:  # made here: already framed; only the throttle field may change
             if throttle > 0 and frame:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame
@@ -455,6 +606,19 @@ class ClientConnection:
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
+
+
+def _supported(api_key: int, version: int) -> bool:
+    """Whether the gateway can take this request header: never a negative version; for the APIs it decodes or
+    answers itself, only versions kafka-python models (it could not frame their responses otherwise). Other APIs
+    are forwarded as bytes and the upstream judges their versions."""
+    if version < 0:
+        return False
+    if api_key not in versions.DECODED_APIS and api_key not in _LOCAL_APIS:
+        return True
+    cls = protocol.REQUESTS.get(api_key)
+    known = protocol.max_known_version(api_key)
+    return cls is not None and known is not None and int(cls.min_version) <= version <= known
 
 
 _PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged

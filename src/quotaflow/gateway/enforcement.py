@@ -1,8 +1,8 @@
 """Client-quota enforcement at the gateway: the engine's managers, fed by live traffic and the store's change log.
 
-All decisions are the engine's (``quotaflow.engine``: ``ClientQuotaManager`` per quota type, ``combine`` /
-``fetch_throttle`` / ``request_throttle`` to combine them (produce is ``produce_throttle`` split in two: bytes when
-the request is read, request time when the response is sent), ``is_request_quota_exempt``, ``apply_changes``). This
+All decisions are the engine's (``quotaflow.engine``: ``ClientQuotaManager`` per quota type, ``produce_throttle`` /
+``fetch_throttle`` / ``request_throttle`` to combine them, all when the response is ready and in one step with its
+event-log row, ``is_request_quota_exempt``, ``apply_changes``). This
 module only decides *what* to feed them: the request size for produce, the upstream response size for fetch, and
 the gateway's own thread time for the request quota (docs/gateway.md). Users are keyed by the authenticated
 principal name (``ANONYMOUS`` on plaintext), client-ids by the request header's (null = ``""``).
@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from quotaflow.core.keys import INT_MAX
+from quotaflow.core.keys import INT_MAX, UNLIMITED
 from quotaflow.engine import (
     ControllerMutationQuota,
     QuotaManagers,
     ThrottleDecision,
     apply_changes,
-    combine,
     fetch_throttle,
     is_request_quota_exempt,
     is_strict,
     java_double_to_int,
+    produce_throttle,
     request_throttle,
     snapshot_changes,
 )
@@ -50,27 +50,19 @@ class Enforcement:
 
     # -- decisions ------------------------------------------------------------------------------------------
 
-    def produce_bytes(self, user: str, client_id: str, size: int, now_ms: int) -> int:
-        """Request size against producer_byte_rate, recorded when the request is read: a throttled connection is
-        then muted before anything it pipelined behind this request is read (Kafka reads one request at a time,
-        so there nothing can slip past the throttle)."""
-        return self.managers.produce.record_and_get_throttle_ms(user, client_id, size, now_ms)
-
-    def produce_request_time(self, user: str, client_id: str, bandwidth_ms: int, thread_ns: int, acks: int,
-                             now_ms: int) -> ThrottleDecision:
-        """The rest of ``engine.produce_throttle``, when the response is sent: request time (acks=0 exempt), the
-        combined throttle, and the winner's throttle sensor (request on a tie)."""
+    def produce(self, user: str, client_id: str, size: int, thread_ns: int, acks: int,
+                now_ms: int) -> ThrottleDecision:
+        """``engine.produce_throttle`` when the response is ready (as KafkaApis records it in the produce
+        callback): request size against producer_byte_rate, then request time (acks=0 exempt), the combined
+        throttle, and the winner's throttle sensor (request on a tie)."""
         m = self.managers
-        if acks == 0:
-            m.request.record_exempt_ns(thread_ns, now_ms)
-            request_ms = 0
-        else:
-            request_ms = m.request.record_request_time_ns(user, client_id, thread_ns, now_ms)
-        decision = combine(bandwidth_ms, request_ms)
-        if decision.throttle_ms > 0:
-            winner = m.request if decision.by_request else m.produce
-            winner.throttle(user, client_id, decision.throttle_ms, now_ms)
-        return decision
+        return produce_throttle(m.produce, m.request, user, client_id, size, thread_ns, acks, now_ms)
+
+    def produce_limited(self, user: str, client_id: str) -> bool:
+        """Whether a finite producer_byte_rate applies to this client: its produce requests are then read one at a
+        time, so none is read while an earlier one may still be throttled."""
+        produce = self.managers.produce
+        return produce.quotas_enabled and produce.quota_limit(user, client_id) < UNLIMITED
 
     def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
         """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response)."""
@@ -117,8 +109,18 @@ class Enforcement:
         return mutation, req
 
     def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
-        """Socket-write time, recorded without a check: it only weighs on later decisions (KIP-124)."""
+        """Time after the decision (rewrite, encode, socket write), recorded without a check: it only weighs on
+        later decisions (KIP-124)."""
         self.managers.request.record_network_time_ns(user, client_id, thread_ns, now_ms)
+
+    def exempt_network_time(self, thread_ns: int, now_ms: int) -> None:
+        """The network time of an exempt request goes to exempt-request-time, as its io time does."""
+        self.managers.request.record_exempt_ns(thread_ns, now_ms)
+
+    @staticmethod
+    def is_exempt(api_key: int) -> bool:
+        """Exempt from the request quota by its API alone (produce acks=0 is decided by ``produce``)."""
+        return is_request_quota_exempt(api_key)
 
     # -- housekeeping ---------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
+from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class QuotaListener:
         inter_broker_listener: str | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         backlog: int = DEFAULT_BACKLOG,
+        reuse_port: bool = False,
     ) -> None:
         if not listeners:
             raise ValueError("at least one listener is required")
@@ -82,6 +84,7 @@ class QuotaListener:
         self._handler = handler
         self._clock_ms = clock_ms
         self._backlog = backlog
+        self._reuse_port = reuse_port  # SO_REUSEPORT: several gateway processes accept on one port (--workers)
         if inter_broker_listener is not None:
             quotas.inter_broker_listener = inter_broker_listener
         for name in listeners:
@@ -94,6 +97,7 @@ class QuotaListener:
         self._connections: set[asyncio.Task[None]] = set()
         self._held: dict[socket.socket, asyncio.TimerHandle] = {}
         self._slot_freed = asyncio.Condition()
+        self._accept_warnings = RateLimitedLog(log)
 
     async def start(self) -> None:
         for name, (host, port) in self._bind.items():
@@ -110,6 +114,8 @@ class QuotaListener:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self._reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
             sock.listen(self._backlog)
             sock.setblocking(False)
@@ -156,7 +162,7 @@ class QuotaListener:
             try:
                 conn, addr = await loop.sock_accept(sock)
             except OSError as e:  # e.g. EMFILE: back off instead of spinning
-                log.warning("accept on %s failed: %s", listener, e)
+                self._accept_warnings.warning("accept on %s failed: %s", listener, e)
                 await asyncio.sleep(0.1)
                 continue
             try:

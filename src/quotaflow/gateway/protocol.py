@@ -225,3 +225,25 @@ def empty_fetch_response(frame: bytes, version: int, throttle_ms: int) -> bytes:
         fields["session_id"] = upstream.session_id
     message = response_class(ApiKey.Fetch, version)(**fields)
     return encode_response(message, version, response_correlation_id(frame))
+
+
+def fetch_max_bytes_offset(frame: bytes | memoryview, header: RequestHeader) -> int | None:
+    """Where a Fetch request's top-level ``max_bytes`` (int32, v3+) sits: after ``replica_id`` (v3-14),
+    ``max_wait_ms`` and ``min_bytes``. None before v3 (no such field). Read and patched in place, so capping it
+    costs no decode."""
+    if header.api_version < 3:
+        return None
+    pos = body_offset(frame, header) + (8 if header.api_version >= 15 else 12)
+    if pos + 4 > len(frame):
+        raise InvalidRequestError("Fetch request too short for max_bytes")
+    return pos
+
+
+def cap_fetch_max_bytes(frame: bytes, header: RequestHeader, cap: int) -> bytes:
+    """The Fetch request with ``max_bytes = min(max_bytes, cap)`` (the same bytes when already within it)."""
+    pos = fetch_max_bytes_offset(frame, header)
+    if pos is None or _INT32.unpack_from(frame, pos)[0] <= cap:
+        return frame
+    out = bytearray(frame)
+    _INT32.pack_into(out, pos, cap)
+    return bytes(out)

@@ -2,15 +2,29 @@
 
 Credential hashing lives in :mod:`quotaflow.store.credentials` (shared with the console's HTTP Basic sign-in) and is
 re-exported here for existing callers.
+
+The hash is slow on purpose (~130 ms of CPU per check), which makes wrong passwords an attack surface, so the
+gateway checks through :class:`SaslVerifier`: PBKDF2 in a small bounded thread pool off the event loop, no hash for
+an IP that keeps failing (a token bucket of hashes per IP), and successful logins remembered as a cheap keyed
+digest, so a good client reconnecting is verified without PBKDF2 even while its IP is being throttled.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
 from quotaflow.core.errors import SaslAuthenticationFailedError
-from quotaflow.store.base import QuotaStore
+from quotaflow.store.base import Credential, QuotaStore
 from quotaflow.store.credentials import (
     DEFAULT_ITERATIONS,
     PBKDF2_ALGORITHM,
@@ -30,6 +44,7 @@ __all__ = [
     "SALT_BYTES",
     "PlainMessage",
     "SaslAuthenticationError",
+    "SaslVerifier",
     "authenticate_plain",
     "hash_password",
     "verify_password",
@@ -75,5 +90,141 @@ def authenticate_plain(store: QuotaStore, data: bytes) -> str:
     probe which users exist."""
     message = PlainMessage.parse(data)
     if not check_password(store, message.username, message.password):
-        raise SaslAuthenticationError("Authentication failed: Invalid username or password")
+        raise SaslAuthenticationError(INVALID_CREDENTIALS)
     return message.username
+
+
+INVALID_CREDENTIALS: Final = "Authentication failed: Invalid username or password"
+_UNKNOWN_USER: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
+LOGIN_CACHE_SIZE: Final = 10_000
+_IP_BUCKETS_MAX: Final = 100_000
+
+
+class LoginCache:
+    """Successful logins as ``HMAC-SHA256(process key, salt + password)`` per user, tied to the credential they
+    were verified against (a changed or removed credential no longer matches). The key lives only in this process,
+    so the cache gives nothing away; LRU-bounded. Thread-safe (checks run in the verifier's pool)."""
+
+    def __init__(self, size: int = LOGIN_CACHE_SIZE) -> None:
+        self._key = os.urandom(32)
+        self._size = size
+        self._entries: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _digest(self, credential: Credential, password: str) -> bytes:
+        return hmac.new(self._key, credential.salt + password.encode("utf-8"), hashlib.sha256).digest()
+
+    def hit(self, credential: Credential, password: str) -> bool:
+        with self._lock:
+            entry = self._entries.get(credential.user)
+            if entry is not None:
+                self._entries.move_to_end(credential.user)
+        if entry is None or not hmac.compare_digest(entry[0], credential.hash):
+            return False
+        return hmac.compare_digest(entry[1], self._digest(credential, password))
+
+    def remember(self, credential: Credential, password: str) -> None:
+        digest = self._digest(credential, password)
+        with self._lock:
+            self._entries[credential.user] = (credential.hash, digest)
+            self._entries.move_to_end(credential.user)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+
+class FailureBuckets:
+    """Password hashes per client IP as token buckets (``rate`` per second, burst ``3 × rate``): a check takes a token
+    before it hashes and a successful one gives it back, so only failed logins use them up. An IP without a token
+    gets no hash, only the failure. Bounded: the least recently used IPs are forgotten first."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = 3 * rate  # a user who mistypes twice can still log in at once
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # ip -> (tokens, at)
+
+    def _put(self, ip: str, delta: float) -> float:
+        now = self._clock()
+        tokens, at = self._buckets.get(ip, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate) + delta
+        self._buckets[ip] = (tokens, now)
+        self._buckets.move_to_end(ip)
+        while len(self._buckets) > _IP_BUCKETS_MAX:
+            self._buckets.popitem(last=False)
+        return tokens
+
+    def take(self, ip: str) -> bool:
+        """Take a token for one hash; False (nothing taken) when the IP has none left."""
+        if self._put(ip, 0.0) < 1.0:
+            return False
+        self._put(ip, -1.0)
+        return True
+
+    def give_back(self, ip: str) -> None:
+        self._put(ip, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    principal: str | None  # None: failed
+    error: str | None
+    cpu_ns: int  # thread time spent on the check (charged to the connection as network time)
+
+
+class SaslVerifier:
+    """SASL/PLAIN checks for the gateway, off the event loop. The cheap part (parse, credential lookup, login cache)
+    runs in the loop's default executor, so a good client never queues behind password hashes; PBKDF2 runs in a
+    pool of ``threads`` with at most ``4 × threads`` checks waiting, only while the client's IP has failed-login
+    tokens left. A refused check costs no hash and fails like a wrong password. ``close()`` stops the pool."""
+
+    def __init__(self, store: QuotaStore, *, threads: int, failed_rate_per_ip: float) -> None:
+        self._store = store
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="quotaflow-sasl")
+        self._max_waiting = 4 * threads
+        self._hashing = 0
+        self.cache = LoginCache()
+        self.failures = FailureBuckets(failed_rate_per_ip)
+        self.hashed = 0  # PBKDF2 runs (for tests and metrics)
+        self.refused = 0  # checks refused without a hash (IP over its failed-login rate, or the pool full)
+
+    async def verify(self, token: bytes, client_ip: str) -> Verdict:
+        loop = asyncio.get_running_loop()
+        message, credential, hit, ns = await loop.run_in_executor(None, self._lookup, token)
+        if isinstance(message, SaslAuthenticationError):
+            return Verdict(None, message.message, ns)
+        if hit:
+            return Verdict(message.username, None, ns)
+        if self._hashing >= self._max_waiting or not self.failures.take(client_ip):
+            self.refused += 1
+            return Verdict(None, INVALID_CREDENTIALS, ns)
+        self._hashing += 1
+        try:
+            ok, hash_ns = await loop.run_in_executor(self._pool, self._hash, credential, message.password)
+        finally:
+            self._hashing -= 1
+        self.hashed += 1
+        if not ok or credential is None:
+            return Verdict(None, INVALID_CREDENTIALS, ns + hash_ns)
+        self.failures.give_back(client_ip)
+        self.cache.remember(credential, message.password)
+        return Verdict(message.username, None, ns + hash_ns)
+
+    def _lookup(self, token: bytes) -> tuple[PlainMessage | SaslAuthenticationError, Credential | None, bool, int]:
+        start = time.thread_time_ns()
+        try:
+            message = PlainMessage.parse(token)
+        except SaslAuthenticationError as e:
+            return e, None, False, time.thread_time_ns() - start
+        credential = self._store.get_credential(message.username)
+        hit = credential is not None and self.cache.hit(credential, message.password)
+        return message, credential, hit, time.thread_time_ns() - start
+
+    @staticmethod
+    def _hash(credential: Credential | None, password: str) -> tuple[bool, int]:
+        start = time.thread_time_ns()
+        # an unknown user still pays for one hash, so response time does not reveal which users exist
+        ok = verify_password(credential or _UNKNOWN_USER, password) and credential is not None
+        return ok, time.thread_time_ns() - start
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -12,30 +12,48 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.metadata import ApiVersionsRequest
+
 from quotaflow.admin import Admin
 from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.errors import CommandError
+from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressOf
 from quotaflow.gateway.broker_quotas import BrokerQuotas
-from quotaflow.gateway.brokers import Address, BrokerRoutes, Streams, parse_hostport, parse_upstreams
+from quotaflow.gateway.brokers import (
+    Address,
+    BrokerRoutes,
+    Streams,
+    UpstreamUnavailableError,
+    parse_hostport,
+    parse_upstreams,
+)
+from quotaflow.gateway.cluster_quota import cluster_quotas_for
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.ratelog import RateLimitedLog
+from quotaflow.gateway.request_memory import RequestMemory
+from quotaflow.gateway.sasl import SaslVerifier
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
+API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
+UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
 
 
 class Gateway:
@@ -53,6 +71,7 @@ class Gateway:
         inter_broker_listener: str | None = None,
         broker: str = "gateway",
         broker_port_base: Mapping[str, int] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
@@ -75,11 +94,17 @@ class Gateway:
         self.metrics_port = metrics_port
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
+        self.reuse_port = reuse_port  # several processes on the same ports (quotaflow gateway --workers)
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
+        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage (None: Kafka's per broker)
+        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.broker_quotas, self.upstreams,
+                                                 self.config.quota_window_size_seconds, broker)
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
+        self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
+                                 failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
         self.addresses: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
@@ -90,6 +115,11 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: Any = None
         self._store_seq = 0
+        self._last_decision_ms = 0
+        self.upstream_warnings = RateLimitedLog(log)
+        self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
+        self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
+        self._api_versions_lock: asyncio.Lock | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -98,6 +128,8 @@ class Gateway:
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
         self.broker_quotas.load(snapshot)
         self._store_seq = snapshot.seq
+        if self.cluster_quotas is not None:
+            await self.cluster_quotas.start()
         if self.event_log_dir is not None:
             from quotaflow.gateway.eventlog import EventLog
 
@@ -107,7 +139,8 @@ class Gateway:
                                                  interval_s=self.config.store_poll_ms / 1000)
         await self._reloader.start()
         self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
-                                       inter_broker_listener=self.inter_broker_listener)
+                                       inter_broker_listener=self.inter_broker_listener,
+                                       reuse_port=self.reuse_port)
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
         self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
@@ -124,6 +157,8 @@ class Gateway:
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
                                       sources=[self.broker_quotas, self.connection_quotas])
+        if self.cluster_quotas is not None:
+            self._metrics.add_source(self.cluster_quotas)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
@@ -134,6 +169,8 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.cluster_quotas is not None:
+            await self.cluster_quotas.stop()
         for conn in list(self.connections):
             conn.close()
         if self._listener is not None:
@@ -148,6 +185,7 @@ class Gateway:
         if self._event_log is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._event_log.close)
             self._event_log = None
+        self.sasl.close()
         if self._owns_store:
             self.store.close()
 
@@ -170,6 +208,59 @@ class Gateway:
             await conn.serve()
         finally:
             self.connections.discard(conn)
+
+    async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
+                                                                int | None]:
+        """An upstream connection for a client on node ``node``'s port (None: a bootstrap port) and the node it
+        reaches (``BrokerRoutes.connect``). While the upstream is unreachable the caller is held: retried with
+        exponential backoff (``quotaflow.upstream.reconnect.backoff.ms`` doubling up to ``...backoff.max.ms``,
+        ±20 % jitter) for at most ``quotaflow.upstream.connect.timeout.ms``, then ``UpstreamUnavailableError``.
+        Failures are logged through one rate-limited warning, never one line per attempt."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.upstream_connect_timeout_ms / 1000
+        backoff = cfg.upstream_backoff_ms / 1000
+        while True:
+            remaining = deadline - time.monotonic()
+            assert self.brokers is not None
+            try:
+                return await asyncio.wait_for(self.brokers.connect(node), timeout=max(remaining, 0.05))
+            except (OSError, TimeoutError) as e:
+                error: Exception = e
+            self.upstream_warnings.warning("upstream unreachable, clients held while it is retried: %s",
+                                           str(error) or "timed out")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise UpstreamUnavailableError(
+                    f"upstream unreachable for {cfg.upstream_connect_timeout_ms} ms: {str(error) or 'timed out'}"
+                ) from error
+            await asyncio.sleep(min(backoff * random.uniform(0.8, 1.2), remaining))
+            backoff = min(backoff * 2, cfg.upstream_backoff_max_ms / 1000)
+
+    async def upstream_api_versions(self) -> list[tuple[int, int, int]]:
+        """The upstream's (api key, min, max) list, for clients that may not reach the upstream yet (before SASL
+        authentication): fetched over one short gateway-owned connection, shared by all and reused for a minute."""
+        if self._api_versions_lock is None:
+            self._api_versions_lock = asyncio.Lock()
+        async with self._api_versions_lock:
+            if self._api_versions is not None and time.monotonic() - self._api_versions[0] < API_VERSIONS_TTL_S:
+                return self._api_versions[1]
+            reader, writer, _node = await self.connect_upstream(None)
+            try:
+                request = ApiVersionsRequest[0]()
+                request.with_header(correlation_id=0, client_id="quotaflow-gateway")
+                writer.write(bytes(request.encode(header=True, framed=True)))
+                await writer.drain()
+                size = protocol.SIZE.unpack(await reader.readexactly(4))[0]
+                if not 0 < size <= UPSTREAM_FRAME_LIMIT:
+                    raise UpstreamUnavailableError(f"upstream answered ApiVersions with a {size}-byte frame")
+                response = protocol.decode_response(await reader.readexactly(size), ApiKey.ApiVersions, 0)
+            except (OSError, asyncio.IncompleteReadError) as e:
+                raise UpstreamUnavailableError(f"upstream ApiVersions failed: {e}") from e
+            finally:
+                writer.close()
+            triples = [(a.api_key, a.min_version, a.max_version) for a in response.api_keys]
+            self._api_versions = (time.monotonic(), triples)
+            return triples
 
     @property
     def ports(self) -> dict[str, int]:
@@ -208,13 +299,20 @@ class Gateway:
 
     # -- usage events ---------------------------------------------------------------------------------------
 
+    def decision_ms(self) -> int:
+        """Wall-clock ms for a quota decision, never behind the previous one: decisions and their event-log rows
+        then stay in ``(ts_ms, seq)`` order even if the system clock steps back, which is the order replay uses."""
+        now = max(time.time_ns() // 1_000_000, self._last_decision_ms)
+        self._last_decision_ms = now
+        return now
+
     def on_request(self, conn: ClientConnection, pending: Pending, response_bytes: int, now_ms: int) -> None:
         if self._event_log is None:
             return
         h = pending.header
         d = pending.decisions
         self._event_log.request({
-            "ts_ms": pending.received_ms, "broker": conn.broker, "listener": conn.listener, "user": conn.principal,
+            "ts_ms": now_ms, "broker": conn.broker, "listener": conn.listener, "user": conn.principal,
             "client_id": h.client_id or "", "client_ip": conn.client_ip, "api_key": h.api_key,
             "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
             "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,

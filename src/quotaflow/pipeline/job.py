@@ -43,10 +43,10 @@ DECIDE_COLUMNS: Final = (
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     events: Path
-    store: Path
+    store: str | Path  # a --store value: SQLite path or URL, or kafka://... (read once as a snapshot)
     out: Path
     broker_config: Path | None = None
-    compare: Path | None = None
+    compare: str | Path | None = None
     headroom: float = DEFAULT_HEADROOM
     with_inputs: bool = False
     """Write every input column next to the decisions (the wide table) instead of (broker, seq) + decisions."""
@@ -60,7 +60,7 @@ class JobSpec:
         c = self.connection_config()
         return WindowSettings(c.quota_window_num, c.quota_window_size_seconds)
 
-    def quota_config(self, which: Path | None = None) -> QuotaConfig:
+    def quota_config(self, which: str | Path | None = None) -> QuotaConfig:
         return load_config(which or self.store)
 
     def validate(self) -> dict[str, list[Path]]:

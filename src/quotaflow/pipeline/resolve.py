@@ -17,7 +17,6 @@ from typing import Final
 import pyarrow as pa
 
 from quotaflow.core.entities import DEFAULT, QuotaEntity
-from quotaflow.core.errors import StoreError
 from quotaflow.core.keys import CONNECTION_CREATION_RATE, UNLIMITED
 from quotaflow.core.precedence import ClientKey, entity_bit, quota_limit, quota_tags
 from quotaflow.core.sanitize import sanitize
@@ -73,13 +72,10 @@ def _client_key(entity: QuotaEntity) -> ClientKey:
 
 
 def load_config(store: str | Path) -> QuotaConfig:
-    """The quota config in a store file; a missing file is an error (a backtest never creates a store)."""
+    """The quota config in a store (a snapshot); a missing file is an error (a backtest never creates a store)."""
     from quotaflow.store import open_store
 
-    path = Path(store)
-    if not path.is_file():
-        raise StoreError(f"quota store {path} does not exist")
-    st = open_store(path)
+    st = open_store(store, create=False)
     try:
         return QuotaConfig.from_snapshot(st.snapshot())
     finally:

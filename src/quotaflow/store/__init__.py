@@ -1,26 +1,34 @@
-"""Quota stores: the ``QuotaStore`` interface and its backends (SQLite by default)."""
+"""Quota stores: the ``QuotaStore`` interface and its backends (SQLite by default, or a Kafka topic).
+
+:func:`open_store` is the one factory every command uses for its ``--store`` value (a path, ``sqlite:///PATH`` or
+``kafka://HOST:PORT[,HOST:PORT...][/TOPIC]``; see :mod:`quotaflow.store.factory`).
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Final
 
 from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
+from quotaflow.store.factory import (
+    DEFAULT_STORE_PATH,
+    STORE_ENV,
+    SqliteLocation,
+    open_store,
+    parse_store,
+    store_value,
+)
 from quotaflow.store.sqlite import SqliteStore
-
-DEFAULT_STORE_PATH: Final = "quotaflow.db"
-STORE_ENV: Final = "QUOTAFLOW_STORE"
 
 
 def store_path(path: str | Path | None = None) -> Path:
-    """The store file: ``path`` if given, else ``$QUOTAFLOW_STORE``, else ``./quotaflow.db``."""
-    return Path(path if path is not None else os.environ.get(STORE_ENV) or DEFAULT_STORE_PATH)
+    """The SQLite store file a ``--store`` value names (``$QUOTAFLOW_STORE``, else ``./quotaflow.db``); a
+    :class:`~quotaflow.core.errors.StoreError` for a Kafka URL or an unsupported scheme."""
+    location = parse_store(path)
+    if not isinstance(location, SqliteLocation):
+        from quotaflow.core.errors import StoreError
 
-
-def open_store(path: str | Path | None = None) -> SqliteStore:
-    """Open (creating and migrating as needed) the SQLite quota store."""
-    return SqliteStore(store_path(path))
+        raise StoreError(f"{location} is not a SQLite store file")
+    return location.path
 
 
 __all__ = [
@@ -34,5 +42,7 @@ __all__ = [
     "SqliteStore",
     "Values",
     "open_store",
+    "parse_store",
     "store_path",
+    "store_value",
 ]

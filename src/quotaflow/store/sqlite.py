@@ -8,6 +8,7 @@ change log is always exactly the history of the data. Entities are stored under 
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import StoreError, map_errors
+from quotaflow.core.errors import StoreError
 from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
 from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
@@ -51,9 +52,9 @@ class SqliteStore:
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
         self._snapshot_cache: Snapshot | None = None
-        with map_errors({sqlite3.Error: StoreError}, f"cannot open quota store {self.path}: "):
-            if self.path.parent != Path(""):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if str(self.path) != ":memory:":
+                _create_private(self.path)
             self._db = sqlite3.connect(
                 str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
             )
@@ -61,6 +62,8 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(f"cannot open quota store {self.path}: {_reason(e)}") from e
 
     # -- schema -----------------------------------------------------------------------------------------------
 
@@ -80,32 +83,44 @@ class SqliteStore:
 
     @property
     def schema_version(self) -> int:
-        with self._lock:
+        with self._locked():
             return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     # -- transactions ---------------------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; ``BEGIN IMMEDIATE`` takes the write lock up front so writers queue, not fail."""
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        """The connection under the lock; a SQLite failure (corrupt page, read-only file, full disk) becomes one
+        :class:`StoreError` line instead of a sqlite3 traceback."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+            except sqlite3.Error as e:
+                raise StoreError(f"quota store {self.path}: {_reason(e)}") from e
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``BEGIN IMMEDIATE`` takes the write lock up front so writers queue, not fail."""
+        with self._locked() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction, so several queries see the same committed state."""
-        with self._lock:
-            self._db.execute("BEGIN")
+        with self._locked() as db:
+            db.execute("BEGIN")
             try:
-                yield self._db
+                yield db
             finally:
-                self._db.execute("COMMIT")
+                if db.in_transaction:
+                    db.execute("COMMIT")
 
     # -- quotas ---------------------------------------------------------------------------------------------
 
@@ -134,7 +149,7 @@ class SqliteStore:
         return entities
 
     def get(self, entity: QuotaEntity) -> Values:
-        with self._lock:
+        with self._locked():
             rows = self._db.execute("SELECT key, value FROM quotas WHERE path = ?", (entity.path,)).fetchall()
         return {k: _decode(v) for k, v in rows}
 
@@ -174,12 +189,12 @@ class SqliteStore:
         if limit is not None:
             sql += " LIMIT ?"
             params = (seq, limit)
-        with self._lock:
+        with self._locked():
             rows = self._db.execute(sql, params).fetchall()
         return [Change(s, ts, _entity(p), k, None if v is None else _decode(v)) for s, ts, p, k, v in rows]
 
     def last_seq(self) -> int:
-        with self._lock:
+        with self._locked():
             return self._last_seq(self._db)
 
     @staticmethod
@@ -198,7 +213,7 @@ class SqliteStore:
             )
 
     def get_credential(self, user: str) -> Credential | None:
-        with self._lock:
+        with self._locked():
             row = self._db.execute(
                 "SELECT user, salt, iterations, hash FROM credentials WHERE user = ?", (user,)
             ).fetchone()
@@ -209,7 +224,7 @@ class SqliteStore:
             return db.execute("DELETE FROM credentials WHERE user = ?", (user,)).rowcount > 0
 
     def list_credentials(self) -> list[str]:
-        with self._lock:
+        with self._locked():
             return [r[0] for r in self._db.execute("SELECT user FROM credentials ORDER BY user").fetchall()]
 
     def close(self) -> None:
@@ -221,6 +236,30 @@ class SqliteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _create_private(path: Path) -> None:
+    """Create a new store file 0600 (it holds password hashes) before SQLite opens it; SQLite gives its -wal and
+    -shm files the database file's mode. An existing file is left as it is."""
+    if path.parent != Path(""):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _reason(error: BaseException) -> str:
+    """The cause in a few words, with a hint where the raw SQLite message is cryptic."""
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror + (f": {error.filename}" if error.filename else "")
+    if "readonly" in text or "read-only" in text:
+        return f"{text} (the store needs write access to its file and directory, for the WAL)"
+    if "not a database" in text or "malformed" in text:
+        return f"{text} (the file is corrupt or not a quotaflow store)"
+    return text
 
 
 def _same(a: float, b: float) -> bool:

@@ -30,7 +30,7 @@ class GatewayProcess:
     def __init__(
         self,
         upstream: str,
-        store: Path,
+        store: Path | str,  # a --store value: a SQLite file or a kafka:// URL
         workdir: Path,
         *,
         event_log: Path | None = None,

@@ -16,6 +16,14 @@ const qf = {
     return Object.keys(e).sort((a, b) => order.indexOf(a) - order.indexOf(b))
       .map(t => `${t}=${e[t] === null ? "<default>" : e[t]}`).join(", ");
   },
+  // the Quotas page filtered (strict) to exactly this entity, as the server's quotas_link
+  quotasLink(e) {
+    const q = new URLSearchParams({strict: "1"});
+    for (const t of Object.keys(e)) {
+      if (e[t] === null) q.set(`${t}_match`, "default"); else { q.set(`${t}_match`, "exact"); q.set(t, e[t]); }
+    }
+    return `/quotas?${q}`;
+  },
   async json(url, opts) {
     const r = await fetch(url, opts);
     let body = null;

@@ -5,10 +5,10 @@
   let connPlot = null, connKey = "";
   const interval = Math.max(1, parseFloat(document.getElementById("live-status")?.textContent.match(/[\d.]+/)?.[0] || "2"));
 
-  function chartFor(row) {
+  function chartFor(row, top = true) {
     const h = row.history;
     const data = [h.t, h.rate, h.quota.map(q => q === null ? null : q), h.throttle_ms];
-    const existing = charts.get(row.id);
+    const existing = top && charts.get(row.id);
     if (existing) { existing.plot.setData(data); existing.title.innerHTML = titleOf(row); return existing.box; }
     const box = document.createElement("div");
     box.className = "chart-box";
@@ -26,8 +26,25 @@
                {label: "quota", stroke: "#c62828", dash: [6, 4], width: 1.5, value: (u, v, s, i) => i == null ? "—" : v == null ? "unlimited" : qf.num(v)},
                {label: "throttle ms", stroke: "#f0b429", scale: "ms", width: 1, value: (u, v) => v == null ? "—" : qf.num(v)}],
     }, data, el);
+    if (!top) return {plot, box};
     charts.set(row.id, {plot, box, title});
     return box;
+  }
+
+  // the quota-id picked in the table, charted from /api/live/history (its whole kept history)
+  let picked = null, pickedRow = null, pickedPlot = null;
+  async function showPicked() {
+    const r = await qf.json(`/api/live/history?id=${encodeURIComponent(picked)}`);
+    const box = document.getElementById("picked-chart");
+    if (!r.ok || !pickedRow) { box.textContent = r.body?.error?.message || ""; return; }
+    const h = r.body, data = [h.t, h.rate, h.quota, h.throttle_ms];
+    if (pickedPlot && box.dataset.id === picked) { pickedPlot.setData(data); return; }
+    if (pickedPlot) pickedPlot.destroy();
+    box.innerHTML = "";
+    box.dataset.id = picked;
+    const holder = chartFor({...pickedRow, history: h}, false);
+    box.appendChild(holder.box);
+    pickedPlot = holder.plot;
   }
 
   function titleOf(r) {
@@ -57,12 +74,21 @@
 
     document.querySelector("#entity-table tbody").innerHTML = doc.entities.map(r => {
       const link = resolveLink(r);
-      return `<tr class="${r.throttled ? "throttled" : ""}"><td>${qf.esc(r.gateway)}</td><td>${qf.esc(r.quota_type)}</td>
+      return `<tr class="clickable ${r.throttled ? "throttled" : ""} ${r.id === picked ? "selected" : ""}" data-id="${qf.esc(r.id)}"><td>${qf.esc(r.gateway)}</td><td>${qf.esc(r.quota_type)}</td>
       <td>${qf.esc(r.user_name || "—")}</td><td>${qf.esc(r.client_id || "—")}</td>
-      <td class="num">${qf.num(r.rate)}</td><td class="num">${qf.num(r.quota)}</td>
+      <td class="num">${qf.num(r.rate)}</td><td class="num">${r.quota_entity ? `<a href="${qf.quotasLink(r.quota_entity)}" title="${qf.esc(qf.entityText(r.quota_entity))}">${qf.num(r.quota)}</a>` : qf.num(r.quota)}</td>
       <td class="num">${r.usage === null ? "—" : (100 * r.usage).toFixed(0) + " %"}</td>
       <td class="num">${qf.num(r.throttle_time_ms)}</td><td>${link ? `<a href="${link}">resolve</a>` : ""}</td></tr>`;
     }).join("");
+
+    document.querySelectorAll("#entity-table tr.clickable").forEach(tr => tr.addEventListener("click", ev => {
+      if (ev.target.closest("a")) return;
+      picked = tr.dataset.id;
+      pickedRow = doc.entities.find(r => r.id === picked);
+      showPicked();
+    }));
+    pickedRow = doc.entities.find(r => r.id === picked) || pickedRow;
+    if (picked) showPicked();
 
     document.querySelector("#conn-table tbody").innerHTML = doc.connections.map(c =>
       `<tr><td>${qf.esc(c.gateway)}</td><td>${qf.esc(c.metric)}</td><td>${qf.esc(c.labels || "—")}</td><td class="num">${qf.num(c.value)}</td></tr>`).join("");

@@ -44,7 +44,8 @@
       .map(tr => {
         const raw = tr.querySelector(".op-value").value.trim();
         const n = Number(raw);
-        return {key: tr.querySelector(".op-key").value, value: raw === "" ? null : (raw !== "" && !isNaN(n) ? n : raw)};
+        // a number JSON can carry goes as one; anything else (1e999, NaN, text) as typed, for the server to judge
+        return {key: tr.querySelector(".op-key").value, value: raw === "" ? null : (isFinite(n) ? n : raw)};
       });
   }
 
@@ -111,6 +112,23 @@
       addOp();
       clearErrors();
       document.getElementById("editor").scrollIntoView({behavior: "smooth"});
+    };
+  }
+  for (const btn of document.querySelectorAll("#quota-table button.delete")) {
+    btn.onclick = async () => {
+      const tr = btn.closest("tr"), entity = JSON.parse(tr.dataset.entity);
+      if (!window.confirm(`Remove every quota of ${qf.entityText(entity)}?`)) return;
+      clearErrors();
+      const ops = Object.keys(JSON.parse(tr.dataset.values)).map(key => ({key, value: null}));
+      const r = await qf.json("/api/quotas", {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-Quotaflow-Page": "quotas"},
+        body: JSON.stringify({entity, ops, validate_only: false})});
+      if (r.ok) { window.location.reload(); return; }
+      document.getElementById("editor").scrollIntoView();
+      if (r.status === 401) {
+        result.className = "bad";
+        result.innerHTML = `Sign in first: <a href="/login?next=/quotas">sign in</a> with an admin principal.`;
+      } else showError(r.body?.error || {name: "HTTP", message: String(r.status)}, null, ops);
     };
   }
   // Pre-fill from the filter: describing user=alice then "Add" edits alice.

@@ -1,0 +1,195 @@
+"""The JSON API under ``/api``, which the pages use themselves (docs/console.md lists it).
+
+Errors are Kafka's: a bad filter or alteration is HTTP 400 with Kafka's code, name and message (and nothing is
+written); no or wrong credentials 401 (with an HTTP Basic challenge, unless the console's own page asked); not an
+admin, or a read-only console, 403; an unknown backtest or series 404.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+import quotaflow.console.backtests as bt
+from quotaflow.admin import Alteration
+from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
+from quotaflow.console.access import REALM
+from quotaflow.console.quotas import field_of, filter_form, parse_alteration
+from quotaflow.console.state import Console, console_of
+from quotaflow.core.errors import (
+    ClusterAuthorizationFailedError,
+    CommandError,
+    InvalidRequestError,
+    KafkaError,
+    SaslAuthenticationFailedError,
+)
+
+MAX_BODY_BYTES: Final = 64 * 1024
+PAGE_HEADER: Final = "x-quotaflow-page"  # sent by the console's own page: it offers its sign-in link on a 401
+
+
+def _status(error: Exception) -> int:
+    if isinstance(error, SaslAuthenticationFailedError):
+        return 401
+    if isinstance(error, ClusterAuthorizationFailedError):
+        return 403
+    if isinstance(error, CommandError):
+        return 404
+    return 400
+
+
+def error_response(
+    error: KafkaError | CommandError, extra: dict[str, Any] | None = None, *, challenge: bool = True
+) -> JSONResponse:
+    """``{"error": {"code", "name", "message"}, **extra}`` with the status the error calls for."""
+    if isinstance(error, KafkaError):
+        doc: dict[str, Any] = {"code": error.errno, "name": error.name, "message": str(error)}
+    else:
+        doc = {"code": None, "name": "NOT_FOUND", "message": str(error)}
+    challenge = challenge and isinstance(error, SaslAuthenticationFailedError)
+    headers = {"WWW-Authenticate": f'Basic realm="{REALM}"'} if challenge else None
+    return JSONResponse({"error": doc, **(extra or {})}, status_code=_status(error), headers=headers)
+
+
+def _same_origin(request: Request) -> bool:
+    """Writes from another site's page are refused: a browser always sends Origin on a cross-site POST."""
+    origin = request.headers.get("origin")
+    return origin is None or urlsplit(origin).netloc == request.headers.get("host")
+
+
+async def quotas_get(request: Request) -> Response:
+    console = console_of(request)
+    try:
+        form = filter_form(request.query_params)
+        found = await run_in_threadpool(console.admin.describe, form.to_filter())
+    except KafkaError as e:
+        return error_response(e)
+    return JSONResponse(describe_to_json(found))
+
+
+async def quotas_post(request: Request) -> Response:
+    console = console_of(request)
+    if not _same_origin(request):
+        return error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return error_response(InvalidRequestError("POST /api/quotas takes application/json"))
+    try:
+        await run_in_threadpool(console.access.require_admin, request.headers.get("authorization"))
+    except KafkaError as e:
+        return error_response(e, challenge=PAGE_HEADER not in request.headers)
+    raw = bytearray()
+    async for chunk in request.stream():  # read at most MAX_BODY_BYTES, whatever Content-Length says
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return error_response(InvalidRequestError("The request body is not JSON"))
+    try:
+        alteration, validate_only = parse_alteration(body)
+    except InvalidRequestError as e:
+        return error_response(e, {"field": {"entity": True}})
+    return await _alter(console, alteration, validate_only)
+
+
+async def _alter(console: Console, alteration: Alteration, validate_only: bool) -> Response:
+    results = await run_in_threadpool(console.admin.alter, [alteration], validate_only)
+    doc: dict[str, Any] = {"validate_only": validate_only, "results": alter_to_json(results)}
+    failed = next((r for r in results if not r.ok), None)
+    if failed is not None:
+        error = failed.error.exception()
+        return error_response(error, {**doc, "field": field_of(error.message, alteration)})
+    if not validate_only:
+        doc["seq"] = await run_in_threadpool(console.store.last_seq)
+    return JSONResponse(doc)
+
+
+async def resolve(request: Request) -> Response:
+    console, q = console_of(request), request.query_params
+    try:
+        if "ip" in q:
+            if "user" in q or "client-id" in q:
+                raise InvalidRequestError("Resolve takes ?ip= alone, or ?user=&client-id=")
+            res = await run_in_threadpool(console.resolve_ip, q["ip"])
+        else:
+            if "user" not in q or "client-id" not in q:
+                raise InvalidRequestError("Resolve needs ?user=&client-id= (a client has both) or ?ip=")
+            res = await run_in_threadpool(console.resolve, q["user"], q["client-id"])
+    except KafkaError as e:
+        return error_response(e)
+    return JSONResponse(resolution_to_json(res))
+
+
+async def whoami(request: Request) -> Response:
+    console = console_of(request)
+    try:
+        principal = await run_in_threadpool(console.access.principal, request.headers.get("authorization"))
+    except KafkaError as e:
+        return error_response(e)
+    return JSONResponse(
+        {
+            "principal": None if principal is None else principal.name,
+            "admin": principal is not None and principal.admin and not console.config.read_only,
+            "read_only": console.config.read_only,
+        }
+    )
+
+
+async def live(request: Request) -> Response:
+    return JSONResponse(console_of(request).live.snapshot())
+
+
+async def live_history(request: Request) -> Response:
+    history = console_of(request).live.history_of(request.query_params.get("id", ""))
+    if history is None:
+        return error_response(CommandError("no such live series"))
+    return JSONResponse(history)
+
+
+async def backtests(request: Request) -> Response:
+    root = console_of(request).config.backtests
+    found = [] if root is None else await run_in_threadpool(bt.discover, root)
+    return JSONResponse(await run_in_threadpool(lambda: [bt.listing(b) for b in found]))
+
+
+async def backtest(request: Request) -> Response:
+    console = console_of(request)
+    try:
+        found = await run_in_threadpool(bt.find, console.backtests_root(), request.path_params["id"])
+        doc = await run_in_threadpool(bt.describe, found)
+    except CommandError as e:
+        return error_response(e)
+    return JSONResponse(doc)
+
+
+async def backtest_windows(request: Request) -> Response:
+    console, q = console_of(request), request.query_params
+    try:
+        found = await run_in_threadpool(bt.find, console.backtests_root(), q.get("id", ""))
+        doc = await run_in_threadpool(
+            bt.entity_windows, found, q.get("broker", ""), q.get("quota_type", ""), q.get("user", ""),
+            q.get("client_id", ""),
+        )
+    except CommandError as e:
+        return error_response(e)
+    return JSONResponse(doc)
+
+
+ROUTES: Final = [
+    Route("/api/quotas", quotas_get, methods=["GET"]),
+    Route("/api/quotas", quotas_post, methods=["POST"]),
+    Route("/api/resolve", resolve),
+    Route("/api/whoami", whoami),
+    Route("/api/live", live),
+    Route("/api/live/history", live_history),
+    Route("/api/backtests", backtests),
+    Route("/api/backtest-windows", backtest_windows),
+    Route("/api/backtests/{id:path}", backtest),
+]

@@ -1,0 +1,115 @@
+"""How the pages show things: entity text, links between Quotas and Resolve, numbers, the Jinja2 environment."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.templating import Jinja2Templates
+
+from quotaflow.console.quotas import ENTITY_TYPES
+from quotaflow.console.state import console_of
+from quotaflow.core.javafmt import java_double_str
+from quotaflow.core.precedence import LEVEL_NAMES
+from quotaflow.core.sanitize import desanitize
+
+TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
+
+
+def entity_text(entity: dict[str, str | None] | None) -> str:
+    """``user=alice, client-id=<default>`` (empty entity: ``-``)."""
+    if not entity:
+        return "-"
+    order = {t: i for i, t in enumerate(ENTITY_TYPES)}
+    parts = sorted(entity.items(), key=lambda kv: order.get(kv[0], 9))
+    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in parts)
+
+
+def quotas_link(entity: dict[str, str | None] | None) -> str:
+    """The Quotas page filtered (strict) to exactly this entity."""
+    query: dict[str, str] = {"strict": "1"}
+    for t, n in (entity or {}).items():
+        if n is None:
+            query[f"{t}_match"] = "default"
+        else:
+            query[f"{t}_match"], query[t] = "exact", n
+    return "/quotas?" + urlencode(query)
+
+
+def resolve_link(entity: dict[str, str | None] | None) -> str | None:
+    """Resolve for the clients this entity applies to: its names, the default parts left for the user to fill."""
+    if not entity:
+        return None
+    named = {t: n for t, n in entity.items() if n is not None}
+    return "/resolve" + ("?" + urlencode(named) if named else "")
+
+
+def shares_text(quota_id: dict[str, str] | None) -> str:
+    """Who is metered together under this quota-id (the metric tags)."""
+    if quota_id is None:
+        return "not metered: no quota of this kind is configured anywhere"
+    if "ip" in quota_id:
+        return f"connections from ip {quota_id['ip']}"
+    user, client = desanitize(quota_id.get("user", "")), quota_id.get("client-id", "")  # the user tag is sanitized
+    if user and client:
+        return f"only user {user} with client-id {client}"
+    if user:
+        return f"every client-id of user {user}"
+    if client:
+        return f"every user with client-id {client}"
+    return "everyone (no tags)"
+
+
+def level_name(level: int, entity: dict[str, str | None]) -> str:
+    """The precedence level's name: KIP-55's eight for a client, KIP-612's two for an ip."""
+    if "ip" in entity:
+        return "ip" if level == 1 else "<default> ip"
+    return LEVEL_NAMES.get(level, "")
+
+
+def num(value: Any) -> str:
+    """Table numbers: thousands separated, small ones to four significant digits, None as a dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
+
+
+def utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def make_templates() -> Jinja2Templates:
+    env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape())
+    env.filters["jd"] = lambda v: "unlimited" if v is None else java_double_str(float(v))
+    env.filters["entity"] = entity_text
+    env.filters["num"] = num
+    env.globals.update(
+        quotas_link=quotas_link, resolve_link=resolve_link, shares_text=shares_text, level_name=level_name
+    )
+    return Jinja2Templates(env=env)
+
+
+async def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    """A page: ``name`` with ``context`` plus what the layout shows (who is signed in, read-only, the nav)."""
+    console = console_of(request)
+    base = {
+        "principal": await console.principal(request),
+        "read_only": console.config.read_only,
+        "nav": name.removesuffix(".html"),
+        "gateways": list(console.live.gateways),
+        "backtests_dir": console.config.backtests,
+    }
+    templates: Jinja2Templates = request.app.state.templates
+    response: HTMLResponse = templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
+    return response

@@ -1,0 +1,114 @@
+"""Cluster-wide quotas: each gateway's local share of a quota from every gateway's usage (docs/cluster-quotas.md).
+
+Kafka enforces a quota per broker. With ``quotaflow.quota.scope=cluster`` every gateway reports its per-quota-id
+rate each window and enforces a *share* ``q_g`` of the configured quota ``Q`` with the unchanged Kafka-exact
+engine, so the fleet together admits ``Q``:
+
+    floor = φ · Q / N
+    q_g   = floor + (Q − N · floor) · r_g / max(R, r_g)     when R > 0
+    q_g   = Q / N                                           when nobody reports usage for the quota-id
+
+A participant ("gateway" above) is one set of engine managers: a gateway keeps one per upstream broker, as Kafka
+enforces per broker, so a gateway in front of three brokers takes part three times. ``N`` is the number of live
+participants (this gateway's own and every peer's heard from within the expiry), ``r_g`` the participant's own
+rate and ``R`` the sum of the live participants' rates. The shares sum to ``Q``; the floor lets a quiet
+participant admit a new client and ramp up. A gateway that falls silent drops out of ``N`` once its last report is
+older than the expiry, and the survivors' shares grow back to ``Q`` between them. Pure code: time is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, TypeAlias
+
+from quotaflow.engine.quota_type import QuotaType
+
+DEFAULT_FLOOR_FRACTION: Final = 0.1  # φ
+DEFAULT_EXPIRY_WINDOWS: Final = 3  # a peer silent for this many windows is gone
+SHARED_TYPES: Final = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST)  # rates; not the token bucket
+
+# (quota type, user tag, client-id tag): one quota-id of one quota type, as Kafka's metric tags name it
+UsageKey: TypeAlias = tuple[QuotaType, str, str]
+
+
+def local_share(quota: float, participants: int, own_rate: float, total_rate: float,
+                floor_fraction: float = DEFAULT_FLOOR_FRACTION) -> float:
+    """``q_g`` for one quota-id: demand-proportional with a floor, an even split without usage."""
+    n = max(1, participants)
+    own = max(0.0, own_rate)
+    total = max(total_rate, own)  # the reports cover slightly different periods: never grant more than Q
+    if total <= 0.0:
+        return quota / n
+    floor = floor_fraction * quota / n
+    return floor + (quota - n * floor) * own / total
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """One participant's rates per quota-id for one window, and when this gateway received it (local clock).
+    ``participant`` is ``<gateway id>/<broker>``."""
+
+    participant: str
+    received_ms: int
+    rates: Mapping[UsageKey, float] = field(default_factory=dict)
+
+
+def participant_id(gateway: str, broker: str) -> str:
+    return f"{gateway}/{broker}"
+
+
+@dataclass(slots=True)
+class ShareTable:
+    """The latest report of every peer participant; ``shares`` turns them and this gateway's own participants'
+    rates into their local quotas. ``gateway`` is this gateway's id: reports of its own participants (echoed back by
+    the topic) are ignored."""
+
+    gateway: str
+    window_ms: int
+    expiry_windows: int = DEFAULT_EXPIRY_WINDOWS
+    floor_fraction: float = DEFAULT_FLOOR_FRACTION
+    peers: dict[str, UsageReport] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.window_ms < 1 or self.expiry_windows < 1 or not 0.0 <= self.floor_fraction <= 1.0:
+            raise ValueError("window_ms and expiry_windows must be >= 1 and the floor fraction within [0, 1]")
+
+    @property
+    def expiry_ms(self) -> int:
+        return self.expiry_windows * self.window_ms
+
+    def receive(self, report: UsageReport) -> None:
+        """Keep a peer participant's newest report (this gateway's own are ignored)."""
+        if report.participant.startswith(self.gateway + "/"):
+            return
+        known = self.peers.get(report.participant)
+        if known is None or report.received_ms >= known.received_ms:
+            self.peers[report.participant] = report
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Forget peers silent for longer than the expiry; returns who was dropped."""
+        gone = [g for g, r in self.peers.items() if now_ms - r.received_ms > self.expiry_ms]
+        for g in gone:
+            del self.peers[g]
+        return gone
+
+    def live_peers(self, now_ms: int) -> list[UsageReport]:
+        return [r for r in self.peers.values() if now_ms - r.received_ms <= self.expiry_ms]
+
+    def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float]],
+               now_ms: int) -> dict[str, dict[UsageKey, float]]:
+        """For each of this gateway's participants (``local``: its current rate per quota-id it meters), the local
+        quota of every quota-id it meters that has a configured cluster-wide value in ``quotas``."""
+        peers = self.live_peers(now_ms)
+        n = len(local) + len(peers)
+        totals: dict[UsageKey, float] = {}
+        for rates in [*local.values(), *(p.rates for p in peers)]:
+            for key, rate in rates.items():
+                if key in quotas:
+                    totals[key] = totals.get(key, 0.0) + rate
+        return {
+            participant: {key: local_share(quotas[key], n, rate, totals.get(key, 0.0), self.floor_fraction)
+                          for key, rate in rates.items() if key in quotas}
+            for participant, rates in local.items()
+        }

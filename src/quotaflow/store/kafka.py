@@ -1,0 +1,362 @@
+"""The quota store in the Kafka cluster itself: ``--store kafka://HOST:PORT[,HOST:PORT...][/TOPIC]``.
+
+One single-partition topic (default ``__quotaflow_quotas``, created with ``cleanup.policy=compact`` where the
+broker accepts it) is the store; :mod:`quotaflow.store.records` defines its records and the view built from them.
+Each entity of an AlterClientQuotas request is one record of validated operations, so concurrent writers through
+different gateways lose no operation and every entity stays all-or-nothing; the change log's ``seq`` is the
+record's offset + 1.
+
+Every reader keeps the view current by consuming the topic on a background thread (describe, resolve, credential
+checks and the gateway's change polling read it, never the broker); opening the store first catches up to the end
+offset, so a CLI command or a restarted gateway starts from every committed record, and a write returns once this
+store's own view has applied it (read-your-writes).
+
+Client settings follow Kafka's client property names (``security.protocol``, ``sasl.mechanism``,
+``sasl.jaas.config``, ``ssl.ca.location``...), as URL query parameters or in a properties file named by
+``config=FILE``: ``kafka://b1:9093/__quotaflow_quotas?config=/etc/quotaflow/store.properties``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import StoreError
+from quotaflow.core.properties import parse_properties
+from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
+from quotaflow.store.records import StoreView, credential_record, credential_tombstone, quota_record
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC: Final = "__quotaflow_quotas"
+DEFAULT_TIMEOUT_MS: Final = 30_000
+FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
+POLL_MS: Final = 100
+_JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+# Kafka client property -> kafka-python keyword (librdkafka's spelling accepted too where it differs)
+_CLIENT_PROPERTIES: Final[dict[str, str]] = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.truststore.location": "ssl_cafile",  # PEM truststores (Kafka 2.7+, KIP-651)
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.keystore.location": "ssl_certfile",  # PEM keystores (KIP-651)
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+_STORE_PROPERTIES: Final = frozenset({"sasl.jaas.config", "ssl.endpoint.identification.algorithm",
+                                      "request.timeout.ms", "replication.factor", "config"})
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaStoreSpec:
+    """A parsed ``kafka://`` store URL: bootstrap servers, topic, client settings (kafka-python keywords)."""
+
+    bootstrap: tuple[str, ...]
+    topic: str = DEFAULT_TOPIC
+    client: Mapping[str, Any] = field(default_factory=dict)
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    replication_factor: int = 1
+
+    def __str__(self) -> str:  # never the query string: it may carry credentials
+        return f"kafka://{','.join(self.bootstrap)}/{self.topic}"
+
+    @classmethod
+    def parse(cls, url: str) -> KafkaStoreSpec:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme.lower() != "kafka" or not url[len(parts.scheme) + 1:].startswith("//"):
+            raise StoreError(f"invalid Kafka store URL {url!r}: expected kafka://HOST:PORT[,HOST:PORT...][/TOPIC]")
+        servers = tuple(s.strip() for s in parts.netloc.split(",") if s.strip())
+        if not servers:
+            raise StoreError(f"invalid Kafka store URL {url!r}: no bootstrap server")
+        for server in servers:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise StoreError(f"invalid Kafka store URL {url!r}: {server!r} is not HOST:PORT")
+        topic = parts.path.strip("/") or DEFAULT_TOPIC
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic) or topic in (".", ".."):
+            raise StoreError(f"invalid Kafka store URL {url!r}: {topic!r} is not a legal topic name")
+        props: dict[str, str] = {}
+        query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        if "config" in query:
+            try:
+                props.update(parse_properties(Path(query["config"]).read_text()))
+            except OSError as e:
+                raise StoreError(f"cannot read the Kafka store's client config {query['config']}: {e.strerror}") from e
+        props.update(query)
+        return cls(servers, topic, *_client_settings(props))
+
+
+def _client_settings(props: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
+    client: dict[str, Any] = {}
+    timeout_ms, replication = DEFAULT_TIMEOUT_MS, 1
+    for key, value in props.items():
+        if key in _CLIENT_PROPERTIES:
+            client[_CLIENT_PROPERTIES[key]] = value.upper() if key in ("security.protocol", "sasl.mechanism",
+                                                                        "sasl.mechanisms") else value
+        elif key == "sasl.jaas.config":
+            options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(value)}
+            if "username" in options:
+                client["sasl_plain_username"] = options["username"]
+            if "password" in options:
+                client["sasl_plain_password"] = options["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            client["ssl_check_hostname"] = value.strip().lower() == "https"
+        elif key in ("request.timeout.ms", "replication.factor"):
+            try:
+                number = int(value)
+            except ValueError as e:
+                raise StoreError(f"Kafka store setting {key}={value!r} is not an integer") from e
+            if key == "request.timeout.ms":
+                timeout_ms = max(1, number)
+            else:
+                replication = number
+        elif key not in _STORE_PROPERTIES:
+            raise StoreError(f"unknown Kafka store setting {key!r} (supported: "
+                             f"{', '.join(sorted({*_CLIENT_PROPERTIES, *_STORE_PROPERTIES}))})")
+    return client, timeout_ms, replication
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- the store ------------------------------------------------------------------------------------------------
+
+
+class KafkaStore:
+    """:class:`~quotaflow.store.base.QuotaStore` over one compacted single-partition topic. Thread-safe."""
+
+    def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self.spec = KafkaStoreSpec.parse(spec) if isinstance(spec, str) else spec
+        self.path = str(self.spec)  # for messages, like SqliteStore.path
+        self._clock_ms = clock_ms
+        self._cond = threading.Condition()
+        self._view = StoreView(str(self.spec))  # guarded by _cond
+        self._error: str | None = None
+        self._stop = threading.Event()
+        self._timeout_s = self.spec.timeout_ms / 1000
+        self._producer: Any = None
+        self._consumer: Any = None
+        try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}", daemon=True)
+        self._thread.start()
+        try:
+            self._wait_for(self._end_offset, "catch up with")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection --------------------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        import kafka
+        from kafka.errors import KafkaError as ClientError
+
+        common = {"bootstrap_servers": list(self.spec.bootstrap), "request_timeout_ms": self.spec.timeout_ms,
+                  "bootstrap_timeout_ms": self.spec.timeout_ms, **self.spec.client}
+        try:
+            self._ensure_topic(common)
+            # idempotent: a retried send must not land twice (a duplicate of an old operation, after another
+            # writer's, would undo that writer's acknowledged change)
+            self._producer = kafka.KafkaProducer(acks="all", linger_ms=0, retries=5, enable_idempotence=True,
+                                                 max_in_flight_requests_per_connection=1, **common)
+            self._consumer = kafka.KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                                 fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+                                                 auto_offset_reset="earliest", **common)
+            self._tp = kafka.TopicPartition(self.spec.topic, 0)
+            self._consumer.assign([self._tp])
+            self._consumer.seek_to_beginning(self._tp)
+            self._end_offset = int(self._consumer.end_offsets([self._tp])[self._tp])
+        except ClientError as e:
+            raise StoreError(f"quota store {self}: {_client_reason(e)}") from e
+
+    def _ensure_topic(self, common: Mapping[str, Any]) -> None:
+        """Create the topic (one partition, compacted where the broker allows it) unless it exists; refuse a
+        topic with more than one partition (records must have one total order)."""
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+        from kafka.errors import KafkaError as ClientError
+        from kafka.errors import TopicAlreadyExistsError
+
+        admin = KafkaAdminClient(**common)
+        try:
+            for configs in ({"cleanup.policy": "compact"}, {}):
+                topic = NewTopic(self.spec.topic, 1, self.spec.replication_factor, topic_configs=configs)
+                try:
+                    admin.create_topics([topic])
+                    log.info("created quota store topic %s (%s)", self.spec.topic, configs or "broker defaults")
+                    break
+                except TopicAlreadyExistsError:
+                    break
+                except ClientError as e:
+                    if not configs:
+                        raise
+                    log.warning("the broker refused a compacted %s (%s); creating it with its defaults",
+                                self.spec.topic, _client_reason(e))
+            described = admin.describe_topics([self.spec.topic])
+            partitions = len(described[0].get("partitions") or []) if described else 0
+            if partitions != 1:
+                raise StoreError(f"quota store {self}: topic {self.spec.topic} has {partitions} partitions; the "
+                                 f"store needs exactly one (one order for every reader)")
+        finally:
+            admin.close()
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+    # -- the view ---------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        from kafka.errors import KafkaError as ClientError
+
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                batches = self._consumer.poll(timeout_ms=POLL_MS)
+                position = int(self._consumer.position(self._tp))
+            except ClientError as e:
+                with self._cond:
+                    self._error = _client_reason(e)
+                log.warning("quota store %s: %s (retrying in %.1f s)", self, self._error, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            except Exception:  # the consumer was closed under us by close()
+                if self._stop.is_set():
+                    return
+                raise
+            backoff = 0.1
+            with self._cond:
+                self._error = None
+                for records in batches.values():
+                    for record in records:
+                        self._view.apply(record.offset, record.key, record.value)
+                self._view.advance(position)
+                self._cond.notify_all()
+
+    def _wait_for(self, offset: int, what: str) -> None:
+        """Block until the view holds every record below ``offset``."""
+        deadline = time.monotonic() + self._timeout_s
+        with self._cond:
+            while self._view.position < offset:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    reason = f": {self._error}" if self._error else ""
+                    raise StoreError(f"quota store {self}: could not {what} offset {offset} within "
+                                     f"{self._timeout_s:g} s (at {self._view.position}){reason}")
+                self._cond.wait(min(remaining, 0.5))
+
+    def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Produce ``records`` to the one partition and wait until this store's view has applied them."""
+        from kafka.errors import KafkaError as ClientError
+
+        try:
+            futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0) for k, v in records]
+            self._producer.flush(timeout=self._timeout_s)
+            last = max(int(f.get(timeout=self._timeout_s).offset) for f in futures)
+        except ClientError as e:
+            raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
+        self._wait_for(last + 1, "apply")
+        return last + 1
+
+    # -- QuotaStore ----------------------------------------------------------------------------------------
+
+    @property
+    def rejected_records(self) -> int:
+        """Records that failed validation (a foreign or broken writer), each skipped whole."""
+        with self._cond:
+            return self._view.rejected
+
+    def snapshot(self) -> Snapshot:
+        with self._cond:
+            return self._view.snapshot()
+
+    def get(self, entity: QuotaEntity) -> Values:
+        with self._cond:
+            return dict(self._view.entities.get(entity, {}))
+
+    def alter(self, changes: Sequence[EntityChange]) -> int:
+        """One record per entity (all-or-nothing each); returns the seq after the last of them."""
+        ts = self._clock_ms()
+        records = [quota_record(entity, ops, ts) for entity, ops in changes if ops]
+        if not records:
+            return self.last_seq()
+        return self._append(records)
+
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        with self._cond:
+            return self._view.changes_since(seq, limit)
+
+    def last_seq(self) -> int:
+        with self._cond:
+            return self._view.position
+
+    def put_credential(self, credential: Credential) -> None:
+        self._append([credential_record(credential)])
+
+    def get_credential(self, user: str) -> Credential | None:
+        with self._cond:
+            return self._view.credentials.get(user)
+
+    def delete_credential(self, user: str) -> bool:
+        """True when ``user`` existed right before this delete's record in the log (the view may lag the log,
+        so the tombstone is always written)."""
+        offset = self._append([credential_tombstone(user)]) - 1
+        with self._cond:
+            return any(removed for at, removed in self._view.tombstones if at == offset)
+
+    def list_credentials(self) -> list[str]:
+        with self._cond:
+            return sorted(self._view.credentials)
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = getattr(self, "_thread", None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                try:
+                    client.close(timeout=2) if client is self._producer else client.close()
+                except Exception as e:  # closing is best effort: the process is usually about to exit
+                    log.debug("closing %s: %s", client, e)
+        self._producer = self._consumer = None
+
+    def __enter__(self) -> KafkaStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _client_reason(error: BaseException) -> str:
+    """kafka-python's error in one line, without its class name twice."""
+    name = type(error).__name__
+    text = str(error).strip()
+    if name == "NoBrokersAvailable":
+        return "no broker reachable (check the bootstrap servers and security settings)"
+    if text.startswith(name):
+        text = text[len(name):].lstrip(": ")
+    return f"{name}: {text}" if text else name
+
+
+if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protocol exactly
+    _conforms: QuotaStore = KafkaStore("kafka://127.0.0.1:9092")

@@ -1,0 +1,194 @@
+"""The store as a log of records, and the view every reader builds by applying them in order (pure, no I/O).
+
+A quota record is one entity's validated operations (``key -> value``, or null to remove the key): appending
+operations instead of whole entities is what lets two writers alter the same entity at the same time without
+losing either's operations, while each entity stays all-or-nothing. Its key is ``["quota", entity path, sorted
+keys it touches]``, which makes log compaction safe: for every quota key, the last record touching it is the last
+record with its exact key set, so it survives compaction, and applying the survivors in order yields the same
+values as the whole log. A credential record is keyed by user and holds derived key material only; a null value
+(a tombstone) deletes it.
+
+A record's change-log ``seq`` is its offset + 1, the position after it (as Kafka commits offsets), so seq 0 means
+"nothing yet" and ``changes_since(0)`` is everything, as with the SQLite store.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import math
+import typing
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Final
+
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import QuotaflowError
+from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
+from quotaflow.store.base import Change, Credential, Snapshot, Values
+
+log = logging.getLogger(__name__)
+
+QUOTA_KIND: Final = "quota"
+CREDENTIAL_KIND: Final = "credential"
+_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
+
+
+def _compact_json(doc: object) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _encode_value(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _decode_value(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value in _NON_FINITE:
+        return _NON_FINITE[value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"not a quota value: {value!r}")
+
+
+def quota_record(entity: QuotaEntity, ops: Mapping[str, float | None], ts_ms: int) -> tuple[bytes, bytes]:
+    """One entity's operations as one record (key, value)."""
+    key = _compact_json([QUOTA_KIND, entity.path, sorted(ops)])
+    return key, _compact_json({"entity": entity.path, "ops": {k: _encode_value(v) for k, v in ops.items()},
+                               "ts": ts_ms})
+
+
+def credential_record(credential: Credential) -> tuple[bytes, bytes]:
+    """A credential's stored fields (salt, iterations, derived key: every :class:`Credential` field; bytes as
+    base64). A password never reaches the store."""
+    doc = {f.name: (base64.b64encode(v).decode() if isinstance(v := getattr(credential, f.name), bytes) else v)
+           for f in dataclasses.fields(Credential)}
+    return _credential_key(credential.user), _compact_json(doc)
+
+
+def credential_tombstone(user: str) -> tuple[bytes, None]:
+    return _credential_key(user), None
+
+
+def _credential_key(user: str) -> bytes:
+    return _compact_json([CREDENTIAL_KIND, user])
+
+
+def _decode_credential(value: bytes) -> Credential:
+    doc = json.loads(value)
+    args: dict[str, Any] = {name: base64.b64decode(doc[name], validate=True) if kind is bytes else kind(doc[name])
+                            for name, kind in _CREDENTIAL_TYPES.items()}
+    return Credential(**args)
+
+
+def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], int]:
+    """A quota record's entity and operations, validated as AlterClientQuotas validates them (keys allowed for
+    the entity, values in range), so a broken or foreign writer cannot put into the view what the API refuses."""
+    doc = json.loads(value)
+    entity = QuotaEntity.from_path(str(doc["entity"]))
+    wire: dict[str | None, str | None] = {k: v for k, v in entity.to_wire().items()}
+    allowed = config_keys_for_entity(wire, resolver=lambda _host: True)  # no DNS lookups while replaying
+    ops: dict[str, float | None] = {}
+    for k, raw in dict(doc["ops"]).items():
+        v = _decode_value(raw)
+        if v is not None:
+            validate_quota_key_value(allowed, k, v)
+        ops[str(k)] = v
+    if not ops:
+        raise ValueError("a quota record without operations")
+    return entity, ops, int(doc["ts"])
+
+
+class StoreView:
+    """Entities, credentials and the change log as of ``position`` (the next offset to apply). Not thread-safe:
+    the owner serializes access."""
+
+    def __init__(self, name: str = "store") -> None:
+        self.name = name
+        self.entities: dict[QuotaEntity, Values] = {}
+        self.credentials: dict[str, Credential] = {}
+        self.changes: list[Change] = []
+        self.position = 0
+        self.rejected = 0
+        self._ordered: list[tuple[QuotaEntity, Values]] | None = None  # entities by path, until the next change
+        # (offset, removed something) of the latest credential tombstones: a delete learns whether the user
+        # existed right before its own record, whatever other writers did
+        self.tombstones: deque[tuple[int, bool]] = deque(maxlen=1024)
+
+    def advance(self, position: int) -> None:
+        """Offsets below ``position`` hold nothing more (compacted away, or transaction markers)."""
+        self.position = max(self.position, position)
+
+    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record; one that does not decode or validate is skipped whole (and counted)."""
+        self.position = max(self.position, offset + 1)
+        try:
+            kind = json.loads(key or b"null")
+            if not isinstance(kind, list) or len(kind) < 2:
+                raise ValueError("not a quotaflow store key")
+            if kind[0] == CREDENTIAL_KIND:
+                self._apply_credential(offset, str(kind[1]), value)
+                return
+            if kind[0] != QUOTA_KIND or value is None:
+                raise ValueError("not a quotaflow store record")
+            entity, ops, ts = _decode_quota(value)
+            if kind[1] != entity.path or kind[2] != sorted(ops):
+                raise ValueError("record key does not match its operations")
+        except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
+            self.rejected += 1
+            log.warning("quota store %s: skipped the record at offset %d: %s", self.name, offset, e)
+            return
+        self._apply_ops(offset + 1, ts, entity, ops)
+
+    def _apply_credential(self, offset: int, user: str, value: bytes | None) -> None:
+        if value is None:
+            self.tombstones.append((offset, self.credentials.pop(user, None) is not None))
+            return
+        credential = _decode_credential(value)
+        if credential.user != user:
+            raise ValueError("credential user does not match its key")
+        self.credentials[user] = credential
+
+    def _apply_ops(self, seq: int, ts: int, entity: QuotaEntity, ops: Mapping[str, float | None]) -> None:
+        """As the SQLite store: a set equal to the current value and the removal of an absent key change nothing
+        and are not logged; an entity whose last key is removed disappears."""
+        updated = dict(self.entities.get(entity, {}))
+        for k, v in ops.items():
+            old = updated.get(k)
+            if v is None:
+                if old is None:
+                    continue
+                del updated[k]
+            else:
+                if old is not None and (old == v or (math.isnan(old) and math.isnan(v))):
+                    continue
+                updated[k] = v
+            self.changes.append(Change(seq, ts, entity, k, v))
+        if updated:
+            self.entities[entity] = updated
+        else:
+            self.entities.pop(entity, None)
+        self._ordered = None
+
+    def snapshot(self) -> Snapshot:
+        """Every entity by path (as the SQLite store orders them); each caller gets its own dicts."""
+        if self._ordered is None:
+            self._ordered = sorted(self.entities.items(), key=lambda item: item[0].path)
+        return Snapshot(self.position, {e: dict(v) for e, v in self._ordered})
+
+    def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
+        lo, hi = 0, len(self.changes)
+        while lo < hi:  # the first change with seq > seq (the list is in log order)
+            mid = (lo + hi) // 2
+            if self.changes[mid].seq <= seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        out = self.changes[lo:]
+        return out if limit is None else out[:limit]

@@ -1,0 +1,110 @@
+"""Every command taking ``--store`` fails with one line and exit status 1 on a corrupt, missing or unsupported
+store (no sqlite3 traceback, no file created for a URL), and ``quotaflow store copy`` between SQLite files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from quotaflow.cli.main import cli
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.store import open_store
+from quotaflow.store.base import Credential
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), input="pw\n")
+
+
+def commands(store: str, events: Path, out: Path) -> list[list[str]]:
+    return [
+        ["configs", "--describe", "--entity-type", "users", "--store", store],
+        ["configs", "--alter", "--entity-type", "users", "--entity-name", "a", "--add-config",
+         "producer_byte_rate=10", "--store", store],
+        ["client-quotas", "--describe", "--store", store],
+        ["client-quotas", "--resolve", "--names", "user=a,client-id=c", "--store", store],
+        ["client-quotas", "--alter", "--names", "user=a", "--add", "producer_byte_rate=10", "--store", store],
+        ["users", "add", "bob", "--password", "pw", "--store", store],
+        ["users", "list", "--store", store],
+        ["users", "remove", "bob", "--store", store],
+        ["replay", "--events", str(events), "--store", store, "--out", str(out)],
+        ["backtest", "--events", str(events), "--store", store, "--out", str(out)],
+        ["gateway", "--upstream", "127.0.0.1:9", "--listen", "PLAINTEXT=127.0.0.1:0", "--store", store],
+        ["store", "copy", store, str(out / "copy.db")],
+        ["console", "--store", store, "--read-only", "--listen", "127.0.0.1:0"],
+    ]
+
+
+def _one_line_failure(result: Result, expected: str) -> None:
+    assert result.exit_code == 1, (result.exit_code, result.output)
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and expected in lines[0], result.output
+    assert "Traceback" not in result.output and "sqlite3." not in result.output
+
+
+@pytest.fixture
+def events(tmp_path: Path) -> Path:
+    (tmp_path / "events" / "requests").mkdir(parents=True)
+    (tmp_path / "events" / "requests" / "part.jsonl").write_text("{}\n")
+    return tmp_path / "events"
+
+
+def test_corrupt_store(tmp_path: Path, events: Path) -> None:
+    store = tmp_path / "corrupt.db"
+    store.write_bytes(b"\x00garbage, not SQLite" * 400)
+    for args in commands(str(store), events, tmp_path / "out"):
+        _one_line_failure(run(*args), "file is not a database")
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379", "kafka:/127.0.0.1:9092", "kafka://nohost"])
+def test_unsupported_store_url(tmp_path: Path, events: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    before = set(tmp_path.rglob("*"))
+    for args in commands(url, events, tmp_path / "out"):
+        _one_line_failure(run(*args), url.split(":")[0])
+    assert set(tmp_path.rglob("*")) == before  # no file, no directory made out of the URL
+
+
+def test_unreachable_cluster_store_is_one_line_within_its_timeout() -> None:
+    started = time.monotonic()
+    result = run("users", "list", "--store", "kafka://127.0.0.1:1/q?request.timeout.ms=1000")
+    _one_line_failure(result, "kafka://127.0.0.1:1/q: KafkaTimeoutError: Unable to bootstrap")
+    assert time.monotonic() - started < 10
+
+
+def test_missing_store_for_reading_commands(tmp_path: Path, events: Path) -> None:
+    missing = str(tmp_path / "missing.db")
+    for args in commands(missing, events, tmp_path / "out"):
+        if {"--describe", "--resolve", "list", "remove", "replay", "backtest", "copy"} & set(args):
+            _one_line_failure(run(*args), "does not exist")
+    assert not Path(missing).exists()
+
+
+def test_store_copy_between_sqlite_files(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    with open_store(a) as src:
+        src.alter([(QuotaEntity(user="alice"), {"producer_byte_rate": 1000.0, "request_percentage": 50.0}),
+                   (QuotaEntity(ip="1.2.3.4"), {"connection_creation_rate": 5.0})])
+        src.put_credential(Credential("alice", b"salt" * 4, 1000, b"derived-key"))
+    result = run("store", "copy", str(a), f"sqlite:///{b}")
+    assert result.exit_code == 0, result.output
+    assert result.output == f"Copied 2 entities and 1 users from {a} to {b}\n"
+    with open_store(a) as src, open_store(b) as dst:
+        assert dst.snapshot().entities == src.snapshot().entities
+        assert dst.get_credential("alice") == src.get_credential("alice")
+        src.alter([(QuotaEntity(user="alice"), {"request_percentage": None})])
+        src.delete_credential("alice")
+        dst.alter([(QuotaEntity(client_id="extra"), {"producer_byte_rate": 1.0})])
+    _one_line_failure(run("store", "copy", str(a), str(b)), "not empty")
+    result = run("store", "copy", str(a), str(b), "--overwrite")
+    assert result.exit_code == 0 and "removed 1 entities and 1 users" in result.output, result.output
+    with open_store(a) as src, open_store(b) as dst:
+        assert dst.snapshot().entities == src.snapshot().entities == {
+            QuotaEntity(user="alice"): {"producer_byte_rate": 1000.0},
+            QuotaEntity(ip="1.2.3.4"): {"connection_creation_rate": 5.0},
+        }
+        assert dst.list_credentials() == []
+    _one_line_failure(run("store", "copy", str(a), f"sqlite:///{a}"), "same store")

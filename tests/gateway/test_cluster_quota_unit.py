@@ -1,0 +1,107 @@
+"""The gateway side of cluster-wide quotas without a broker: settings, the report format, and shares applied to
+the engine's sensors (the local engine then throttles against the share, Kafka-exact)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import CommandError
+from quotaflow.engine.cluster_share import UsageReport
+from quotaflow.engine.quota_type import QuotaType
+from quotaflow.gateway.broker_quotas import BrokerQuotas
+from quotaflow.gateway.cluster_quota import (
+    ClusterQuotas,
+    ClusterQuotaSettings,
+    cluster_quotas_for,
+    decode_report,
+    encode_report,
+)
+from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.enforcement import Enforcement
+from quotaflow.store.base import Snapshot
+
+Q = 100_000.0
+KEY = (QuotaType.PRODUCE, "", "app")
+
+
+class FakeExchange:
+    """Stands in for the usage topic: reports handed in by the test, publications kept."""
+
+    def __init__(self) -> None:
+        self.inbox: list[UsageReport] = []
+
+    def take(self) -> list[UsageReport]:
+        out, self.inbox = self.inbox, []
+        return out
+
+
+def test_settings() -> None:
+    assert not ClusterQuotaSettings.from_properties({}).cluster
+    s = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster",
+                                              "quotaflow.quota.cluster.floor.fraction": "0.2",
+                                              "quotaflow.quota.cluster.expiry.windows": "5"})
+    assert (s.cluster, s.floor_fraction, s.expiry_windows, s.usage_topic) == (True, 0.2, 5, "__quotaflow_usage")
+    for bad in ({"quotaflow.quota.scope": "global"}, {"quotaflow.quota.cluster.floor.fraction": "2"},
+                {"quotaflow.quota.cluster.expiry.windows": "0"}, {"quotaflow.quota.cluster.expiry.windows": "x"}):
+        with pytest.raises(CommandError, match="Invalid value"):
+            ClusterQuotaSettings.from_properties(bad)
+    broker_quotas = BrokerQuotas(GatewayConfig())
+    assert cluster_quotas_for({}, broker_quotas, [("127.0.0.1", 9092)], 1, "gw") is None  # Kafka's per broker
+
+
+def test_report_round_trip_skips_what_it_does_not_know() -> None:
+    rates = {KEY: 1234.5, (QuotaType.REQUEST, "alice", ""): 12.0}
+    reports = decode_report(encode_report("gw-1", 1000, {"0": rates, "1": {}}), received_ms=77)
+    assert reports == [UsageReport("gw-1/0", 77, rates), UsageReport("gw-1/1", 77, {})]
+    odd = (b'{"gateway":"g","participants":{"0":[["CONTROLLER_MUTATION","u","c",1.0],["PRODUCE","u","c",-1],'
+           b'["PRODUCE","u","",2]]}}')
+    assert decode_report(odd, 1)[0].rates == {(QuotaType.PRODUCE, "u", ""): 2.0}
+    with pytest.raises((ValueError, KeyError)):
+        decode_report(b"{}", 1)
+
+
+def test_shares_become_the_sensor_bounds() -> None:
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)  # traffic makes the sensor
+    sensor = enforcement.managers.produce.quota_sensors()[0][1]
+    cq.apply(now)
+    assert sensor.bound == Q and cq.live_participants == 1  # alone: the whole quota
+    exchange.inbox.append(UsageReport("peer/0", now, {}))
+    cq.apply(now + 100)
+    assert sensor.bound == pytest.approx(Q / 2)  # a peer, nobody reports usage: even split
+    exchange.inbox.append(UsageReport("peer/0", now + 200, {KEY: 1e9}))
+    cq.apply(now + 200)
+    assert Q * 0.05 - 1 <= sensor.bound < Q * 0.06  # the peer carries (nearly) all the traffic: about the floor
+    samples = {(s.group, s.name): s.value for s in cq.metric_samples(now)}
+    assert samples[("Produce", "cluster-share")] == sensor.bound
+    assert samples[("ClusterQuota", "live-participants")] == 2
+    cq.apply(now + 200 + 3 * 1000 + 1)  # the peer fell silent for more than 3 windows
+    assert sensor.bound == Q and cq.live_participants == 1
+
+
+def test_shares_divide_the_published_rates() -> None:
+    """Every gateway divides the rates everyone published for the last window, its own included, so two gateways
+    that see the same reports compute shares that add up to Q (with live rates they could both claim a burst)."""
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    cq.published = {"0": {KEY: 30_000.0}}
+    exchange.inbox.append(UsageReport("peer/0", now, {KEY: 10_000.0}))
+    cq.apply(now)
+    mine = cq.shares["0"][KEY]
+    floor = 0.1 * Q / 2
+    assert mine == pytest.approx(floor + (Q - 2 * floor) * 30_000 / 40_000)
+    # what the peer computes from the same two reports: the rest of Q
+    assert mine + floor + (Q - 2 * floor) * 10_000 / 40_000 == pytest.approx(Q)
