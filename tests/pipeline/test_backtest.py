@@ -205,3 +205,21 @@ def test_uncastable_column_is_the_same_one_line_error(spark: Any, quota_store: P
     assert outputs[0] == outputs[1]
     assert outputs[0].startswith("Error: requests ") and "column ts_ms cannot be read as int64" in outputs[0]
     assert len(outputs[0].splitlines()) == 1 and "org.apache" not in outputs[0]
+
+
+@pytest.mark.spark
+def test_with_inputs_keeps_every_column_and_the_same_decisions(spark: Any, events: Path, quota_store: Path,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    """--with-inputs: the wide table (every input column and the decisions), backtest == replay; its decisions are
+    the narrow table's, row for row."""
+    sb = backtest.run(job.JobSpec(events, quota_store, tmp_path / "bt", with_inputs=True), spark=spark)
+    sr = replay.run(job.JobSpec(events, quota_store, tmp_path / "rp", with_inputs=True))
+    assert sb.counts == sr.counts
+    a, b = _read(tmp_path / "rp", "decisions"), _read(tmp_path / "bt", "decisions")
+    assert set(REQUEST_SCHEMA.names) <= set(a.columns) and set(a.columns) == set(b.columns)
+    pd.testing.assert_frame_equal(a.astype(str), b[a.columns].astype(str), obj="decisions")
+    replay.run(job.JobSpec(events, quota_store, tmp_path / "n"))
+    narrow = _read(tmp_path / "n", "decisions")
+    assert list(narrow.columns) == ["broker", "seq", "throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request",
+                                    "throttle_ms"]  # fmt: skip
+    pd.testing.assert_frame_equal(narrow, a[narrow.columns], check_dtype=False, check_categorical=False)
