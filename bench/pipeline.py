@@ -141,17 +141,46 @@ def replay_floor(events: Path, out: Path) -> float:
     return timed(run)
 
 
+def replay_only(sizes: list[int], w: Path, store: Path, config: QuotaConfig, repeat: int) -> None:
+    """Replay's floor, decision path, requests-only job and whole job, ``repeat`` rounds per size, no Spark."""
+    replay_whole(w / "events-warmup", store, w / "out-warm-r") if (w / "events-warmup").exists() else None
+    print("| events | round | floor s | decisions s | decisions events/s | requests only s | whole s "
+          "| requests / decisions | whole / decisions | load (1 min) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        events = w / f"events-{n}"
+        if not events.exists():
+            generate(TrafficSpec(events=n, seed=42), events)
+        only = w / f"requests-{n}"
+        only.mkdir(exist_ok=True)
+        if not (only / REQUESTS_DIR).exists():
+            (only / REQUESTS_DIR).symlink_to(events / REQUESTS_DIR)
+        for i in range(repeat):
+            load = os.getloadavg()[0]
+            f = replay_floor(events, w / "out-rfloor")
+            d = replay_decisions(events, config, w / "out-rd")
+            r = replay_whole(only, store, w / "out-replay-req")
+            a = replay_whole(events, store, w / "out-replay")
+            print(f"| {n:,} | {i + 1} | {f:.2f} | {d:.2f} | {n / d:,.0f} | {r:.2f} | {a:.2f} | {r / d:.2f} | "
+                  f"{a / d:.2f} | {load:.1f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000000,5000000,20000000")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/quotaflow-bench-pipeline"))
     ap.add_argument("--json", type=Path, default=None, help="also write the raw numbers here")
+    ap.add_argument("--replay-only", action="store_true", help="replay's four timings only (no Spark)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds per size (--replay-only)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     args.workdir.mkdir(parents=True, exist_ok=True)
     store = make_store(args.workdir / "store.db")
     config = load_config(store)
+    if args.replay_only:
+        replay_only(sizes, args.workdir, store, config, args.repeat)
+        return
 
     from quotaflow.pipeline.session import get_session
 
