@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -66,11 +67,13 @@ def _check_types(files: list[Path], kind: str) -> None:
                 cast_column(pq.read_table(path, columns=[f.name]).column(f.name), f, kind, path)
 
 
+@dataclass(frozen=True, slots=True)
 class Input:
     """One dataset of the events as Spark rows: good rows, rows read, rows quarantined (already written)."""
 
-    def __init__(self, good: Any, total: int, quarantined: int) -> None:
-        self.good, self.total, self.quarantined = good, total, quarantined
+    good: Any
+    total: int
+    quarantined: int
 
 
 def read_input(spark: Any, events: Path, kind: str, out: Path, columns: tuple[str, ...] | None) -> Input | None:
