@@ -12,7 +12,10 @@ across all files of that dataset. Every run over the same files therefore orders
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -22,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from quotaflow.core.errors import QuotaflowError
+from quotaflow.core.errors import QuotaflowError, map_errors
 
 # Re-exported for readers of events (one definition, in the engine). Exemption from the request quota is the
 # engine's ``is_request_quota_exempt``: exempt-throttle APIs, follower fetches and acks=0 produce; cluster-action
@@ -151,6 +154,8 @@ def check_events_dir(events: Path) -> dict[str, list[Path]]:
     return found
 
 
+READ_THREADS: Final = 4
+"""Files of one dataset read at once (pyarrow also decodes each file's columns in parallel)."""
 STRING_DICTIONARY: Final = pa.dictionary(pa.int32(), pa.string())
 
 
@@ -158,46 +163,124 @@ def _string_columns(kind: str) -> list[str]:
     return [f.name for f in schema_for(kind) if f.type == pa.string()]
 
 
-def _read_file(path: Path, kind: str, dictionary: bool) -> pa.Table:
+INVALID_LINE: Final = "line"
+"""Quarantine column holding the text of a JSON-lines line that is not a JSON object (its ``reason`` says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventsRead:
+    """A dataset as read: the rows (schema columns conformed, ``seq`` assigned) and the JSON-lines lines that are
+    not JSON objects (``line``, ``reason``), which have no columns to check and go to quarantine as they are."""
+
+    table: pa.Table
+    invalid: pa.Table
+
+
+INVALID_SCHEMA: Final = pa.schema([pa.field(INVALID_LINE, pa.string()), pa.field(QUARANTINE_REASON, pa.string())])
+
+
+def _read_json_lines(path: Path) -> tuple[pa.Table, list[tuple[str, str]]]:
+    """A JSON-lines file. When pyarrow rejects it, lines that are not JSON objects are set aside (with their line
+    number and parse error); a column whose values mix JSON types (``"ts_ms": "soon"`` among numbers) is read as
+    text, so the schema cast names the column and value instead of failing on the whole file."""
     try:
+        return pajson.read_json(path), []
+    except pa.ArrowInvalid:
+        pass
+    good: list[bytes] = []
+    rows: list[dict[str, object]] = []
+    invalid: list[tuple[str, str]] = []
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                invalid.append((text, f"invalid JSON at {path.name} line {number}: {e}"))
+                continue
+            rows.append(row)
+            good.append(raw if raw.endswith(b"\n") else raw + b"\n")
+    if not good:
+        return pa.table({}), invalid
+    try:
+        return pajson.read_json(io.BytesIO(b"".join(good))), invalid
+    except pa.ArrowInvalid:
+        return _mixed_table(rows), invalid
+
+
+def _mixed_table(rows: list[dict[str, object]]) -> pa.Table:
+    """Rows whose columns may mix JSON types: such a column becomes text (JSON for non-strings)."""
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    columns = {}
+    for name in names:
+        values = [r.get(name) for r in rows]
+        kinds = {type(v) for v in values if v is not None}
+        try:
+            if not (kinds <= {int, float} or len(kinds) == 1) or kinds & {dict, list}:
+                raise pa.ArrowInvalid("mixed types")
+            columns[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            columns[name] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values],
+                                     pa.string())  # fmt: skip
+    return pa.table(columns)
+
+
+def _read_file(path: Path, kind: str, dictionary: bool,
+               columns: Sequence[str] | None = None) -> tuple[pa.Table, list[tuple[str, str]]]:  # fmt: skip
+    with map_errors({pa.ArrowInvalid: EventsInputError, OSError: EventsInputError}, f"cannot read {path}: "):
         if path.suffix == ".parquet":
-            if not dictionary:
-                return pq.read_table(path)
             names = set(pq.read_schema(path).names)
-            return pq.read_table(path, read_dictionary=[c for c in _string_columns(kind) if c in names])
-        return pajson.read_json(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise EventsInputError(f"cannot read {path}: {e}") from e
+            cols = None if columns is None else [c for c in columns if c in names]
+            strings = [c for c in _string_columns(kind) if c in names] if dictionary else None
+            return pq.read_table(path, columns=cols, read_dictionary=strings), []
+        table, invalid = _read_json_lines(path)
+        if columns is not None:
+            table = table.select([c for c in columns if c in table.column_names])
+        return table, invalid
 
 
-def conform(table: pa.Table, kind: str, path: object = "", dictionary: bool = False) -> pa.Table:
+def conform(table: pa.Table, kind: str, path: object = "", dictionary: bool = False,
+            columns: Sequence[str] | None = None) -> pa.Table:  # fmt: skip
     """Cast the schema columns to their types (extra columns kept as they are, missing nullable ones added).
 
     ``seq`` may be missing; every other required column must be present. With ``dictionary`` the string columns
-    are dictionary-encoded (low-cardinality names: integer codes for grouping, and cheap to carry and write)."""
+    are dictionary-encoded (low-cardinality names: integer codes for grouping, and cheap to carry and write).
+    ``columns``: only these schema columns were read (and extra columns are not carried)."""
     schema = schema_for(kind)
-    columns: dict[str, pa.ChunkedArray] = {}
+    wanted = None if columns is None else set(columns)
+    out: dict[str, pa.ChunkedArray] = {}
     for f in schema:
+        if wanted is not None and f.name not in wanted:
+            continue
         if f.name in table.column_names:
-            col = table.column(f.name)
-            want = STRING_DICTIONARY if dictionary and f.type == pa.string() else f.type
-            try:
-                if col.type == want:
-                    columns[f.name] = col
-                elif want == STRING_DICTIONARY:
-                    columns[f.name] = pc.dictionary_encode(pc.cast(col, pa.string(), safe=True))
-                else:
-                    columns[f.name] = pc.cast(col, want, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise EventsInputError(f"{kind} {path}: column {f.name} cannot be read as {f.type}: {e}") from e
+            out[f.name] = cast_column(table.column(f.name), f, kind, path, dictionary)
         elif f.nullable:
-            columns[f.name] = pa.chunked_array([pa.nulls(table.num_rows, f.type)])
+            out[f.name] = pa.chunked_array([pa.nulls(table.num_rows, f.type)])
         elif f.name != "seq":
             raise EventsInputError(f"{kind} {path}: required column {f.name!r} is missing")
-    for name in table.column_names:
-        if name not in columns:
-            columns[name] = table.column(name)
-    return pa.table(columns)
+    if wanted is None:
+        for name in table.column_names:
+            if name not in out:
+                out[name] = table.column(name)
+    return pa.table(out) if out else pa.table({"_": pa.nulls(table.num_rows)}).drop_columns(["_"])
+
+
+def cast_column(col: pa.ChunkedArray, f: pa.Field, kind: str, path: object = "",
+                dictionary: bool = False) -> pa.ChunkedArray:  # fmt: skip
+    """``col`` as the schema type of ``f``; values that do not fit (``ts_ms`` = "soon") are a clear error."""
+    want = STRING_DICTIONARY if dictionary and f.type == pa.string() else f.type
+    try:
+        if col.type == want:
+            return col
+        if want == STRING_DICTIONARY:
+            return pc.dictionary_encode(pc.cast(col, pa.string(), safe=True))
+        return pc.cast(col, want, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise EventsInputError(f"{kind} {path}: column {f.name} cannot be read as {f.type}: {e}") from e
 
 
 def assign_seq(tables: Sequence[pa.Table]) -> list[pa.Table]:
@@ -212,16 +295,68 @@ def assign_seq(tables: Sequence[pa.Table]) -> list[pa.Table]:
     return out
 
 
-def read_dataset(events: Path, kind: str, *, dictionary: bool = False) -> pa.Table | None:
-    """Read ``events/<kind>/`` (Parquet and/or JSON lines) into one table, schema columns conformed, seq assigned.
-
-    Returns None when the dataset is absent. ``dictionary``: string columns come dictionary-encoded."""
+def load_events(events: Path, kind: str, *, dictionary: bool = False,
+                columns: Sequence[str] | None = None) -> EventsRead | None:  # fmt: skip
+    """Read ``events/<kind>/`` (Parquet and/or JSON lines): schema columns conformed, seq assigned, lines that are
+    not JSON set aside. None when the dataset is absent. ``dictionary``: string columns dictionary-encoded;
+    ``columns``: read only these schema columns (``seq`` is always read or assigned)."""
     files = dataset_files(events / kind)
     if not files:
         return None
-    tables = [conform(_read_file(p, kind, dictionary), kind, p, dictionary) for p in files]
-    tables = assign_seq(tables)
-    return pa.concat_tables(tables, promote_options="permissive")
+    want = None if columns is None else list(dict.fromkeys([*columns, "seq"]))
+    tables, invalid = [], []
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:  # overlaps the files' I/O and decoding
+        read = list(pool.map(lambda p: _read_file(p, kind, dictionary, want), files))
+    for p, (table, bad) in zip(files, read, strict=True):
+        invalid += bad
+        if table.num_columns or not bad:  # a file of invalid lines only has no rows
+            tables.append(conform(table, kind, p, dictionary, want))
+    table = (pa.concat_tables(assign_seq(tables), promote_options="permissive") if tables
+             else conform(pa.table({f.name: pa.array([], f.type) for f in schema_for(kind)}), kind, "", dictionary,
+                          want))  # fmt: skip
+    lines, reasons = [t for t, _ in invalid], [r for _, r in invalid]
+    rejected = pa.table([pa.array(lines, pa.string()), pa.array(reasons, pa.string())], schema=INVALID_SCHEMA)
+    return EventsRead(table, rejected)
+
+
+def read_dataset(events: Path, kind: str, *, dictionary: bool = False,
+                 columns: Sequence[str] | None = None) -> pa.Table | None:  # fmt: skip
+    """:func:`load_events`, strict: a line that is not JSON is an :class:`EventsInputError`."""
+    read = load_events(events, kind, dictionary=dictionary, columns=columns)
+    if read is None:
+        return None
+    if read.invalid.num_rows:
+        raise EventsInputError(f"{kind}: {read.invalid[QUARANTINE_REASON][0].as_py()}")
+    return read.table
+
+
+def clean_by_statistics(files: Sequence[Path], kind: str) -> bool:
+    """Whether the Parquet footers prove no row breaks a quarantine rule (null counts 0, minimums ≥ 0), so the
+    rows need no per-row check and the rule columns need not be read. False for JSON lines or missing statistics."""
+    if not files or any(p.suffix != ".parquet" for p in files):
+        return False
+    for p in files:
+        try:
+            meta = pq.ParquetFile(p).metadata
+        except (pa.ArrowInvalid, OSError) as e:
+            raise EventsInputError(f"cannot read {p}: {e}") from e
+        index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+        if "seq" not in index:
+            return False
+        for rule in rules_for(kind):
+            if rule.column not in index:
+                return False
+            for rg in range(meta.num_row_groups):
+                st = meta.row_group(rg).column(index[rule.column]).statistics
+                if st is None:
+                    return False
+                if rule.kind == "null" and not (st.has_null_count and st.null_count == 0):
+                    return False
+                if rule.kind == "negative" and meta.row_group(rg).num_rows and not (
+                    st.has_min_max and isinstance(st.min, int) and st.min >= 0
+                ):
+                    return False
+    return True
 
 
 def malformed_mask(table: pa.Table, kind: str) -> tuple[pa.Array, pa.Array]:

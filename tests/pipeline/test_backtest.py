@@ -149,3 +149,77 @@ def test_broker_config_sets_windows_and_connection_limits(events: Path, quota_st
     assert b["throttle_ms_request"].max() <= 2_000 and a["throttle_ms_request"].max() <= 1_000  # cap = one window
     ca, cb = _read(tmp_path / "a", "connections"), _read(tmp_path / "b", "connections")
     assert (ca["accept_delay_ms"] == 0).all() and (cb["accept_delay_ms"] > 0).any()
+
+
+def _json_rows(n: int, **over: object) -> list[dict[str, object]]:
+    return [{"ts_ms": 1_700_000_000_000 + 10 * i, "broker": "b0", "listener": "PLAINTEXT", "user": "tenant-0000",
+             "client_id": "app", "client_ip": "10.0.0.1", "api_key": 0, "api_version": 9, "request_bytes": 2_000_000,
+             "response_bytes": 50, "io_thread_ns": 1_000, "network_thread_ns": 100, "acks": 1, "is_follower": False,
+             **over} for i in range(n)]  # fmt: skip
+
+
+@pytest.mark.spark
+def test_bad_json_lines_are_quarantined_and_the_job_goes_on(spark: Any, quota_store: Path, tmp_path: Path) -> None:
+    """Lines that are not JSON objects go to quarantine with file, line and parse error; the rest is decided the
+    same by backtest and replay, and every line is counted."""
+    (tmp_path / "ev" / "requests").mkdir(parents=True)
+    lines = [json.dumps(r) for r in _json_rows(40)]
+    lines[5] = '{"ts_ms": 1700000000050, "broker": "b0", "user": '  # cut off mid-write
+    lines[17] = "not json at all"
+    (tmp_path / "ev" / "requests" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    sb = backtest.run(job.JobSpec(tmp_path / "ev", quota_store, tmp_path / "bt"), spark=spark)
+    sr = replay.run(job.JobSpec(tmp_path / "ev", quota_store, tmp_path / "rp"))
+    assert sb.counts["requests"] == sr.counts["requests"] == 40
+    assert sb.counts["requests_quarantined"] == sr.counts["requests_quarantined"] == 2
+    for out in (tmp_path / "bt", tmp_path / "rp"):
+        q = pq.read_table(out / "quarantine" / "requests").to_pylist()
+        got = sorted((r["line"], r["reason"].split(":")[0]) for r in q)
+        assert got == sorted([(lines[5], "invalid JSON at a.jsonl line 6"),
+                              (lines[17], "invalid JSON at a.jsonl line 18")])  # fmt: skip
+    a, b = _read(tmp_path / "rp", "decisions"), _read(tmp_path / "bt", "decisions")
+    assert len(a) == 38 and a.equals(b[a.columns]) and (a["throttle_ms_produce"] > 0).any()
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("form", ["jsonl", "parquet"])
+def test_uncastable_column_is_the_same_one_line_error(spark: Any, quota_store: Path, tmp_path: Path,
+                                                      form: str) -> None:  # fmt: skip
+    """A non-numeric ts_ms: backtest (Spark reads the Parquet itself) and replay fail with the same message, no
+    Java stack trace."""
+    rows = _json_rows(3)
+    rows[1]["ts_ms"] = "soon"
+    (tmp_path / "ev" / "requests").mkdir(parents=True)
+    if form == "jsonl":
+        (tmp_path / "ev" / "requests" / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    else:
+        for i, r in enumerate(rows):
+            r["ts_ms"], r["seq"] = str(r["ts_ms"]), i
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ev" / "requests" / "a.parquet")
+    runner = CliRunner()
+    outputs = []
+    for cmd in ("replay", "backtest"):
+        r = runner.invoke(cli, [cmd, "--events", str(tmp_path / "ev"), "--store", str(quota_store),
+                                "--out", str(tmp_path / cmd)])  # fmt: skip
+        assert r.exit_code == 1, r.output
+        outputs.append(r.output.strip())
+    assert outputs[0] == outputs[1]
+    assert outputs[0].startswith("Error: requests ") and "column ts_ms cannot be read as int64" in outputs[0]
+    assert len(outputs[0].splitlines()) == 1 and "org.apache" not in outputs[0]
+
+
+@pytest.mark.spark
+def test_with_inputs_keeps_every_column_and_the_same_decisions(spark: Any, events: Path, quota_store: Path,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    """--with-inputs: the wide table (every input column and the decisions), backtest == replay; its decisions are
+    the narrow table's, row for row."""
+    sb = backtest.run(job.JobSpec(events, quota_store, tmp_path / "bt", with_inputs=True), spark=spark)
+    sr = replay.run(job.JobSpec(events, quota_store, tmp_path / "rp", with_inputs=True))
+    assert sb.counts == sr.counts
+    a, b = _read(tmp_path / "rp", "decisions"), _read(tmp_path / "bt", "decisions")
+    assert set(REQUEST_SCHEMA.names) <= set(a.columns) and set(a.columns) == set(b.columns)
+    pd.testing.assert_frame_equal(a.astype(str), b[a.columns].astype(str), obj="decisions")
+    replay.run(job.JobSpec(events, quota_store, tmp_path / "n"))
+    narrow = _read(tmp_path / "n", "decisions")
+    assert list(narrow.columns) == ["broker", "seq", "throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request",
+                                    "throttle_ms"]  # fmt: skip
+    pd.testing.assert_frame_equal(narrow, a[narrow.columns], check_dtype=False, check_categorical=False)

@@ -12,17 +12,40 @@ import pytest
 from quotaflow.engine.exempt import is_request_quota_exempt
 from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.pipeline import replay
-from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings, request_exempt
-from quotaflow.pipeline.resolve import load_config
-from quotaflow.pipeline.windows import table_order
+from quotaflow.pipeline.decide import BytePass, RequestPass, WindowSettings, byte_types, request_exempt
+from quotaflow.pipeline.resolve import TYPE_CODE, load_config
+from quotaflow.pipeline.windows import WINDOW_KEYS
 
 
 @pytest.fixture(scope="module")
 def prepared(traffic: Path, quota_store: Path) -> pa.Table:
-    """The traffic's good rows with every helper column the batch passes read (as the window pass sees them)."""
+    """The traffic's rows with their decisions (wide) and the helper columns the batch passes read."""
     table = read_dataset(traffic, REQUESTS_DIR)
     assert table is not None
-    return replay.decide_requests(table.slice(0, 12_000), load_config(quota_store), WindowSettings())
+    p = replay.prepare(table.slice(0, 12_000), load_config(quota_store))
+    decided = replay.decision_table(p, replay.decide(p, WindowSettings(), windows=False), with_inputs=True)
+    for name, col in helper_columns(p).items():
+        decided = decided.append_column(name, col)
+    return decided
+
+
+def helper_columns(p: replay.Prepared) -> dict[str, pa.Array]:
+    """Per row, what the batch passes read: quota-ids, limits and flags of the request and byte managers."""
+    bt = byte_types(p.rows.api_key, p.rows.is_follower)
+    fetch = bt == TYPE_CODE["fetch"]
+    request_idx = pa.array(p.pair.astype(np.int32))
+    byte_idx = pa.array(p.pair.astype(np.int32) + fetch.astype(np.int32) * p.res.num_rows)  # fetch rows: 2nd half
+    cols: dict[str, pa.Array] = {"byte_type": pa.array(bt, pa.int8())}
+    for part in ("qid", "limit", "enabled"):
+        cols[f"request_{part}"] = p.res.column(f"request_{part}").combine_chunks().take(request_idx)
+        both = pa.concat_arrays([p.res.column(f"{t}_{part}").combine_chunks() for t in ("produce", "fetch")])
+        cols[f"byte_{part}"] = both.take(byte_idx)
+    return cols
+
+
+def table_order(table: pa.Table, keys: tuple[str, ...]) -> np.ndarray:
+    """Rows grouped by ``keys``, each group in (ts_ms, seq) order."""
+    return np.lexsort([table[c].to_numpy() for c in ("seq", "ts_ms", *reversed(keys))])
 
 
 DECISIONS = ("throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request", "throttle_ms")
@@ -78,49 +101,49 @@ def test_row_order_and_compilation_do_not_change_decisions(traffic: Path, quota_
     assert table is not None
     config = load_config(quota_store)
     settings = WindowSettings()
-    want = replay.decide(replay.prepare(table, config), settings)
+    want, want_w = replay.decisions(table, config, settings)
     perm = np.random.default_rng(5).permutation(table.num_rows)
-    shuffled = replay.decide(replay.prepare(table.take(pa.array(perm)), config), settings)
-    sub = replay.prepare(table.slice(0, 3_000), config)
-    plain, compiled = replay.decide(sub, settings, compiled=False), replay.decide(sub, settings)
+    shuffled, shuffled_w = replay.decisions(table.take(pa.array(perm)), config, settings)
+    sub = table.slice(0, 3_000)
+    (plain, plain_w), (compiled, compiled_w) = (replay.decisions(sub, config, settings, compiled=False),
+                                                replay.decisions(sub, config, settings))  # fmt: skip
     for col in DECISIONS:
         assert np.array_equal(shuffled[col].to_numpy(), want[col].to_numpy()[perm]), col
         assert np.array_equal(plain[col].to_numpy(), compiled[col].to_numpy()), col
     assert (want["throttle_ms"].to_numpy() > 0).any()
+    assert shuffled_w is not None and want_w is not None and plain_w is not None and compiled_w is not None
+    keys = [(k, "ascending") for k in WINDOW_KEYS]
+    assert shuffled_w.sort_by(keys).equals(want_w.sort_by(keys))
+    assert plain_w.sort_by(keys).equals(compiled_w.sort_by(keys)) and plain_w.num_rows > 0
 
 
-def test_read_rates_equals_engine_read_window() -> None:
-    from quotaflow.engine.kernel import KernelState, decide_groups, read_window
-    from quotaflow.pipeline.decide import read_rates
-
-    rng = np.random.default_rng(3)
-    state = KernelState.empty(3, 11)
-    ts = np.sort(rng.integers(0, 30_000, 300)).astype(np.int64)
-    off = np.array([0, 100, 200, 300], dtype=np.int64)
-    ts = np.concatenate([np.sort(ts[off[g] : off[g + 1]]) for g in range(3)])
-    decide_groups(off, np.array([1e3, 5e2, np.inf]), ts, rng.uniform(0, 100, 300), np.zeros(300, np.int8),
-                  np.zeros(300, np.int64), False, 11, 1000, -1, state)  # fmt: skip
-    groups = np.array([0, 1, 2, 0, 2], dtype=np.int64)
-    ends = ts[off[1:] - 1]
-    now = ends[groups] + np.array([0, 500, 2_000, 60_000, 100], dtype=np.int64)
-    settings = WindowSettings()
-    want = [read_window(state, int(g), int(t), 11, 1000).rate for g, t in zip(groups, now, strict=True)]
-    assert read_rates(state, groups, now, settings).tolist() == want
-    assert read_rates(state, groups, now, settings, compiled=False).tolist() == want
-    assert want[0] > 0 and want[3] == 0.0  # a live window, and one read after everything expired
-
-
-def test_window_rounds_decide_exactly_like_the_plain_pass(prepared: pa.Table) -> None:
-    """The windows' round-by-round kernel runs give the same throttles as the single-call decision pass."""
-    settings = WindowSettings()
-    table = prepared.take(pa.array(table_order(prepared, RequestPass.KEYS)))
-    plain = RequestPass(settings)(table)
-    rounds, stats = RequestPass(settings).windows(table)
-    assert stats is not None
-    assert np.array_equal(plain, rounds) and (plain > 0).any()
-    assert int(stats.throttle_count.sum()) == int((plain > 0).sum())
-    assert int(stats.throttle_ms_sum.sum()) == int(plain.sum())
-    assert (stats.rate[stats.recorded] >= 0).all() and (stats.rate > 0).any()
+def test_windows_sum_the_decided_rows(traffic: Path, quota_store: Path) -> None:
+    """The loop's window rows add up, per (broker, quota type, 1 s window), to what the decided rows say: the bytes
+    produce recorded, the request manager's io + network percent, and the managers' own throttles."""
+    table = read_dataset(traffic, REQUESTS_DIR)
+    assert table is not None
+    decided, windows = replay.decisions(table, load_config(quota_store), WindowSettings(), with_inputs=True)
+    assert windows is not None
+    d = decided.to_pandas()
+    d["window_start_ms"] = d["ts_ms"] // 1000 * 1000
+    got = windows.to_pandas().groupby(["broker", "quota_type", "window_start_ms"])[
+        ["value_sum", "throttle_count", "throttle_ms_sum"]].sum()  # fmt: skip
+    keys = ["broker", "window_start_ms"]
+    produce = d[d["api_key"] == 0]
+    req = d[~request_exempt(decided)].copy()
+    req["t"] = req["throttle_ms_request"] > 0
+    req["v"] = req["io_thread_ns"] * 1e-7 + req["network_thread_ns"] * 1e-7
+    checks = {
+        ("produce", "value_sum"): produce.groupby(keys)["request_bytes"].sum(),
+        ("produce", "throttle_ms_sum"): produce.groupby(keys)["throttle_ms_produce"].sum(),
+        ("request", "throttle_count"): req.groupby(keys)["t"].sum(),
+        ("request", "throttle_ms_sum"): req.groupby(keys)["throttle_ms_request"].sum(),
+        ("request", "value_sum"): req.groupby(keys)["v"].sum(),
+    }
+    for (qt, col), want in checks.items():
+        have = got.xs(qt, level="quota_type")[col].reindex(want.index, fill_value=0)
+        assert np.allclose(have.to_numpy(), want.to_numpy(), rtol=1e-9), (qt, col)
+    assert (windows["rate"].to_numpy() > 0).any() and (windows["throttle_count"].to_numpy() > 0).any()
 
 
 def test_state_rows_follow_the_quota_ids_present_not_brokers_times_quota_ids() -> None:

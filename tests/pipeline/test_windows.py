@@ -1,4 +1,5 @@
-"""Window rows and entity summaries: batch cuts merge back into whole windows, summaries follow the window rows."""
+"""Window rows and entity summaries from the decisions' own loop: whole windows, keyed once, the same however the
+rows are split; entities follow the window rows."""
 
 from __future__ import annotations
 
@@ -10,71 +11,44 @@ import pytest
 
 from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.pipeline import replay
-from quotaflow.pipeline.decide import WindowSettings
-from quotaflow.pipeline.resolve import load_config
-from quotaflow.pipeline.windows import (
-    ENTITY_SCHEMA,
-    PARTIAL_SCHEMA,
-    WINDOW_KEYS,
-    WINDOW_SCHEMA,
-    entities_from_windows,
-    merge_partials,
-    window_rows,
-)
+from quotaflow.pipeline.decide import WindowSettings, decide_rows
+from quotaflow.pipeline.resolve import components, load_config
+from quotaflow.pipeline.windows import ENTITY_SCHEMA, WINDOW_KEYS, WINDOW_SCHEMA, entity_table, window_table
 
-
-def _partials(rows: list[tuple[object, ...]], schema: pa.Schema = PARTIAL_SCHEMA) -> pa.Table:
-    return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
-
-
-def test_merge_partials_adds_sums_and_keeps_the_later_rate() -> None:
-    """A window cut by a batch boundary: its halves' sums add, the rate read after the later half wins."""
-    later = ("b0", "produce", "u", "c", 1000, 300.0, 90.0, 100.0, 1, 40, 1900)
-    earlier = ("b0", "produce", "u", "c", 1000, 200.0, 50.0, 100.0, 2, 10, 1400)
-    other = ("b0", "fetch", "u", "c", 1000, 7.0, 7.0, 5.0, 0, 0, 1100)
-    merged = merge_partials(_partials([later, other, earlier]))
-    assert merged.schema == WINDOW_SCHEMA
-    assert merged.to_pylist() == [
-        dict(zip(WINDOW_SCHEMA.names, ("b0", "fetch", "u", "c", 1000, 7.0, 7.0, 5.0, 0, 0), strict=True)),
-        dict(zip(WINDOW_SCHEMA.names, ("b0", "produce", "u", "c", 1000, 500.0, 90.0, 100.0, 3, 50), strict=True)),
-    ]
-    assert merge_partials(PARTIAL_SCHEMA.empty_table()).schema == WINDOW_SCHEMA
-
-
-def test_entities_summarise_each_quota_id_over_its_windows() -> None:
-    rates = [10.0, 20.0, 30.0, 40.0]
-    rows = [("b0", "request", "u", "c", 1000 * i, 1.0, r, 35.0, int(r > 35), 0) for i, r in enumerate(rates)]
-    rows.append(("b0", "request", "v", "c", 0, 1.0, 5.0, 35.0, 0, 0))
-    out = entities_from_windows(_partials(rows, WINDOW_SCHEMA), headroom=1.5)
-    assert out.schema == ENTITY_SCHEMA
-    u, v = out.to_pylist()
-    p99 = float(np.percentile(rates, 99))
-    assert (u["tag_user"], u["peak_rate"], u["windows"], u["limit"]) == ("u", 40.0, 4, 35.0)
-    assert u["p99_rate"] == pytest.approx(p99) and u["recommended_quota"] == pytest.approx(p99 * 1.5)
-    assert u["throttled_share"] == 0.25
-    assert (v["tag_user"], v["peak_rate"], v["throttled_share"], v["windows"]) == ("v", 5.0, 0.0, 1)
-    assert entities_from_windows(WINDOW_SCHEMA.empty_table(), 1.2).schema == ENTITY_SCHEMA
+SORT = [(k, "ascending") for k in WINDOW_KEYS]
 
 
 @pytest.fixture(scope="module")
-def decided(traffic: Path, quota_store: Path) -> pa.Table:
-    table = read_dataset(traffic, REQUESTS_DIR)
+def prepared(traffic: Path, quota_store: Path) -> replay.Prepared:
+    table = read_dataset(traffic, REQUESTS_DIR, dictionary=True)
     assert table is not None
-    return replay.decide_requests(table.slice(0, 12_000), load_config(quota_store), WindowSettings())
+    return replay.prepare(table, load_config(quota_store))
 
 
-def test_batch_boundaries_do_not_change_the_window_rows(decided: pa.Table) -> None:
-    whole = window_rows(decided, WindowSettings())
+def _brokers(p: replay.Prepared) -> pa.Array:
+    return p.table.column("broker").combine_chunks().dictionary
+
+
+def test_threads_and_chunks_do_not_change_the_window_rows(prepared: replay.Prepared,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """One thread, two threads (rows split by component) and small chunks (open windows carried between calls)
+    close the same windows, bit for bit."""
+    p, settings = prepared, WindowSettings()
+    one = decide_rows(p.rows, p.pair, p.views, settings, windows=True)
+    comp = np.array(components(p.res), dtype=np.int64)
+    two = decide_rows(p.rows, p.pair, p.views, settings, threads=2, component=comp, windows=True)
+    monkeypatch.setattr("quotaflow.pipeline.decide.CHUNK_ROWS", 997)
+    chunked = decide_rows(p.rows, p.pair, p.views, settings, windows=True)
+    whole = window_table(one, p.res, _brokers(p)).sort_by(SORT)
     assert whole.num_rows > 0
-    cut = window_rows(decided, WindowSettings(), batch_rows=997)
-    exact = [c for c in WINDOW_SCHEMA.names if c != "value_sum"]
-    assert cut.select(exact).equals(whole.select(exact))  # the engine's rate and throttles: bit for bit
-    # request-time percents are summed per batch and then across batches: the same sum, another addition order
-    assert cut.column("value_sum").to_numpy() == pytest.approx(whole.column("value_sum").to_numpy(), rel=1e-12)
+    for other in (two, chunked):
+        assert window_table(other, p.res, _brokers(p)).sort_by(SORT).equals(whole)
+        assert all(np.array_equal(a, b) for a, b in zip(other.columns, one.columns, strict=True))
 
 
-def test_window_rows_are_aligned_keyed_once_and_cover_every_manager(decided: pa.Table) -> None:
-    rows = window_rows(decided, WindowSettings())
+def test_window_rows_are_aligned_keyed_once_and_cover_every_manager(prepared: replay.Prepared) -> None:
+    p = prepared
+    rows = window_table(replay.decide(p, WindowSettings()), p.res, _brokers(p))
     assert rows.schema == WINDOW_SCHEMA
     starts = rows.column("window_start_ms").to_numpy()
     assert (starts % 1000 == 0).all()
@@ -82,3 +56,25 @@ def test_window_rows_are_aligned_keyed_once_and_cover_every_manager(decided: pa.
     assert len({tuple(k.values()) for k in keys}) == len(keys)  # one row per window
     assert set(rows.column("quota_type").to_pylist()) == {"request", "produce", "fetch"}
     assert (rows.column("rate").to_numpy() >= 0).all() and (rows.column("throttle_count").to_numpy() >= 0).all()
+
+
+def test_entities_summarise_each_quota_id_over_its_windows(prepared: replay.Prepared) -> None:
+    """Each entity row is its quota-id's window rows summarised (pandas over the window table as the check)."""
+    p = prepared
+    decided = replay.decide(p, WindowSettings())
+    windows = window_table(decided, p.res, _brokers(p)).to_pandas()
+    entities = entity_table(decided, p.res, _brokers(p), headroom=1.5)
+    assert entities.schema == ENTITY_SCHEMA
+    keys = list(WINDOW_KEYS[:-1])
+    got = entities.to_pandas().set_index(keys).sort_index()
+    g = windows.groupby(keys)
+    assert len(got) == g.ngroups > 10
+    assert (got["windows"] == g.size().sort_index()).all()
+    assert (got["peak_rate"] == g["rate"].max().sort_index()).all()
+    p99 = g["rate"].apply(lambda r: float(np.percentile(r.to_numpy(), 99))).sort_index()
+    assert (got["p99_rate"] == p99).all()  # np.percentile's arithmetic, bit for bit
+    assert np.allclose(got["recommended_quota"], p99 * 1.5)
+    share = g["throttle_count"].apply(lambda c: float((c.to_numpy() > 0).mean())).sort_index()
+    assert (got["throttled_share"] == share).all() and (share > 0).any()
+    limits = g["limit"].first().sort_index()
+    assert got["limit"].fillna(-1).equals(limits.fillna(-1))

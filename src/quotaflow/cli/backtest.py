@@ -15,11 +15,11 @@ from quotaflow.core.errors import QuotaflowError
 @job_options
 @click.option("--master", default=None, help="Spark master URL (default local[*]).")
 def backtest(events: Path, store: str, out: Path, broker_config: Path | None, compare: str | None,
-             headroom: float, master: str | None) -> None:  # fmt: skip
+             headroom: float, with_inputs: bool, master: str | None) -> None:  # fmt: skip
     """What the store's quotas would have done to this traffic: decisions, windows, entities, connections."""
     from quotaflow.pipeline import backtest as job
 
-    spec = spec_from(events, store, out, broker_config, compare, headroom)
+    spec = spec_from(events, store, out, broker_config, compare, headroom, with_inputs)
     console = Console(stderr=True)
     try:
         spec.validate()  # a clear error before Spark starts

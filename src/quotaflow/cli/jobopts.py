@@ -55,6 +55,13 @@ def job_options(fn: F) -> F:
             type=click.FloatRange(min=0),
             help="recommended_quota = p99 rate × headroom.",
         ),
+        click.option(
+            "--with-inputs",
+            "with_inputs",
+            is_flag=True,
+            help="Write every input column next to the decisions (default: broker, seq and the four decisions, "
+            "joinable to the events on (broker, seq)).",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -62,8 +69,8 @@ def job_options(fn: F) -> F:
 
 
 def spec_from(events: Path, store: str, out: Path, broker_config: Path | None, compare: str | None,
-              headroom: float) -> JobSpec:  # fmt: skip
-    return JobSpec(events, store, out, broker_config, compare, headroom)
+              headroom: float, with_inputs: bool = False) -> JobSpec:  # fmt: skip
+    return JobSpec(events, store, out, broker_config, compare, headroom, with_inputs)
 
 
 def print_summary(summary: Summary, out: Path) -> None:

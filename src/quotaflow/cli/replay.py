@@ -14,11 +14,11 @@ from quotaflow.core.errors import QuotaflowError
 @click.command("replay")
 @job_options
 def replay(events: Path, store: str, out: Path, broker_config: Path | None, compare: str | None,
-           headroom: float) -> None:  # fmt: skip
+           headroom: float, with_inputs: bool) -> None:  # fmt: skip
     """Same arguments and output as `quotaflow backtest`, single process (pyarrow + numpy + the engine kernel)."""
     from quotaflow.pipeline import replay as job
 
-    spec = spec_from(events, store, out, broker_config, compare, headroom)
+    spec = spec_from(events, store, out, broker_config, compare, headroom, with_inputs)
     console = Console(stderr=True)
     try:
         with console.status("replay") as status:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Final
 
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
+
+NO_BYTE_TYPE: Final = 3
+"""Byte type of a request no byte-rate manager records (follower fetch, other APIs); produce is 0, consumer fetch 1."""
 
 
 class QuotaType(Enum):

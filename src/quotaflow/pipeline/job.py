@@ -31,11 +31,13 @@ COMPARE_SUMMARY: Final = "compare_summary"
 SUMMARY: Final = "_SUMMARY.json"
 DEFAULT_HEADROOM: Final = 1.2
 
-# Columns the passes add to request rows and drop before writing.
-HELPER_COLUMNS: Final = (
-    "request_qid", "request_limit", "request_enabled", "byte_type", "byte_qid", "byte_limit", "byte_enabled",
-    "request_tag_user", "request_tag_client_id", "byte_tag_user", "byte_tag_client_id", "component",
+DECISION_KEYS: Final = ("broker", "seq")
+"""The narrow decisions' key: joins each decision to its event (``seq`` is unique per broker, docs/events.md)."""
+DECIDE_COLUMNS: Final = (
+    "broker", "seq", "user", "client_id", "ts_ms", "api_key", "acks", "is_follower", "request_bytes",
+    "response_bytes", "io_thread_ns", "network_thread_ns",
 )  # fmt: skip
+"""The request columns the decisions and windows read (everything else is read only with ``--with-inputs``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,8 @@ class JobSpec:
     broker_config: Path | None = None
     compare: str | Path | None = None
     headroom: float = DEFAULT_HEADROOM
+    with_inputs: bool = False
+    """Write every input column next to the decisions (the wide table) instead of (broker, seq) + decisions."""
 
     def connection_config(self) -> ConnectionQuotaConfig:
         if self.broker_config is None:

@@ -20,20 +20,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from quotaflow.events import CONNECTIONS_DIR, REQUEST_DECISION_FIELDS, REQUESTS_DIR, read_dataset, split_malformed
+from quotaflow.events import (
+    CONNECTIONS_DIR,
+    QUARANTINE_REASON,
+    REQUEST_DECISION_FIELDS,
+    REQUESTS_DIR,
+    EventsRead,
+    clean_by_statistics,
+    dataset_files,
+    load_events,
+    read_dataset,
+    schema_for,
+    split_malformed,
+)
 from quotaflow.pipeline import job
 from quotaflow.pipeline.connections import decide_all
-from quotaflow.pipeline.decide import (
-    I64,
-    ManagerView,
-    RequestRows,
-    WindowSettings,
-    byte_types,
-    codes,
-    decide_rows,
-)
-from quotaflow.pipeline.resolve import QUOTA_TYPES, TYPE_CODE, QuotaConfig, components, resolve_clients
-from quotaflow.pipeline.windows import entities_from_windows, window_rows
+from quotaflow.pipeline.decide import I64, Decided, ManagerView, RequestRows, WindowSettings, codes, decide_rows
+from quotaflow.pipeline.resolve import QUOTA_TYPES, QuotaConfig, components, resolve_clients
+from quotaflow.pipeline.windows import entity_table, window_table
 
 BATCH_ROWS: Final = 1 << 20
 STATISTICS_COLUMNS: Final = ("ts_ms", "window_start_ms", "throttle_ms")
@@ -75,40 +79,28 @@ def prepare(table: pa.Table, config: QuotaConfig) -> Prepared:
     return Prepared(table, RequestRows.of_arrow(table, broker), pair, res, views)
 
 
-def helper_columns(p: Prepared) -> dict[str, pa.Array]:
-    """The per-row helper columns the window pass reads (quota-ids, limits, flags, byte type and quota-id tags),
-    taken from the resolution table; tags are dictionary arrays over it, so attaching them copies no strings."""
-    bt = byte_types(p.rows.api_key, p.rows.is_follower)
-    fetch = bt == TYPE_CODE["fetch"]
-    request_idx = pa.array(p.pair.astype(np.int32))
-    byte_idx = pa.array(p.pair.astype(np.int32) + fetch.astype(np.int32) * p.res.num_rows)  # fetch rows: 2nd half
-
-    def request(part: str) -> pa.Array:
-        return p.res.column(f"request_{part}").combine_chunks()
-
-    def byte(part: str) -> pa.Array:
-        return pa.concat_arrays([p.res.column(f"{t}_{part}").combine_chunks() for t in ("produce", "fetch")])
-
-    cols: dict[str, pa.Array] = {}
-    for part in ("qid", "limit", "enabled"):
-        cols[f"request_{part}"] = request(part).take(request_idx)
-        if part == "qid":
-            cols["byte_type"] = pa.array(bt, pa.int8())
-        cols[f"byte_{part}"] = byte(part).take(byte_idx)
-    for part in ("tag_user", "tag_client_id"):
-        cols[f"request_{part}"] = pa.DictionaryArray.from_arrays(request_idx, request(part))
-        cols[f"byte_{part}"] = pa.DictionaryArray.from_arrays(byte_idx, byte(part))
-    return cols
+def decide(p: Prepared, settings: WindowSettings, compiled: bool = True, windows: bool = True) -> Decided:
+    """Decisions (and window rows) of the prepared rows, rows split over threads by (broker, component)."""
+    component = np.array(components(p.res), dtype=np.int64)
+    return decide_rows(p.rows, p.pair, p.views, settings, compiled, THREADS, component, windows)
 
 
-def decide(p: Prepared, settings: WindowSettings, compiled: bool = True) -> pa.Table:
-    """The good rows with the four decision columns appended (schema order of REQUEST_DECISION_FIELDS)."""
-    component = np.array(components(p.res), dtype=np.int64)  # threads split rows by (broker, component)
-    produce, fetch, request, throttle = decide_rows(p.rows, p.pair, p.views, settings, compiled, THREADS, component)
-    table = p.table
-    for f, values in zip(REQUEST_DECISION_FIELDS, (produce, fetch, request, throttle), strict=True):
-        table = table.append_column(f, pa.array(values, pa.int64()))
-    return table
+def decision_table(p: Prepared, decided: Decided, with_inputs: bool = False) -> pa.Table:
+    """The decisions as written: (broker, seq) + the four decision columns, or every input column + them."""
+    base = p.table if with_inputs else p.table.select(list(job.DECISION_KEYS))
+    for f, values in zip(REQUEST_DECISION_FIELDS, decided.columns, strict=True):
+        base = base.append_column(f, pa.array(values, pa.int64()))
+    return base
+
+
+def windows_table(p: Prepared, decided: Decided) -> pa.Table:
+    _, brokers = codes(p.table.column("broker"))
+    return window_table(decided, p.res, brokers)
+
+
+def entities_table(p: Prepared, decided: Decided, headroom: float) -> pa.Table:
+    _, brokers = codes(p.table.column("broker"))
+    return entity_table(decided, p.res, brokers, headroom)
 
 
 def write_parts(table: pa.Table, out: Path, rows_per_file: int = BATCH_ROWS, threads: int = THREADS) -> None:
@@ -139,64 +131,103 @@ def _drop_existing_decisions(table: pa.Table) -> pa.Table:
     return table.drop_columns(existing) if existing else table
 
 
-def decisions(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
-              compiled: bool = True) -> tuple[pa.Table, Prepared]:  # fmt: skip
-    """Good request rows with their decisions (as written), and what :func:`with_helpers` needs for windows."""
+def decisions(table: pa.Table, config: QuotaConfig, settings: WindowSettings, compiled: bool = True,
+              with_inputs: bool = False, windows: bool = True) -> tuple[pa.Table, pa.Table | None]:  # fmt: skip
+    """Good request rows → (decisions as written, window rows or None)."""
     p = prepare(_drop_existing_decisions(table), config)
-    return decide(p, settings, compiled), p
+    decided = decide(p, settings, compiled, windows)
+    return decision_table(p, decided, with_inputs), windows_table(p, decided) if windows else None
 
 
-def with_helpers(decided: pa.Table, p: Prepared) -> pa.Table:
-    """The decided rows with the helper columns the window pass reads."""
-    for name, col in helper_columns(p).items():
-        decided = decided.append_column(name, col)
-    return decided
+def read_requests(events: Path, with_inputs: bool) -> tuple[pa.Table, pa.Table, int] | None:
+    """(good rows, quarantined rows, rows read). When the Parquet footers prove every row valid and the inputs are
+    not written, only the columns the decisions read are read and no row is checked."""
+    files = dataset_files(events / REQUESTS_DIR)
+    if not files:
+        return None
+    if not with_inputs and clean_by_statistics(files, REQUESTS_DIR):
+        table = read_dataset(events, REQUESTS_DIR, dictionary=True, columns=job.DECIDE_COLUMNS)
+        assert table is not None
+        return table, _empty_quarantine(REQUESTS_DIR), table.num_rows
+    read = load_events(events, REQUESTS_DIR, dictionary=True)
+    assert read is not None
+    good, bad = split_malformed(read.table, REQUESTS_DIR)
+    if not with_inputs:
+        good = good.select(list(job.DECIDE_COLUMNS))
+    bad = _with_invalid(bad, read.invalid)
+    return good, bad, read.table.num_rows + read.invalid.num_rows
 
 
-def decide_requests(table: pa.Table, config: QuotaConfig, settings: WindowSettings,
-                    compiled: bool = True) -> pa.Table:  # fmt: skip
-    """Decisions for good request rows, helper columns attached (windows need them)."""
-    return with_helpers(*decisions(table, config, settings, compiled))
+def _empty_quarantine(kind: str) -> pa.Table:
+    return schema_for(kind).empty_table().append_column(QUARANTINE_REASON, pa.array([], pa.string()))
+
+
+def _with_invalid(bad: pa.Table, invalid: pa.Table) -> pa.Table:
+    """Malformed rows and lines that are not JSON, in one quarantine table."""
+    if not invalid.num_rows:
+        return bad
+    bad = bad.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_dictionary(f.type) else f for f in bad.schema]))
+    return pa.concat_tables([bad, invalid], promote_options="permissive")
 
 
 def run(spec: job.JobSpec, progress: Progress | None = None) -> job.Summary:
-    """The whole replay job (same phases and outputs as the Spark backtest)."""
+    """The whole replay job (same phases and outputs as the Spark backtest). Connections are decided on a second
+    thread while the requests are (the acceptor replay is Python; the request loop, reads and writes release
+    the GIL)."""
     spec.validate()
     summary = job.Summary("replay")
     settings = spec.windows()
     config = spec.quota_config()
     if spec.out.exists():
         shutil.rmtree(spec.out)
-    with summary.timed("read", progress):
-        requests = read_dataset(spec.events, REQUESTS_DIR, dictionary=True)
-        connections = read_dataset(spec.events, CONNECTIONS_DIR)
-    if requests is not None:
-        good, bad = split_malformed(requests, REQUESTS_DIR)
-        summary.counts.update(requests=requests.num_rows, requests_quarantined=bad.num_rows)
-        write_parts(bad, spec.out / job.QUARANTINE / REQUESTS_DIR)
-        with summary.timed("decisions", progress):
-            decided, prepared = decisions(good, config, settings)
-        with summary.timed("write_decisions", progress):
-            write_parts(decided, spec.out / job.DECISIONS)
-        with summary.timed("windows", progress):
-            windows = window_rows(with_helpers(decided, prepared), settings)
-            write_parts(windows, spec.out / job.WINDOWS)
-            write_parts(entities_from_windows(windows, spec.headroom), spec.out / job.ENTITIES)
-        summary.counts.update(windows=windows.num_rows)
-        if spec.compare is not None:
-            from quotaflow.pipeline.compare import compare_summary, compare_windows
-
-            with summary.timed("compare", progress):
-                other = decide_requests(good, spec.quota_config(spec.compare), settings)
-                cmp = compare_windows(windows, window_rows(other, settings))
-                write_parts(cmp, spec.out / job.COMPARE)
-                write_parts(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
-    if connections is not None:
-        good_c, bad_c = split_malformed(connections, CONNECTIONS_DIR)
-        summary.counts.update(connections=connections.num_rows, connections_quarantined=bad_c.num_rows)
-        write_parts(bad_c, spec.out / job.QUARANTINE / CONNECTIONS_DIR)
-        with summary.timed("connections", progress):
-            decided_c = decide_all(good_c, spec.connection_config(), config.ip_rates)
-            write_parts(decided_c, spec.out / job.CONNECTIONS)
+    with ThreadPoolExecutor(max_workers=1) as side:
+        with summary.timed("read_connections"):
+            connections = load_events(spec.events, CONNECTIONS_DIR)
+        pending = None if connections is None else side.submit(_connections, spec, config, connections, summary)
+        with summary.timed("read", progress):
+            requests = read_requests(spec.events, spec.with_inputs)
+        if requests is not None:
+            _requests(spec, config, settings, requests, summary, progress)
+        if pending is not None:
+            with summary.timed("wait_connections", progress):
+                pending.result()
     summary.write(spec.out)
     return summary
+
+
+def _requests(spec: job.JobSpec, config: QuotaConfig, settings: WindowSettings,
+              requests: tuple[pa.Table, pa.Table, int], summary: job.Summary,
+              progress: Progress | None) -> None:  # fmt: skip
+    good, bad, total = requests
+    summary.counts.update(requests=total, requests_quarantined=bad.num_rows)
+    write_parts(bad, spec.out / job.QUARANTINE / REQUESTS_DIR)
+    with summary.timed("decisions", progress):
+        p = prepare(_drop_existing_decisions(good), config)
+        decided = decide(p, settings)
+    with summary.timed("write_decisions", progress):
+        write_parts(decision_table(p, decided, spec.with_inputs), spec.out / job.DECISIONS)
+    with summary.timed("windows", progress):
+        windows = windows_table(p, decided)
+        write_parts(windows, spec.out / job.WINDOWS)
+        write_parts(entities_table(p, decided, spec.headroom), spec.out / job.ENTITIES)
+    summary.counts.update(windows=windows.num_rows)
+    if spec.compare is not None:
+        from quotaflow.pipeline.compare import compare_summary, compare_windows
+
+        with summary.timed("compare", progress):
+            _, other = decisions(good, spec.quota_config(spec.compare), settings)
+            assert other is not None
+            cmp = compare_windows(windows, other)
+            write_parts(cmp, spec.out / job.COMPARE)
+            write_parts(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
+
+
+def _connections(spec: job.JobSpec, config: QuotaConfig, connections: EventsRead, summary: job.Summary) -> None:
+    good_c, bad_c = split_malformed(connections.table, CONNECTIONS_DIR)
+    bad_c = _with_invalid(bad_c, connections.invalid)
+    summary.counts.update(connections=connections.table.num_rows + connections.invalid.num_rows,
+                          connections_quarantined=bad_c.num_rows)  # fmt: skip
+    write_parts(bad_c, spec.out / job.QUARANTINE / CONNECTIONS_DIR)
+    with summary.timed("connections"):
+        decided_c = decide_all(good_c, spec.connection_config(), config.ip_rates)
+        write_parts(decided_c, spec.out / job.CONNECTIONS)

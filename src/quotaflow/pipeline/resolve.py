@@ -20,13 +20,13 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.keys import CONNECTION_CREATION_RATE, UNLIMITED
 from quotaflow.core.precedence import ClientKey, entity_bit, quota_limit, quota_tags
 from quotaflow.core.sanitize import sanitize
-from quotaflow.engine.quota_type import QuotaType
+from quotaflow.engine.quota_type import NO_BYTE_TYPE, QuotaType
 from quotaflow.store.base import Snapshot
 
 QUOTA_TYPES: Final = ("produce", "fetch", "request")
 TYPE_OF: Final = {"produce": QuotaType.PRODUCE, "fetch": QuotaType.FETCH, "request": QuotaType.REQUEST}
 TYPE_CODE: Final = {"produce": 0, "fetch": 1, "request": 2}
-NO_TYPE: Final = 3  # rows no byte-rate manager records (follower fetches, other APIs)
+NO_TYPE: Final = NO_BYTE_TYPE  # rows no byte-rate manager records (follower fetches, other APIs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ def get_session(preset: str = "local", master: str | None = None, **conf: str) -
     settings = {**COMMON, **PRESETS[preset], **conf}
     if master is not None:
         settings["spark.master"] = master
-    if settings["spark.master"].startswith("local"):
+    if settings["spark.master"].startswith(("local", f"spark://{LOOPBACK}:")):  # a loopback cluster: driver too
         settings = {**LOCAL_ONLY, **settings}
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # read by the JVM at launch: UI and RPC on loopback
     for key, value in settings.items():

@@ -40,6 +40,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from quotaflow.core.errors import CommandError
+from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.events import (
     API_FETCH,
     API_PRODUCE,
@@ -56,7 +57,6 @@ USAGE_DIR: Final = "usage"
 QUARANTINE_DIR: Final = "quarantine"
 RATES_FILE: Final = "cluster_rates.json"
 PUBLISHED_MODE: Final = 0o644
-NANOS_TO_PERCENT: Final = 1e-7  # Kafka's NanosToPercentagePerSecond (100 / 1e9)
 
 # The columns the metering reads; only their validity rules apply here (seq orders nothing in a sum).
 USED_COLUMNS: Final = frozenset(
