@@ -156,7 +156,9 @@ async def whoami(request: Request) -> Response:
 
 
 async def live(request: Request) -> Response:
-    return JSONResponse(console_of(request).live.snapshot())
+    console = console_of(request)
+    index = await run_in_threadpool(console.index)  # a rebuild after a store change reads a whole snapshot
+    return JSONResponse(console.live.snapshot(index=index))
 
 
 async def live_history(request: Request) -> Response:
