@@ -2,7 +2,8 @@
 
 Errors are Kafka's: a bad filter or alteration is HTTP 400 with Kafka's code, name and message (and nothing is
 written); no or wrong credentials 401 (with an HTTP Basic challenge, unless the console's own page asked); not an
-admin, or a read-only console, 403; an unknown backtest or series 404.
+admin, or a read-only console, 403; an unknown backtest or series 404; an unknown route or method 404 / 405, all in
+one ``{"error": {"code", "name", "message"}}`` shape.
 """
 
 from __future__ import annotations
