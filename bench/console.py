@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,9 +34,7 @@ from quotaflow.console.live import LiveMetrics
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.store.sqlite import SqliteStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from console.browser import serve
+from quotaflow.testing.asgi import serve
 
 
 def median_ms(fn: Callable[[], object], n: int) -> float:

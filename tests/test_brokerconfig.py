@@ -8,13 +8,20 @@ from pathlib import Path
 import pytest
 
 from quotaflow.brokerconfig import BrokerConfigWatcher, connection_quota_config, load, parse_properties
-from quotaflow.core.errors import InvalidConfigurationError
+from quotaflow.core.errors import CommandError, InvalidConfigurationError
 from quotaflow.core.keys import INT_MAX
 
 
 def test_parse_properties_java_syntax() -> None:
     text = "# comment\n! bang\na=1\nb : 2\nc 3\nd=x\\\n   y\ne\\=k=v\\tw\n  \nf=\n"
     assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "xy", "e=k": "v\tw", "f": ""}
+    assert parse_properties("k\\u0041=\\u00e9t\\u00E9") == {"kA": "\u00e9t\u00e9"}
+
+
+@pytest.mark.parametrize("text", ["a=\\uZZZZ", "a=\\u12", "\\u=1"])
+def test_a_malformed_unicode_escape_is_a_config_error(text: str) -> None:
+    with pytest.raises(CommandError, match=r"Malformed \\uxxxx encoding\."):
+        parse_properties(text)
 
 
 def test_connection_quota_config() -> None:

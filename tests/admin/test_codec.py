@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from quotaflow.store import open_store
 
 
 @pytest.fixture
-def admin(tmp_path: Path) -> Admin:
+def admin(tmp_path: Path) -> Iterator[Admin]:
     admin = Admin(open_store(tmp_path / "q.db"))
     admin.alter(
         [
@@ -25,7 +26,8 @@ def admin(tmp_path: Path) -> Admin:
             Alteration.of(QuotaEntity(ip=DEFAULT), {"connection_creation_rate": 3.0}),
         ]
     )
-    return admin
+    yield admin
+    admin.close()
 
 
 def test_resolution_round_trips_through_json_text(admin: Admin) -> None:

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx2
@@ -17,6 +16,7 @@ from quotaflow.admin import Admin, Alteration
 from quotaflow.cli.main import cli
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.sqlite import SqliteStore
+from quotaflow.testing.processes import stop_process
 
 READY = "quotaflow console ready: "
 
@@ -48,13 +48,7 @@ def test_serves_on_a_free_port_until_sigterm(store_path: Path) -> None:
         assert "read-only" in httpx2.get(f"{url}/quotas").text
         assert httpx2.get(f"{url}/static/uPlot.iife.min.js").status_code == 200
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_process(proc, timeout=15)
     # uvicorn shuts down gracefully, then re-raises the signal it caught, as a signalled process should exit
     assert proc.returncode == -signal.SIGTERM
     assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
@@ -64,6 +58,14 @@ def test_writes_need_a_user_in_the_store_or_read_only(store_path: Path) -> None:
     result = CliRunner().invoke(cli, ["console", "--store", str(store_path), "--listen", "127.0.0.1:0"])
     assert result.exit_code == 1
     assert "no user in the store" in result.output and "quotaflow users add" in result.output
+
+
+@pytest.mark.parametrize("read_only", [[], ["--read-only"]])
+def test_a_missing_store_is_an_error_not_created(tmp_path: Path, read_only: list[str]) -> None:
+    missing = tmp_path / "typo.db"
+    result = CliRunner().invoke(cli, ["console", "--store", str(missing), "--listen", "127.0.0.1:0", *read_only])
+    assert result.exit_code == 1 and f"quota store {missing} does not exist" in result.output
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize(

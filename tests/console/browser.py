@@ -1,21 +1,16 @@
-"""Real-browser plumbing for the console tests: the app served by uvicorn on a thread, Debian's chromium driven
-by Playwright (never a downloaded browser), and screenshots kept for a person to look at."""
+"""Real-browser plumbing for the console tests (the app itself is served by :func:`quotaflow.testing.asgi.serve`):
+Debian's chromium driven by Playwright (never a downloaded browser), and screenshots kept for a person to look at."""
 
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -23,28 +18,6 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 SCREENSHOTS_ENV = "QUOTAFLOW_SCREENSHOTS"  # a directory to keep the pages' screenshots in
-
-
-@contextmanager
-def serve(app: Starlette) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port; yields its URL, stops the server on exit."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the console did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 @contextmanager

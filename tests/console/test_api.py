@@ -117,7 +117,10 @@ def test_validate_only_writes_nothing(client: TestClient, store: SqliteStore) ->
          "Ignoring duplicate entity ClientQuotaEntity(entries={user=u})",  # Kafka's answer to a repeated key
          {"op": 1, "part": "key"}),
         ({"user": "u"}, [{"key": "producer_byte_rate", "value": "lots"}],
-         "Cannot parse quota configuration value for producer_byte_rate: lots", {"entity": True}),
+         "Cannot parse quota configuration value for producer_byte_rate: lots", {"op": 0, "part": "value"}),
+        ({"user": "u"}, [{"key": "request_percentage", "value": 10}, {"key": "producer_byte_rate", "value": "1_000"}],
+         "Cannot parse quota configuration value for producer_byte_rate: 1_000",  # Python's float takes it, Java not
+         {"op": 1, "part": "value"}),
     ],
 )
 def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
@@ -129,8 +132,8 @@ def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
     assert r.status_code == 400
     assert r.json()["error"]["code"] == 42 and r.json()["error"]["name"] == "INVALID_REQUEST"
     assert r.json()["error"]["message"] == message
+    assert r.json()["field"] == field
     if "results" in r.json():  # validated by the admin (not a malformed body): the message is the admin's own
-        assert r.json()["field"] == field
         from quotaflow.admin import QuotaOp
 
         expected = Admin(store).alter([Alteration(entity, tuple(QuotaOp(o["key"], o["value"]) for o in ops))], True)
@@ -142,6 +145,7 @@ def test_invalid_alter_is_400_with_kafkas_message_and_writes_nothing(
     "body",
     [
         "not json",
+        "[" * 20_000 + "]" * 20_000,  # nested deeper than the JSON decoder recurses: still a 400, not a 500
         [1, 2],
         {"entity": {"user": "u"}},
         {"entity": {"user": 5}, "ops": [{"key": "producer_byte_rate", "value": 1}]},
@@ -271,6 +275,9 @@ def test_values_beyond_json_numbers_are_validated_by_kafka(client: TestClient, s
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "Proposed value for producer_byte_rate is too large for a LONG."
     assert store.get(QuotaEntity(user="u7")) == {}
+    # a string value is read as kafka-configs.sh reads --add-config values (Double.parseDouble)
+    r = post(client, {"entity": {"user": "u7"}, "ops": [{"key": "producer_byte_rate", "value": " 2048d "}]})
+    assert r.status_code == 200 and store.get(QuotaEntity(user="u7")) == {"producer_byte_rate": 2048.0}
 
 
 def test_resolve_sees_changes_another_process_made(client: TestClient, store: SqliteStore) -> None:
@@ -288,3 +295,13 @@ def test_a_body_over_the_limit_is_refused_unread(client: TestClient, store: Sqli
     r = client.post("/api/quotas", content=big, headers={"content-type": "application/json"}, auth=ADMIN)
     assert r.status_code == 400 and "larger than 65536 bytes" in r.json()["error"]["message"]
     assert store.last_seq() == before
+
+
+def test_unknown_routes_and_methods_answer_in_the_apis_error_shape(client: TestClient) -> None:
+    r = client.delete("/api/quotas")
+    assert r.status_code == 405 and "GET" in r.headers["allow"]
+    assert r.json()["error"]["name"] == "METHOD_NOT_ALLOWED" and "DELETE /api/quotas" in r.json()["error"]["message"]
+    r = client.get("/api/nope")
+    assert r.status_code == 404 and r.json()["error"]["name"] == "NOT_FOUND"
+    page = client.get("/nope")  # outside the API: Starlette's plain answer
+    assert page.status_code == 404 and page.text == "Not Found"

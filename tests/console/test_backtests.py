@@ -97,7 +97,10 @@ def test_api(api: TestClient) -> None:
                                                   "user": "alice", "client_id": ""}).json()
     assert len(w["t"]) == 30
     assert api.get("/backtests/compared").status_code == 200
-    assert api.get("/backtests/nope").status_code == 404
+    missing = api.get("/backtests/nope")
+    assert missing.status_code == 404 and "no backtest output &#39;nope&#39;" in missing.text
+    # the outputs that do exist are listed under the message, not the hint to start with --backtests
+    assert "/backtests/compared" in missing.text and "--backtests DIR" not in missing.text
 
 
 def test_without_a_backtests_directory(client: TestClient) -> None:

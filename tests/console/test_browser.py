@@ -13,8 +13,9 @@ import pytest
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.sqlite import SqliteStore
+from quotaflow.testing.asgi import serve
 
-from .browser import browser, screenshot, serve
+from .browser import browser, screenshot
 from .conftest import ADMIN
 
 
@@ -39,6 +40,15 @@ def rows(page: Any) -> list[str]:
     return [t.strip() for t in page.locator("#quota-table tbody td.entity").all_inner_texts()]
 
 
+def fill_change(page: Any, key: str, value: str, user: str | None = None) -> None:
+    """The editor's last op row set to ``key`` = ``value``, and the entity's user named ``user`` when given."""
+    if user is not None:
+        page.select_option("#alter-user-kind", "name")
+        page.fill("#alter-user", user)
+    page.locator("#ops .op-key").last.fill(key)
+    page.locator("#ops .op-value").last.fill(value)
+
+
 def test_quotas_filter_alter_and_see_the_change(page: Any, console_url: str, store: SqliteStore,
                                                  tmp_path: Path) -> None:
     page.goto(f"{console_url}/quotas")
@@ -53,8 +63,7 @@ def test_quotas_filter_alter_and_see_the_change(page: Any, console_url: str, sto
     assert rows(page) == ["user=alice"]
     # the editor starts on the filtered entity; add a key through the form
     assert page.input_value("#alter-user") == "alice"
-    page.locator("#ops .op-key").last.fill("request_percentage")
-    page.locator("#ops .op-value").last.fill("75")
+    fill_change(page, "request_percentage", "75")
     page.click("#apply")
     page.wait_for_selector("#alter-result.ok")
     page.wait_for_load_state("load")
@@ -67,10 +76,7 @@ def test_kafkas_message_at_the_field_and_nothing_written(page: Any, console_url:
                                                          tmp_path: Path) -> None:
     before = store.last_seq()
     page.goto(f"{console_url}/quotas")
-    page.select_option("#alter-user-kind", "name")
-    page.fill("#alter-user", "web")
-    page.locator("#ops .op-key").last.fill("producer_byte_rate")
-    page.locator("#ops .op-value").last.fill("1.5")
+    fill_change(page, "producer_byte_rate", "1.5", user="web")
     page.click("#apply")
     page.wait_for_selector("#ops .op-value.invalid")
     assert "INVALID_REQUEST: producer_byte_rate cannot be a fractional value." in page.locator(
@@ -136,10 +142,7 @@ def test_writes_ask_for_sign_in(console_url: str, store: SqliteStore) -> None:
         page = context.new_page()
         page.goto(f"{console_url}/quotas")
         assert page.inner_text("#sign-in") == "Sign in to change quotas"
-        page.select_option("#alter-user-kind", "name")
-        page.fill("#alter-user", "mallory")
-        page.locator("#ops .op-key").last.fill("producer_byte_rate")
-        page.locator("#ops .op-value").last.fill("1000")
+        fill_change(page, "producer_byte_rate", "1000", user="mallory")
         page.click("#apply")
         page.wait_for_selector("#alter-result.bad")
         assert "Sign in first" in page.inner_text("#alter-result")

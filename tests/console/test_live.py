@@ -20,8 +20,9 @@ from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.console.live import LiveMetrics
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.sqlite import SqliteStore
+from quotaflow.testing.asgi import serve
 
-from .browser import browser, screenshot, serve
+from .browser import browser, screenshot
 
 SCRAPE = """# TYPE kafka_server_produce_byte_rate gauge
 kafka_server_produce_byte_rate{user="alice",client_id=""} 2500000.0
@@ -87,6 +88,20 @@ def test_series_per_gateway_are_bounded(store: SqliteStore) -> None:
     assert gw.dropped_series == 3  # 4 quota-ids + 3 connection series seen, 4 kept
     snap = m.snapshot()
     assert snap["gateways"][0]["dropped_series"] == gw.dropped_series
+
+
+
+def test_series_a_gateway_stopped_exporting_make_room_once_their_history_has_passed(store: SqliteStore) -> None:
+    m = live(store, max_series=4, history=10, interval_s=1.0)
+    gw = m.gateways["http://gw:1"]
+    m.ingest(gw, SCRAPE, 0.0)
+    newcomer = "# TYPE kafka_server_produce_byte_rate gauge\n" \
+               'kafka_server_produce_byte_rate{user="dave",client_id=""} 5.0\n'
+    m.ingest(gw, newcomer, 5.0)  # the old series are still within their 10 s of history: full, dave dropped
+    assert gw.dropped_series == 4 and ("http://gw:1", "produce", "dave", "") not in gw.entities
+    m.ingest(gw, newcomer, 11.0)  # 11 s since the old series were last exported: forgotten, dave kept
+    assert list(gw.entities) == [("http://gw:1", "produce", "dave", "")] and not gw.connections
+    assert [r["user"] for r in m.entity_rows()] == ["dave"]
 
 
 def test_an_unreachable_gateway_is_reported_and_the_others_still_scraped(store: SqliteStore) -> None:

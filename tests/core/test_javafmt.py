@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from quotaflow.core.javafmt import java_double_str, plain_number
+from quotaflow.core.javafmt import java_double_str, parse_double, plain_number
 
 
 @pytest.mark.parametrize(
@@ -22,3 +22,18 @@ def test_java_double_str(value: float, text: str) -> None:
 def test_plain_number() -> None:
     assert plain_number(2000000.0) == "2000000"
     assert plain_number(12.3) == "12.3"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1", 1.0), (" 2.5d ", 2.5), ("1e7", 1e7), ("-1F", -1.0), (".5", 0.5), ("+Infinity", math.inf)],
+)
+def test_parse_double(text: str, value: float) -> None:
+    assert parse_double(text) == value
+    assert math.isnan(parse_double("NaN"))
+
+
+@pytest.mark.parametrize("text", ["1,5", "1_000", "inf", "nan", "0x10", "", "1e", "Infinityd"])
+def test_parse_double_refuses_what_java_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_double(text)

@@ -100,3 +100,17 @@ def gateway_factory(tansu: Tansu, tmp_path: Path) -> Iterator[GatewayFactory]:
 def gateway(gateway_factory: GatewayFactory) -> RunningGateway:
     """One gateway, no admin list (every principal may manage quotas), HTTP endpoint on a free port."""
     return gateway_factory(metrics_port=0)
+
+
+@pytest.fixture(scope="session")
+def mock_cluster() -> Iterator[dict[int, tuple[str, int]]]:
+    """librdkafka's mock cluster: 3 real Kafka-protocol brokers inside this process, alive while its handle is.
+    Node id -> (host, port), all on 127.0.0.1."""
+    from confluent_kafka import Producer
+
+    handle = Producer({"test.mock.num.brokers": 3, "bootstrap.servers": "", "log_level": 3})
+    brokers = {b.id: (b.host, b.port) for b in handle.list_topics(timeout=10).brokers.values()}
+    assert len(brokers) == 3 and {host for host, _ in brokers.values()} == {"127.0.0.1"}
+    yield brokers
+    handle.flush(1)
+    del handle

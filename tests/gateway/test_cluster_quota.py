@@ -4,7 +4,7 @@ One producer per gateway, the same client-id, both flat out: with ``scope=cluste
 within [0.8, 1.2] × Q; with ``scope=broker`` (Kafka's per-broker semantics) it is about 2 × Q. After kill -9 of one
 gateway, the survivor's share is the whole Q within 3 windows and its producer runs at Q. Issue 13 asks for 50 s
 runs; this test uses 1 s windows (``quota.window.size.seconds=1``, 3 samples, peers expire after 2 silent windows)
-and about 40 s in all, which proves the same properties within the suite's time budget. Kafka's windowed rate lets
+and about 50 s in all, which proves the same properties within the suite's time budget. Kafka's windowed rate lets
 a throttled producer through in bursts (up to ~2 MB in one second here, then nothing for a second or two: a
 cycle as long as the 3 × 1 s rate window), so rates are means over whole multiples of it (9 or 12 s).
 """
@@ -101,13 +101,13 @@ def _gateway(tansu: Tansu, store: str, config: Path, workdir: Path) -> GatewayPr
 
 
 def _share(gateway: GatewayProcess) -> float | None:
-    """The gateway's current share of the shared client-id's quota, from its /metrics."""
+    """The gateway's current share of the shared client-id's quota, from its /metrics: the sum over its
+    participants (one per upstream broker it has served)."""
     with urllib.request.urlopen(f"{gateway.http_url}/metrics", timeout=5) as response:
         text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith('kafka_server_produce_cluster_share{') and 'client_id="shared"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    shares = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("kafka_server_produce_cluster_share{") and 'client_id="shared"' in line]
+    return sum(shares) if shares else None
 
 
 def test_cluster_scope_holds_q_across_gateways_and_survives_a_kill(tansu: Tansu, tmp_path: Path) -> None:
@@ -117,23 +117,25 @@ def test_cluster_scope_holds_q_across_gateways_and_survives_a_kill(tansu: Tansu,
         b = stack.enter_context(_gateway(tansu, store, config, tmp_path / "b"))
         with producers([a, b], topic, "shared") as (pa, pb):
             start = time.monotonic()
-            time.sleep(16)
+            time.sleep(18)
             now = time.monotonic()
-            ra, rb = pa.rate(start + 4, now), pb.rate(start + 4, now)
+            ra, rb = pa.rate(start + 6, now), pb.rate(start + 6, now)
             assert 0.8 * Q <= ra + rb <= 1.2 * Q, f"summed acked rate {ra + rb:.0f} B/s with scope=cluster, Q={Q}"
-            assert min(ra, rb) > 0.1 * Q, (ra, rb)  # both gateways admit their share
+            # each gateway keeps at least the floor share, φ · Q / N = 0.05 Q (the split between two flat-out
+            # producers is not forced even: it drifts toward even by φ per window)
+            assert min(ra, rb) > 0.04 * Q, (ra, rb)
             print(f"scope=cluster: {ra:.0f} + {rb:.0f} = {(ra + rb) / Q:.3f} Q")
             shares = [_share(a), _share(b)]
             assert all(s is not None and 0 < s < Q for s in shares), shares
             assert b.pid is not None
             os.kill(b.pid, signal.SIGKILL)
             killed = time.monotonic()
-            while _share(a) != Q:
+            while abs((_share(a) or 0.0) - Q) > 1e-6 * Q:
                 assert time.monotonic() - killed <= 3 * WINDOW_S, "the survivor's share is not Q after 3 windows"
                 time.sleep(0.05)
             print(f"the survivor's share is Q {time.monotonic() - killed:.2f} s after the kill")
-            time.sleep(max(0.0, killed + 12 - time.monotonic()))
-            survivor = pa.rate(killed + 3, killed + 12)
+            time.sleep(max(0.0, killed + 15 - time.monotonic()))
+            survivor = pa.rate(killed + 3, killed + 15)
             print(f"survivor after the kill: {survivor / Q:.3f} Q")
             assert 0.8 * Q <= survivor <= 1.2 * Q, f"after kill -9 of the other gateway: {survivor:.0f} B/s, Q={Q}"
 

@@ -73,16 +73,25 @@ def test_shares_become_the_sensor_bounds() -> None:
     sensor = enforcement.managers.produce.quota_sensors()[0][1]
     cq.apply(now)
     assert sensor.bound == Q and cq.live_participants == 1  # alone: the whole quota
-    exchange.inbox.append(UsageReport("peer/0", now, {}))
-    cq.apply(now + 100)
-    assert sensor.bound == pytest.approx(Q / 2)  # a peer, nobody reports usage: even split
-    exchange.inbox.append(UsageReport("peer/0", now + 200, {KEY: 1e9}))
-    cq.apply(now + 200)
-    assert Q * 0.05 - 1 <= sensor.bound < Q * 0.06  # the peer carries (nearly) all the traffic: about the floor
+    exchange.inbox.append(UsageReport("peer/1", now, {(QuotaType.PRODUCE, "", "other"): 5.0}))
+    cq.apply(now + 1000)
+    assert sensor.bound == Q  # a peer that does not meter this quota-id takes no share of it
+    exchange.inbox.append(UsageReport("peer/0", now + 1000, {KEY: 0.0}))
+    cq.apply(now + 2000)
+    assert sensor.bound == pytest.approx(Q / 2)  # a peer that meters it, nobody has traffic: even split
+    exchange.inbox.append(UsageReport("peer/0", now + 2000, {KEY: 1e9}))
+    cq.apply(now + 3000)
+    assert sensor.bound == pytest.approx(Q / 2)  # nothing published here yet: demand unknown, even split
+    cq.published = {"0": {KEY: 0.0}}  # published: no traffic here, the peer carries (nearly) all of it
+    cq.apply(now + 3250)
+    assert sensor.bound == pytest.approx(Q / 2 / 2 ** 0.25)  # the target is the floor; down by 2 per window
+    exchange.inbox.append(UsageReport("peer/0", now + 5000, {KEY: 1e9}))
+    cq.apply(now + 7250)
+    assert sensor.bound == pytest.approx(Q * 0.05)  # there: the floor, φ · Q / N
     samples = {(s.group, s.name): s.value for s in cq.metric_samples(now)}
     assert samples[("Produce", "cluster-share")] == sensor.bound
-    assert samples[("ClusterQuota", "live-participants")] == 2
-    cq.apply(now + 200 + 3 * 1000 + 1)  # the peer fell silent for more than 3 windows
+    assert samples[("ClusterQuota", "live-participants")] == 2  # peer/1 fell silent 6 s ago
+    cq.apply(now + 5000 + 3 * 1000 + 1)  # and now peer/0 too: alone again, the whole quota at once
     assert sensor.bound == Q and cq.live_participants == 1
 
 

@@ -18,12 +18,16 @@ from quotaflow.admin import Alteration, DescribedEntity
 from quotaflow.admin.wire import WireAdmin
 from quotaflow.cli.main import cli
 from quotaflow.core.entities import DEFAULT, QuotaEntity
+from quotaflow.core.errors import StoreError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.gateway.sasl import hash_password, verify_password
 from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
+from quotaflow.store.scram import scram_credential
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
+
+from .conftest import GatewayFactory
 
 pytestmark = pytest.mark.broker
 
@@ -103,21 +107,24 @@ def test_store_copy_sqlite_to_cluster_and_back(tansu: Tansu, tmp_path: Path) -> 
                    (QuotaEntity(client_id=DEFAULT), {"consumer_byte_rate": 5e5}),
                    (QuotaEntity(ip=DEFAULT), {"connection_creation_rate": 20.0})])
         src.put_credential(hash_password("dave", "pw-d", iterations=1000))
+        erin = scram_credential("erin", "SCRAM-SHA-512", "pw-e", iterations=4096)
+        src.put_scram_credential(erin)
         truth = src.snapshot().entities
     runner = CliRunner()
     result = runner.invoke(cli, ["store", "copy", str(first), url])
-    assert result.exit_code == 0 and "Copied 3 entities and 1 users" in result.output, result.output
+    assert result.exit_code == 0 and "Copied 3 entities and 2 users" in result.output, result.output
     result = runner.invoke(cli, ["store", "copy", url, str(back)])
     assert result.exit_code == 0, result.output
     with open_store(back) as dst:
         assert dst.snapshot().entities == truth
         dave = dst.get_credential("dave")
         assert dave is not None and verify_password(dave, "pw-d")
+        assert dst.get_scram_credential("erin", "SCRAM-SHA-512") == erin
     # the CLIs take the URL too
     result = runner.invoke(cli, ["client-quotas", "--describe", "--names", "user=alice", "--store", url])
     assert result.exit_code == 0 and "producer_byte_rate=1000000.0" in result.output, result.output
     result = runner.invoke(cli, ["users", "list", "--store", url])
-    assert result.output == "dave\n"
+    assert result.output == "dave\nerin\n"
 
 
 def test_replay_reads_a_cluster_store_as_a_snapshot(tansu: Tansu, tmp_path: Path) -> None:
@@ -144,3 +151,26 @@ def test_replay_reads_a_cluster_store_as_a_snapshot(tansu: Tansu, tmp_path: Path
         outputs.append(pq.read_table(out / "decisions").sort_by([("ts_ms", "ascending"), ("client_id", "ascending")]))
     assert outputs[0].equals(outputs[1])
     assert sum(outputs[0].column("throttle_ms").to_pylist()) > 0  # the quotas did throttle: a real comparison
+
+
+def test_client_settings_reach_the_cluster_sasl(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """The store's connection takes Kafka client properties: here SASL/PLAIN through a gateway's SASL_PLAINTEXT
+    listener in front of tansu (the gateway checks the password), from a properties file named by ``config=``."""
+    gw = gateway_factory(listeners={"SASL_PLAINTEXT": "127.0.0.1:0"})
+    with open_store(gw.store_path) as local:
+        local.put_credential(hash_password("alice", "alice-secret", iterations=1000))
+    topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    for password, ok in (("alice-secret", True), ("wrong", False)):
+        props = tmp_path / f"client-{ok}.properties"
+        props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                         "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                         f'username="alice" password="{password}";\n')
+        url = f"kafka://{gw.bootstrap}/{topic}?config={props}&request.timeout.ms=5000"
+        if ok:
+            with KafkaStore(url) as store:
+                store.alter([(ALICE, {"producer_byte_rate": 5.0})])
+            with KafkaStore(url) as again:
+                assert again.get(ALICE) == {"producer_byte_rate": 5.0}
+        else:
+            with pytest.raises(StoreError):
+                KafkaStore(url)

@@ -12,8 +12,8 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -22,7 +22,13 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from quotaflow.admin import Admin, Alteration
+from quotaflow.core.entities import QuotaEntity
 from quotaflow.events import REQUESTS_DIR, read_dataset
+from quotaflow.pipeline.decide import WindowSettings
+from quotaflow.pipeline.replay import decisions
+from quotaflow.pipeline.resolve import load_config
+from quotaflow.store import open_store
 
 from .conftest import GatewayFactory, RunningGateway
 from .gateway_wire import Wire
@@ -31,17 +37,6 @@ pytestmark = pytest.mark.broker
 
 PARTITIONS = 4  # the mock cluster's default for auto-created topics
 NOT_LEADER_OR_FOLLOWER = 6
-
-
-@pytest.fixture(scope="module")
-def mock_cluster() -> Iterator[dict[int, tuple[str, int]]]:
-    """librdkafka's mock cluster: 3 real Kafka-protocol brokers inside this process, alive while its handle is."""
-    handle = Producer({"test.mock.num.brokers": 3, "bootstrap.servers": "", "log_level": 3})
-    brokers = {b.id: (b.host, b.port) for b in handle.list_topics(timeout=10).brokers.values()}
-    assert len(brokers) == 3 and {host for host, _ in brokers.values()} == {"127.0.0.1"}
-    yield brokers
-    handle.flush(1)
-    del handle
 
 
 def _bootstrap(brokers: dict[int, tuple[str, int]]) -> str:
@@ -96,15 +91,18 @@ def test_each_broker_on_its_own_port_and_only_gateway_addresses_leave(
     assert doc["upstream"] == {str(n): f"{h}:{p}" for n, (h, p) in sorted(mock_cluster.items())}
 
 
-def _produce_one(address: tuple[str, int], topic: str, partition: int) -> int:
+def _produce_request(topic: str, partition: int, value: bytes = b"x") -> Any:
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
-    builder.append(timestamp=None, key=None, value=b"x", headers=[])
+    builder.append(timestamp=None, key=None, value=value, headers=[])
     builder.close()
     t = ProduceRequest.TopicProduceData
-    request = ProduceRequest[7](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+    return ProduceRequest[7](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
         t(name=topic, partition_data=[t.PartitionProduceData(index=partition, records=bytes(builder.buffer()))])])
+
+
+def _produce_one(address: tuple[str, int], topic: str, partition: int) -> int:
     wire = Wire(address)
-    wire.send(request, 7)
+    wire.send(_produce_request(topic, partition), 7)
     response = ProduceResponse.decode(wire.recv(), version=7, header=True)
     wire.sock.close()
     return int(response.responses[0].partition_responses[0].error_code)
@@ -250,3 +248,39 @@ def test_cli_ready_line_names_every_broker_port(mock_cluster: dict[int, tuple[st
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0
+
+
+def test_replay_of_the_event_log_reproduces_the_per_broker_decisions(
+        gateway_factory: GatewayFactory, mock_cluster: dict[int, tuple[str, int]], tmp_path: Path) -> None:
+    """Quotas are per upstream broker, as on Kafka: a producer over its byte rate on each of three brokers is
+    throttled by each broker's own managers, and replaying the event log (broker column = node id) decides the same
+    throttles row by row."""
+    store = tmp_path / "quotas.db"
+    with open_store(store) as s:
+        Admin(s).alter([Alteration.of(QuotaEntity(client_id="metered"), {"producer_byte_rate": 20_000.0})])
+    gw = gateway_factory(_bootstrap(mock_cluster), store=store)
+    topic = _create_topic(gw.bootstrap)
+    leaders = _leaders(gw.bootstrap, topic)
+    nodes = gw.thread.gateway.node_addresses["PLAINTEXT"]
+    by_node = {leader: partition for partition, leader in leaders.items()}
+    for node, partition in sorted(by_node.items()):
+        for _ in range(3):  # a new connection each time: a throttled one would be muted (KIP-219) and wait
+            wire = Wire(nodes[node])
+            wire.send(_produce_request(topic, partition, b"v" * 100_000), 7, client_id="metered")
+            assert ProduceResponse.decode(wire.recv(), version=7, header=True).responses
+            wire.sock.close()
+    gw.flush_events()
+    events = read_dataset(gw.events, REQUESTS_DIR)
+    assert events is not None
+    live = {r["seq"]: r for r in events.to_pylist() if r["client_id"] == "metered"}
+    assert {r["broker"] for r in live.values()} == {str(n) for n in by_node}
+    # each broker throttles on its own: 100 kB then 200 kB fit its window, 300 kB does not (with one gateway-wide
+    # quota the second broker's first request would already be over)
+    for node in by_node:
+        throttles = [r["throttle_ms_produce"] for r in sorted(live.values(), key=lambda r: r["seq"])
+                     if r["broker"] == str(node)]
+        assert throttles[0] == 0 and max(throttles) > 0
+    replayed, _windows = decisions(events, load_config(store), WindowSettings(), with_inputs=True)
+    again = {r["seq"]: r for r in replayed.to_pylist() if r["client_id"] == "metered"}
+    for seq, row in live.items():
+        assert again[seq]["throttle_ms_produce"] == row["throttle_ms_produce"], (seq, row["broker"])

@@ -11,8 +11,15 @@ from hypothesis import strategies as st
 
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.store import SqliteStore
-from quotaflow.store.base import Credential
-from quotaflow.store.records import StoreView, credential_record, credential_tombstone, quota_record
+from quotaflow.store.base import Credential, ScramCredential
+from quotaflow.store.records import (
+    StoreView,
+    credential_record,
+    credential_tombstone,
+    credential_tombstones,
+    quota_record,
+    scram_record,
+)
 
 ENTITIES = [QuotaEntity(user="alice"), QuotaEntity(user=DEFAULT, client_id="c/1"), QuotaEntity(client_id=DEFAULT),
             QuotaEntity(ip="1.2.3.4")]
@@ -115,3 +122,17 @@ def test_tombstones_tell_whether_a_user_existed() -> None:
     view = _view([(0, credential_record(Credential("u", b"s", 1, b"k"))), (1, credential_tombstone("u")),
                   (2, credential_tombstone("u"))])
     assert list(view.tombstones) == [(1, True), (2, False)] and view.credentials == {}
+
+
+def test_scram_credentials_and_deleting_every_credential_of_a_user() -> None:
+    sha256 = ScramCredential("u", "SCRAM-SHA-256", b"salt", b"stored", b"server", 4096)
+    sha512 = ScramCredential("u", "SCRAM-SHA-512", b"salt2", b"stored2", b"server2", 4096)
+    records = [credential_record(Credential("u", b"s", 1, b"k")), scram_record(sha256), scram_record(sha512),
+               scram_record(ScramCredential("v", "SCRAM-SHA-256", b"a", b"b", b"c", 4096)),
+               (b'["scram","w","SCRAM-MD5"]', b"{}")]
+    view = _view(list(enumerate(records)))
+    assert view.scram[("u", "SCRAM-SHA-512")] == sha512 and view.users() == ["u", "v"] and view.rejected == 1
+    for offset, record in enumerate(credential_tombstones("u"), start=len(records)):
+        view.apply(offset, *record)
+    assert view.users() == ["v"] and view.credentials == {}
+    assert [removed for _at, removed in view.tombstones] == [True, True, True]

@@ -10,7 +10,6 @@ Both backends satisfy :class:`AdminBackend`, so the CLI, the gateway and the con
 """
 
 from quotaflow.admin.local import (
-    DEFAULT,
     Admin,
     AdminBackend,
     Alteration,
@@ -22,6 +21,7 @@ from quotaflow.admin.local import (
     Resolution,
     ResolvedQuota,
 )
+from quotaflow.core.entities import DEFAULT
 
 __all__ = [
     "DEFAULT",

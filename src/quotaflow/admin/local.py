@@ -345,17 +345,3 @@ class Admin:
     def close(self) -> None:
         self.store.close()
 
-
-__all__ = [
-    "DEFAULT",
-    "Admin",
-    "AdminBackend",
-    "AlterResult",
-    "Alteration",
-    "Contribution",
-    "DescribedEntity",
-    "QuotaIndex",
-    "QuotaOp",
-    "Resolution",
-    "ResolvedQuota",
-]

@@ -274,6 +274,11 @@ class WireAdmin:
 # -- --command-config ------------------------------------------------------------------------------------------
 
 
+def jaas_options(config: str) -> dict[str, str]:
+    """The ``key="value"`` options of a ``sasl.jaas.config`` line (``username``, ``password``, ...)."""
+    return {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(config)}
+
+
 def sasl_from_properties(props: Mapping[str, str]) -> SaslPlain | None:
     """PLAINTEXT (no SASL) or SASL_PLAINTEXT with PLAIN, from Kafka client properties."""
     protocol = props.get(SECURITY_PROTOCOL, "PLAINTEXT").upper()
@@ -286,7 +291,7 @@ def sasl_from_properties(props: Mapping[str, str]) -> SaslPlain | None:
         raise CommandError(f"{SASL_MECHANISM}={mechanism} is not supported (the gateway terminates PLAIN)")
     username, password = props.get(SASL_USERNAME), props.get(SASL_PASSWORD)
     if SASL_JAAS_CONFIG in props:
-        options = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(props[SASL_JAAS_CONFIG])}
+        options = jaas_options(props[SASL_JAAS_CONFIG])
         username, password = options.get("username", username), options.get("password", password)
     if not username or password is None:
         raise CommandError(f"SASL/PLAIN needs a username and password in {SASL_JAAS_CONFIG} or {SASL_USERNAME}")

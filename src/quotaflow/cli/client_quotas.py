@@ -25,12 +25,12 @@ from quotaflow.cli.common import (
     raw_args,
     store_option,
 )
+from quotaflow.core.entities import entity_text
 from quotaflow.core.errors import CommandError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
 
 TOOL: Final = "client-quotas"
-_TYPE_ORDER: Final = {"user": 0, "client-id": 1, "ip": 2}
 
 
 def parse_names(text: str | None) -> dict[str, str]:
@@ -62,8 +62,7 @@ def parse_add(text: str | None) -> list[tuple[str, float]]:
 
 def render_entity(entity: Mapping[str, str | None]) -> str:
     """KIP-546 style ``{user=user-one, client-id=my-client}``; a default part shows as ``<default>``."""
-    ordered = sorted(entity.items(), key=lambda kv: _TYPE_ORDER.get(kv[0], 3))
-    return "{" + ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in ordered) + "}"
+    return "{" + entity_text(entity) + "}"
 
 
 def describe_filter(names: dict[str, str], defaults: list[str], any_types: list[str], strict: bool) -> QuotaFilter:

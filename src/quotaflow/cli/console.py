@@ -16,6 +16,7 @@ import uvicorn
 
 from quotaflow.cli.common import STORE_HELP
 from quotaflow.console import ConsoleConfig, create_app
+from quotaflow.console.live import DEFAULT_HISTORY, DEFAULT_INTERVAL_S
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.store import open_store
 
@@ -63,17 +64,17 @@ class _Server(uvicorn.Server):
 @click.option("--admin-principal", "admins", multiple=True,
               help="A store user allowed to change quotas (repeatable; 'alice' or 'User:alice'). Without any, "
                    "every user in the store may, after signing in.")
-@click.option("--scrape-interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+@click.option("--scrape-interval", type=click.FloatRange(min=0.2), default=DEFAULT_INTERVAL_S, show_default=True,
               help="Seconds between scrapes of each gateway's /metrics.")
-@click.option("--history", type=click.IntRange(min=10, max=100_000), default=300, show_default=True,
+@click.option("--history", type=click.IntRange(min=10, max=100_000), default=DEFAULT_HISTORY, show_default=True,
               help="Scrapes kept per series (memory is bounded by this times the number of series).")
 def console(store: str | None, gateways: tuple[str, ...], listen: str, backtests: Path | None, read_only: bool,
             admins: tuple[str, ...], scrape_interval: float, history: int) -> None:
     """The web console: see and change quotas, resolve, watch live throttling, browse backtests."""
     host, port = parse_listen(listen)
     urls = [_gateway_url(g) for g in gateways]
-    try:
-        quota_store = open_store(store)
+    try:  # the console cannot add users, so a store it created would be empty and useless: only open one
+        quota_store = open_store(store, create=False)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import click
 
 from quotaflow.cli.common import store_failure
@@ -26,21 +28,15 @@ def copy(src: str, dst: str, overwrite: bool) -> None:
     DST ends up equal to SRC; SRC is not changed. Passwords are never involved: credentials move as the salted
     derived keys the store holds."""
     try:
-        if describe_store(src) == describe_store(dst):
+        src_name, dst_name = describe_store(src), describe_store(dst)
+        if src_name == dst_name:
             raise StoreError("SRC and DST are the same store")
-        source = open_store(src, create=False)
-        try:
-            target = open_store(dst)
-            try:
-                result = copy_store(source, target, overwrite=overwrite, dst_name=describe_store(dst))
-            finally:
-                target.close()
-        finally:
-            source.close()
+        with closing(open_store(src, create=False)) as source, closing(open_store(dst)) as target:
+            result = copy_store(source, target, overwrite=overwrite, dst_name=dst_name)
     except StoreError as e:
         store_failure(e)
     removed = ""
     if result.removed_entities or result.removed_credentials:
         removed = f", removed {result.removed_entities} entities and {result.removed_credentials} users"
-    click.echo(f"Copied {result.entities} entities and {result.credentials} users from {describe_store(src)} to "
-               f"{describe_store(dst)}{removed}")
+    click.echo(f"Copied {result.entities} entities and {result.credentials} users from {src_name} to "
+               f"{dst_name}{removed}")

@@ -1,4 +1,5 @@
-"""``quotaflow users``: the SASL/PLAIN credentials the gateway checks (salted slow hashes in the quota store)."""
+"""``quotaflow users``: the SASL credentials the gateway checks: PLAIN as salted slow hashes, SCRAM-SHA-256/512 as
+Kafka stores them (salt, iterations, StoredKey, ServerKey); never the password."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from quotaflow.cli.common import store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
+from quotaflow.store.base import ScramStore
+from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, scram_credential
 
 
 @click.group("users")
 def users() -> None:
-    """Manage the SASL/PLAIN users the gateway authenticates (passwords are stored as PBKDF2 hashes only)."""
+    """Manage the SASL users the gateway authenticates (PLAIN: PBKDF2 hashes; SCRAM: derived keys only)."""
 
 
 def _read_password(user: str) -> str:
@@ -28,20 +31,33 @@ def _read_password(user: str) -> str:
 @users.command("add")
 @click.argument("user")
 @click.option("--password", default=None, help="The password (default: prompt, or the first line of stdin).")
+@click.option("--mechanism", "mechanisms", multiple=True, type=click.Choice(["PLAIN", *HASHES]),
+              help="Store credentials for this SASL mechanism (repeatable; default: PLAIN, SCRAM-SHA-256 and "
+                   "SCRAM-SHA-512).")
+@click.option("--iterations", type=int, default=DEFAULT_ITERATIONS, show_default=True,
+              help="SCRAM iterations (at least 4096, as Kafka).")
 @store_option
-def add(user: str, password: str | None, store: str | None) -> None:
+def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations: int, store: str | None) -> None:
     """Add USER, or replace USER's password."""
     if not user:
         raise click.BadParameter("must not be empty", param_hint="USER")
     secret = password if password is not None else _read_password(user)
     if not secret:
         raise click.BadParameter("must not be empty", param_hint="--password")
-    credential = hash_password(user, secret)
     try:
         qs = open_store(store)
         try:
-            existed = qs.get_credential(user) is not None
-            qs.put_credential(credential)
+            scram_store = qs if isinstance(qs, ScramStore) else None
+            chosen = mechanisms or (("PLAIN", *HASHES) if scram_store is not None else ("PLAIN",))
+            scram = [scram_credential(user, m, secret, iterations=iterations) for m in chosen if m in HASHES]
+            if scram and scram_store is None:
+                raise click.ClickException(f"this store keeps PLAIN credentials only, not {', '.join(HASHES)}")
+            existed = user in qs.list_credentials()
+            if "PLAIN" in chosen:
+                qs.put_credential(hash_password(user, secret))
+            for credential in scram:
+                assert scram_store is not None
+                scram_store.put_scram_credential(credential)
         finally:
             qs.close()
     except QuotaflowError as e:

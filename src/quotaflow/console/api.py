@@ -8,19 +8,21 @@ admin, or a read-only console, 403; an unknown backtest or series 404.
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 import quotaflow.console.backtests as bt
 from quotaflow.admin import Alteration
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM
-from quotaflow.console.quotas import field_of, filter_form, parse_alteration
+from quotaflow.console.quotas import field_of, filter_form, op_keys, parse_alteration
 from quotaflow.console.state import Console, console_of
 from quotaflow.core.errors import (
     ClusterAuthorizationFailedError,
@@ -57,6 +59,17 @@ def error_response(
     return JSONResponse({"error": doc, **(extra or {})}, status_code=_status(error), headers=headers)
 
 
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 / 405 (no such route or method): JSON in the API's error shape under ``/api``, its plain
+    text elsewhere."""
+    assert isinstance(exc, HTTPException)
+    if not request.url.path.startswith("/api/"):
+        return PlainTextResponse(exc.detail, exc.status_code, headers=exc.headers)
+    name = HTTPStatus(exc.status_code).name
+    return JSONResponse({"error": {"code": None, "name": name, "message": f"{request.method} {request.url.path}: "
+                                   f"{exc.detail}"}}, exc.status_code, headers=exc.headers)
+
+
 def _same_origin(request: Request) -> bool:
     """Writes from another site's page are refused: a browser always sends Origin on a cross-site POST."""
     origin = request.headers.get("origin")
@@ -90,12 +103,12 @@ async def quotas_post(request: Request) -> Response:
             return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep to decode
         return error_response(InvalidRequestError("The request body is not JSON"))
     try:
         alteration, validate_only = parse_alteration(body)
     except InvalidRequestError as e:
-        return error_response(e, {"field": {"entity": True}})
+        return error_response(e, {"field": field_of(e.message, op_keys(body))})
     return await _alter(console, alteration, validate_only)
 
 
@@ -105,7 +118,7 @@ async def _alter(console: Console, alteration: Alteration, validate_only: bool) 
     failed = next((r for r in results if not r.ok), None)
     if failed is not None:
         error = failed.error.exception()
-        return error_response(error, {**doc, "field": field_of(error.message, alteration)})
+        return error_response(error, {**doc, "field": field_of(error.message, [op.key for op in alteration.ops])})
     if not validate_only:
         doc["seq"] = await run_in_threadpool(console.store.last_seq)
     return JSONResponse(doc)
@@ -154,16 +167,12 @@ async def live_history(request: Request) -> Response:
 
 
 async def backtests(request: Request) -> Response:
-    root = console_of(request).config.backtests
-    found = [] if root is None else await run_in_threadpool(bt.discover, root)
-    return JSONResponse(await run_in_threadpool(lambda: [bt.listing(b) for b in found]))
+    return JSONResponse(await run_in_threadpool(bt.listings, console_of(request).config.backtests))
 
 
 async def backtest(request: Request) -> Response:
-    console = console_of(request)
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), request.path_params["id"])
-        doc = await run_in_threadpool(bt.describe, found)
+        doc = await run_in_threadpool(console_of(request).describe_backtest, request.path_params["id"])
     except CommandError as e:
         return error_response(e)
     return JSONResponse(doc)
@@ -172,7 +181,7 @@ async def backtest(request: Request) -> Response:
 async def backtest_windows(request: Request) -> Response:
     console, q = console_of(request), request.query_params
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), q.get("id", ""))
+        found = await run_in_threadpool(console.backtest, q.get("id", ""))
         doc = await run_in_threadpool(
             bt.entity_windows, found, q.get("broker", ""), q.get("quota_type", ""), q.get("user", ""),
             q.get("client_id", ""),

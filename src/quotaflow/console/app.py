@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
@@ -37,7 +38,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
             await console.live.stop()
 
     routes = [*pages.ROUTES, *api.ROUTES, Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static")]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: api.http_error})
     app.state.console = console
     app.state.templates = make_templates()
     return app

@@ -171,6 +171,11 @@ def report_charts(bt: Backtest) -> list[str]:
     return [] if rdir is None else sorted(p.name for p in rdir.glob("*.png"))
 
 
+def listings(root: Path | None) -> list[dict[str, Any]]:
+    """The Backtests page's lines (``/api/backtests``): every output under ``root``, none without one."""
+    return [] if root is None else [listing(bt) for bt in discover(root)]
+
+
 def listing(bt: Backtest) -> dict[str, Any]:
     """One line of the Backtests page (``/api/backtests``)."""
     return {

@@ -5,7 +5,8 @@ Series are read by their Prometheus names (docs/metrics.md): per quota-id ``kafk
 ``kafka_server_socket_server_metrics_*``. The quota each series is held to is not a metric (Kafka keeps it in the
 sensor's config), so it comes from the store: ``quotaLimit(tags)`` over the current snapshot, the value the gateway
 enforces once it has polled the same change. Memory is bounded: ``history`` points per series, ``max_series`` series
-per gateway (the rest are counted as dropped).
+per gateway (the rest are counted as dropped); a series the gateway stopped exporting is forgotten once its whole
+history has passed.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class LiveMetrics:
 
     def ingest(self, gw: GatewayState, text: str, now: float) -> None:
         """Add one scrape's samples to the history."""
+        self._forget_stale(gw, now)
         index = self._index()
         rates: dict[EntityKey, float] = {}
         throttles: dict[EntityKey, float] = {}
@@ -151,6 +153,15 @@ class LiveMetrics:
             entity.last_seen = now
             entity.points.append((now, entity.rate, None if quota is None else quota[1], entity.throttle_ms))
         gw.last_scrape = now
+
+    def _forget_stale(self, gw: GatewayState, now: float) -> None:
+        """Forget series the gateway has not exported for longer than the history spans (their sensors expired, the
+        client left): with clients coming and going, the ``max_series`` bound keeps room for the new ones."""
+        horizon = now - self.history * self.interval_s
+        for key in [k for k, s in gw.entities.items() if s.last_seen < horizon]:
+            del gw.entities[key]
+        for ckey in [k for k, points in gw.connections.items() if not points or points[-1][0] < horizon]:
+            del gw.connections[ckey]
 
     def _full(self, gw: GatewayState) -> bool:
         return len(gw.entities) + len(gw.connections) >= self.max_series

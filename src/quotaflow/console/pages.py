@@ -10,10 +10,11 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 import quotaflow.console.backtests as bt
+from quotaflow.admin import DescribedEntity
 from quotaflow.admin.codec import describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM
 from quotaflow.console.api import error_response
-from quotaflow.console.quotas import ENTITY_TYPES, MATCHES, QUOTA_KEYS, filter_form
+from quotaflow.console.quotas import ENTITY_TYPES, MATCHES, QUOTA_KEYS, FilterForm, filter_form
 from quotaflow.console.state import console_of
 from quotaflow.console.views import render, utc
 from quotaflow.core.errors import CommandError, KafkaError
@@ -27,23 +28,17 @@ async def home(request: Request) -> Response:
 
 async def quotas(request: Request) -> Response:
     console = console_of(request)
+    form: FilterForm | None = None
     error: str | None = None
-    found: list[dict[str, Any]] = []
-    total = 0
+    described: list[DescribedEntity] = []
     try:
         form = filter_form(request.query_params)
-    except KafkaError as e:
-        form, error = filter_form({}), f"{e.name}: {e}"
-    if error is None:
-        try:
-            described = await run_in_threadpool(console.admin.describe, form.to_filter())
-        except KafkaError as e:
-            error = f"{e.name}: {e}"
-        else:
-            total = len(described)
-            found = describe_to_json(described[:PAGE_ROWS])
-    context = {"form": form, "rows": found, "total": total, "error": error, "entity_types": ENTITY_TYPES,
-               "matches": MATCHES, "quota_keys": QUOTA_KEYS}
+        described = await run_in_threadpool(console.admin.describe, form.to_filter())
+    except KafkaError as e:  # a bad filter: Kafka's message, and the form as far as it parsed
+        error = f"{e.name}: {e}"
+    context = {"form": form or filter_form({}), "rows": describe_to_json(described[:PAGE_ROWS]),
+               "total": len(described), "error": error, "entity_types": ENTITY_TYPES, "matches": MATCHES,
+               "quota_keys": QUOTA_KEYS}
     return await render(request, "quotas.html", context, 400 if error else 200)
 
 
@@ -66,20 +61,18 @@ async def live(request: Request) -> Response:
     return await render(request, "live.html", {"interval_s": console_of(request).live.interval_s})
 
 
-async def backtests(request: Request) -> Response:
+async def backtests(request: Request, error: str | None = None, status: int = 200) -> Response:
+    """The outputs under ``--backtests``; with ``error`` (an unknown id), the same list under the message."""
     root = console_of(request).config.backtests
-    found = [] if root is None else await run_in_threadpool(bt.discover, root)
-    rows = await run_in_threadpool(lambda: [bt.listing(b) for b in found])
-    return await render(request, "backtests.html", {"backtests": rows, "root": root})
+    rows = await run_in_threadpool(bt.listings, root)
+    return await render(request, "backtests.html", {"backtests": rows, "root": root, "error": error}, status)
 
 
 async def backtest(request: Request) -> Response:
-    console = console_of(request)
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), request.path_params["id"])
-        doc = await run_in_threadpool(bt.describe, found)
+        doc = await run_in_threadpool(console_of(request).describe_backtest, request.path_params["id"])
     except CommandError as e:
-        return await render(request, "backtests.html", {"backtests": [], "root": None, "error": str(e)}, 404)
+        return await backtests(request, str(e), 404)
     span = doc["span_ms"]
     return await render(
         request, "backtest.html", {"bt": doc, "span": None if span is None else (utc(span["first"]), utc(span["last"]))}
@@ -90,7 +83,7 @@ async def report_file(request: Request) -> Response:
     """``report.html`` or one of its PNG charts, only from the report next to a discovered backtest."""
     console, q = console_of(request), request.query_params
     try:
-        found = await run_in_threadpool(bt.find, console.backtests_root(), q.get("id", ""))
+        found = await run_in_threadpool(console.backtest, q.get("id", ""))
     except CommandError as e:
         return error_response(e)
     rdir = bt.report_dir(found)
@@ -102,12 +95,7 @@ async def report_file(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     """Ask the browser for HTTP Basic credentials; once they verify, it sends them with every request."""
-    console = console_of(request)
-    try:
-        principal = await run_in_threadpool(console.access.principal, request.headers.get("authorization"))
-    except KafkaError:
-        principal = None
-    if principal is None:
+    if await console_of(request).principal(request) is None:
         return HTMLResponse(
             "<p>Sign in with a user from the store (quotaflow users add).</p>",
             status_code=401,

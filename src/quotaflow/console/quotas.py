@@ -4,19 +4,21 @@ Filters take, per entity type ``T`` (``user``, ``client-id``, ``ip``), ``T_match
 ``any`` and ``T`` = the name for ``exact`` (a name alone means exact), plus ``strict`` (containsOnly): the same four
 choices as ``client-quotas --describe --names/--defaults/--any/--strict``. An alteration is
 ``{"entity": {"user": "u1", "client-id": null}, "ops": [{"key": "...", "value": 12.5 | null}], "validate_only": b}``
-(null name = the default entity, null value = remove the key), validated by :class:`quotaflow.admin.Admin` with
-Kafka's exact messages. :func:`field_of` tells the page which form field an error belongs to.
+(null name = the default entity, null value = remove the key, a string value read as Java's ``Double.parseDouble``),
+validated by :class:`quotaflow.admin.Admin` with Kafka's exact messages. :func:`field_of` tells the page which
+form field an error belongs to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from quotaflow.admin import Alteration, QuotaOp
 from quotaflow.core.errors import InvalidRequestError
 from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
+from quotaflow.core.javafmt import parse_double
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
 
 ENTITY_TYPES: Final = ("user", "client-id", "ip")
@@ -64,9 +66,9 @@ def _value(key: str | None, raw: Any) -> float | None:
         raise InvalidRequestError(f"Cannot parse quota configuration value for {key}: {raw}")
     if isinstance(raw, int | float):
         return float(raw)
-    if isinstance(raw, str):
+    if isinstance(raw, str):  # what the page sends when it is not a JS number: read as kafka-configs.sh reads it
         try:
-            return float(raw.strip())
+            return parse_double(raw)
         except ValueError:
             pass
     raise InvalidRequestError(f"Cannot parse quota configuration value for {key}: {raw}")
@@ -98,8 +100,17 @@ def parse_alteration(body: Any) -> tuple[Alteration, bool]:
     return Alteration(dict(entity.items()), tuple(parsed)), validate_only
 
 
-def field_of(message: str | None, alteration: Alteration) -> dict[str, Any]:
+def op_keys(body: Any) -> list[str | None]:
+    """The op keys of a POST body, as far as it has any: to place an error about a body that did not parse."""
+    ops = body.get("ops") if isinstance(body, dict) else None
+    if not isinstance(ops, list):
+        return []
+    return [op.get("key") if isinstance(op, dict) and isinstance(op.get("key"), str) else None for op in ops]
+
+
+def field_of(message: str | None, keys: Sequence[str | None]) -> dict[str, Any]:
     """Which form field an error message is about: ``{"op": i, "part": "key"|"value"}`` or ``{"entity": True}``.
+    ``keys`` are the alteration's op keys, in order.
 
     Kafka's messages name the key they reject (``Invalid configuration key k``, ``Quota k must be greater than 0``,
     ``Proposed value for k ...``, ``k cannot be a fractional value``); a key given twice makes Kafka answer
@@ -107,12 +118,12 @@ def field_of(message: str | None, alteration: Alteration) -> dict[str, Any]:
     text = message or ""
     if text.startswith("Ignoring duplicate entity"):  # Kafka's answer to one key given twice for an entity
         seen: set[str | None] = set()
-        for i, op in enumerate(alteration.ops):
-            if op.key in seen:
+        for i, op_key in enumerate(keys):
+            if op_key in seen:
                 return {"op": i, "part": "key"}
-            seen.add(op.key)
-    for i, op in enumerate(alteration.ops):
-        key = "null" if op.key is None else op.key
+            seen.add(op_key)
+    for i, op_key in enumerate(keys):
+        key = "null" if op_key is None else op_key
         if text.startswith(("Invalid configuration key ", "Duplicate quota key ")) and f" {key}" in text:
             return {"op": i, "part": "key"}
         value_messages = (

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+import quotaflow.console.backtests as bt
 from quotaflow.admin import Admin, QuotaIndex, Resolution
 from quotaflow.console.access import Access, Principal
 from quotaflow.console.live import DEFAULT_HISTORY, DEFAULT_INTERVAL_S, LiveMetrics
@@ -65,10 +67,16 @@ class Console:
         except SaslAuthenticationFailedError:
             return None
 
-    def backtests_root(self) -> Path:
+    def backtest(self, backtest_id: str) -> bt.Backtest:
+        """A discovered backtest output by id; :class:`CommandError` (404) for none, or without ``--backtests``.
+        Blocking (walks the directory): call off the event loop."""
         if self.config.backtests is None:
             raise CommandError("the console was started without --backtests DIR")
-        return self.config.backtests
+        return bt.find(self.config.backtests, backtest_id)
+
+    def describe_backtest(self, backtest_id: str) -> dict[str, Any]:
+        """Everything the backtest page shows (``/api/backtests/{id}``); blocking (Parquet reads)."""
+        return bt.describe(self.backtest(backtest_id))
 
 
 def console_of(request: Request) -> Console:

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
-from quotaflow.console.quotas import ENTITY_TYPES
 from quotaflow.console.state import console_of
+from quotaflow.core.entities import entity_text
 from quotaflow.core.javafmt import java_double_str
 from quotaflow.core.precedence import LEVEL_NAMES
 from quotaflow.core.sanitize import desanitize
@@ -21,13 +21,9 @@ from quotaflow.core.sanitize import desanitize
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
 
 
-def entity_text(entity: dict[str, str | None] | None) -> str:
-    """``user=alice, client-id=<default>`` (empty entity: ``-``)."""
-    if not entity:
-        return "-"
-    order = {t: i for i, t in enumerate(ENTITY_TYPES)}
-    parts = sorted(entity.items(), key=lambda kv: order.get(kv[0], 9))
-    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in parts)
+def entity_label(entity: dict[str, str | None] | None) -> str:
+    """``user=alice, client-id=<default>`` (no entity: ``-``)."""
+    return entity_text(entity) if entity else "-"
 
 
 def quotas_link(entity: dict[str, str | None] | None) -> str:
@@ -92,7 +88,7 @@ def utc(ms: int) -> str:
 def make_templates() -> Jinja2Templates:
     env = Environment(loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape())
     env.filters["jd"] = lambda v: "unlimited" if v is None else java_double_str(float(v))
-    env.filters["entity"] = entity_text
+    env.filters["entity"] = entity_label
     env.filters["num"] = num
     env.globals.update(
         quotas_link=quotas_link, resolve_link=resolve_link, shares_text=shares_text, level_name=level_name

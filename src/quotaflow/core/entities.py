@@ -65,6 +65,16 @@ def render_entity(entries: WireEntity) -> str:
     return f"ClientQuotaEntity(entries={{{body}}})"
 
 
+def entity_text(entries: WireEntity) -> str:
+    """KIP-546's display form, parts in user, client-id, ip order: ``user=alice, client-id=<default>`` (the CLI
+    wraps it in braces; an empty entity is the empty string)."""
+    ordered = sorted(entries.items(), key=lambda kv: _DISPLAY_ORDER.get(kv[0], len(_DISPLAY_ORDER)))
+    return ", ".join(f"{t}={DEFAULT_PATH_NAME if n is None else n}" for t, n in ordered)
+
+
+_DISPLAY_ORDER: Final = {t.value: i for i, t in enumerate(EntityType)}
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaEntity:
     """A validated entity: the parts that are present, each a name or ``DEFAULT``."""

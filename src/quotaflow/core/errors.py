@@ -26,6 +26,10 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     ├── ConnectionClosed                    the gateway stops serving one client connection
     ├── UpstreamUnavailableError            no upstream broker address accepted a connection (gateway.brokers;
     │                                       also an OSError)
+    ├── SslPrincipalMappingError            no ssl.principal.mapping.rules rule applies to a client certificate
+    │                                       (gateway.ssl_principal)
+    ├── UpstreamAuthenticationError         the upstream refused the gateway's own SASL identity
+    │                                       (gateway.upstream_sasl)
     ├── ConnectionQuotaError                connection admission refused by the connection-quota engine
     │   ├── ConnectionThrottledError        "<ip> throttled for <ms>" (KIP-612 per-IP rate)
     │   └── TooManyConnectionsError         "Too many connections from <ip> (maximum = <n>)"

@@ -1,4 +1,5 @@
-"""Java ``Double.toString`` for quota values, so CLI output reads as kafka-configs.sh (``ConfigCommand``) prints it.
+"""Java ``Double.toString`` for quota values, so CLI output reads as kafka-configs.sh (``ConfigCommand``) prints it,
+and ``Double.parseDouble`` for the values people type (:func:`parse_double`).
 
 Java prints the shortest decimal that round-trips (JDK 19+, the same digits as Python's ``repr``), as a plain
 decimal when ``1e-3 <= |x| < 1e7`` and in computerized scientific notation otherwise: ``1024.0``, ``12.3``,
@@ -8,7 +9,21 @@ decimal when ``1e-3 <= |x| < 1e7`` and in computerized scientific notation other
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
+from typing import Final
+
+_JAVA_DOUBLE: Final = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)")
+
+
+def parse_double(text: str) -> float:
+    """``Double.parseDouble`` (decimal forms): ``2.5d``, ``1e7``, ``+Infinity``, ``NaN``; ``ValueError`` for anything
+    Java refuses, including what Python's ``float`` alone would take (``1_000``, ``inf``, ``nan``)."""
+    stripped = text.strip()
+    if not _JAVA_DOUBLE.fullmatch(stripped):
+        raise ValueError(f"not a Java double: {text!r}")
+    body = stripped if stripped.endswith("Infinity") else stripped.rstrip("fFdD")
+    return math.nan if body.lstrip("+-") == "NaN" else float(body)
 
 
 def java_double_str(x: float) -> str:

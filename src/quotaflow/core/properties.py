@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from quotaflow.core.errors import CommandError
+
 _ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_HEX: Final = frozenset("0123456789abcdefABCDEF")
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -33,8 +36,11 @@ def _unescape(s: str) -> str:
         c = s[i]
         if c == "\\" and i + 1 < len(s):
             nxt = s[i + 1]
-            if nxt == "u" and i + 5 < len(s):
-                out.append(chr(int(s[i + 2 : i + 6], 16)))
+            if nxt == "u":
+                digits = s[i + 2 : i + 6]
+                if len(digits) != 4 or not all(d in _HEX for d in digits):
+                    raise CommandError("Malformed \\uxxxx encoding.")  # java.util.Properties' own message
+                out.append(chr(int(digits, 16)))
                 i += 6
                 continue
             out.append(_ESCAPES.get(nxt, nxt))
@@ -46,7 +52,8 @@ def _unescape(s: str) -> str:
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text (``key=value``, ``key: value`` or ``key value``); later keys win."""
+    """Parse Java properties text (``key=value``, ``key: value`` or ``key value``); later keys win.
+    A malformed ``\\uxxxx`` escape is a :class:`CommandError`, as Java's ``load`` refuses it."""
     props: dict[str, str] = {}
     for line in _logical_lines(text):
         i = 0

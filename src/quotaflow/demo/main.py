@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from quotaflow.admin import Admin, Alteration
-from quotaflow.core.entities import DEFAULT, QuotaEntity
+from quotaflow.admin.codec import describe_to_json
+from quotaflow.core.entities import DEFAULT, QuotaEntity, entity_text
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
 from quotaflow.core.precedence import LEVEL_NAMES
@@ -64,10 +65,8 @@ DEMO_CLIENTS: Final = [
 ]
 
 
-def entity_text(entity: QuotaEntity | None) -> str:
-    if entity is None:
-        return "-"
-    return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity.to_wire().items())
+def entity_label(entity: QuotaEntity | None) -> str:
+    return "-" if entity is None else entity_text(entity.to_wire())
 
 
 def stage_alter(ctx: DemoContext) -> None:
@@ -91,12 +90,12 @@ def stage_describe(ctx: DemoContext) -> None:
     table = Table("entity", "path", "quotas", title="describe: all entities")
     for d in everything:
         values = ", ".join(f"{k}={java_double_str(v)}" for k, v in sorted(d.values.items()))
-        table.add_row(entity_text(d.entity), d.entity.path, values)
+        table.add_row(entity_label(d.entity), d.entity.path, values)
     ctx.console.print(table)
     users_only = ctx.admin.describe(QuotaFilter.contains_only([FilterComponent.any("user")]))
     ctx.console.print(f"containsOnly(any user) matches {len(users_only)} entities (the default user included)")
     path = ctx.out_dir / "describe.json"
-    path.write_text(json.dumps([{"entity": d.entity.to_wire(), "values": d.values} for d in everything], indent=2))
+    path.write_text(json.dumps(describe_to_json(everything), indent=2))  # as client-quotas --output json
     ctx.results["describe (JSON)"] = path
 
 
@@ -112,14 +111,14 @@ def stage_resolve(ctx: DemoContext) -> None:
             level = "-" if q.level is None else f"{q.level} {LEVEL_NAMES[q.level]}"
             tags = "-" if q.quota_id is None else f"{q.quota_id['user']}:{q.quota_id['client-id']}"
             value = "unlimited" if q.value is None else java_double_str(q.value)
-            table.add_row(user, client, key, value, level, entity_text(q.entity), tags)
+            table.add_row(user, client, key, value, level, entity_label(q.entity), tags)
             dump.append({"user": user, "client-id": client, "key": key, "value": q.value, "level": q.level,
                          "entity": None if q.entity is None else q.entity.to_wire(), "quota_id": q.quota_id,
                          "overridden": [{"level": c.level, "value": c.value} for c in q.overridden]})
     for ip in ("127.0.0.1", "192.0.2.7"):
         q = index.resolve_ip(ip).quotas["connection_creation_rate"]
         table.add_row(f"ip {ip}", "", q.key, "unlimited" if q.value is None else java_double_str(q.value),
-                      str(q.level), entity_text(q.entity), f"ip={ip}")
+                      str(q.level), entity_label(q.entity), f"ip={ip}")
     ctx.console.print(table)
     path = ctx.out_dir / "resolve.json"
     path.write_text(json.dumps(dump, indent=2))

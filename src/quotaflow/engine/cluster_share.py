@@ -10,10 +10,11 @@ engine, so the fleet together admits ``Q``:
 
 A participant ("gateway" above) is one set of engine managers: a gateway keeps one per upstream broker, as Kafka
 enforces per broker, so a gateway in front of three brokers takes part three times. ``N`` is the number of live
-participants (this gateway's own and every peer's heard from within the expiry), ``r_g`` the participant's own
-rate and ``R`` the sum of the live participants' rates. The shares sum to ``Q``; the floor lets a quiet
-participant admit a new client and ramp up. A gateway that falls silent drops out of ``N`` once its last report is
-older than the expiry, and the survivors' shares grow back to ``Q`` between them. Pure code: time is an argument.
+participants that meter the quota-id (this gateway's own and every peer's heard from within the expiry, each with
+a sensor for it), ``r_g`` the participant's own rate and ``R`` the sum of their rates. The shares sum to ``Q``;
+the floor lets a quiet participant admit a new client and ramp up. A gateway that falls silent drops out of ``N``
+once its last report is older than the expiry, and the survivors' shares grow back to ``Q`` between them. Pure
+code: time is an argument.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from quotaflow.engine.quota_type import QuotaType
 
 DEFAULT_FLOOR_FRACTION: Final = 0.1  # φ
 DEFAULT_EXPIRY_WINDOWS: Final = 3  # a peer silent for this many windows is gone
+MAX_DECREASE_PER_WINDOW: Final = 2.0  # a share at most halves per window
+SMOOTHING: Final = 0.3  # weight of the newest window in a published rate (an exponential moving average)
 SHARED_TYPES: Final = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST)  # rates; not the token bucket
 
 # (quota type, user tag, client-id tag): one quota-id of one quota type, as Kafka's metric tags name it
@@ -42,6 +45,33 @@ def local_share(quota: float, participants: int, own_rate: float, total_rate: fl
         return quota / n
     floor = floor_fraction * quota / n
     return floor + (quota - n * floor) * own / total
+
+
+def limit_decrease(target: float, previous: float, elapsed_ms: int, window_ms: int,
+                   factor: float = MAX_DECREASE_PER_WINDOW) -> float:
+    """Lower a sensor's bound toward its new share by at most ``factor`` per window; raise it at once.
+
+    Kafka's throttle time is ``(rate − bound) / bound × window``: a bound that falls far below the rate the
+    participant was just allowed (its published rate lags a window behind) would throttle its next request for
+    tens of windows, its rate would then read zero, and its share would stay at the floor (we saw a gateway get
+    nothing for 12 s that way). Halving at most per window keeps each throttle near a window. Raising at once lets
+    the survivors of a dead gateway take its share back within the expiry; the fleet can then admit a little more
+    than Q while another participant's bound comes down."""
+    if previous <= 0.0 or target >= previous:
+        return target
+    step: float = factor ** (max(0, elapsed_ms) / window_ms)
+    return max(target, previous / step)
+
+
+def smooth(previous: Mapping[UsageKey, float], current: Mapping[UsageKey, float],
+           weight: float = SMOOTHING) -> dict[UsageKey, float]:
+    """The rates a participant publishes: an exponential moving average of its Kafka rates, window by window.
+
+    A throttled client's rate swings with Kafka's bursts (a window's worth at once, then silence); shares divided
+    from raw rates swing with it, and every drop of a bound throttles for longer than the rise after it gives
+    back, so the fleet admitted ~0.85 × Q. A quota-id seen for the first time starts at its current rate."""
+    return {key: rate if key not in previous else weight * rate + (1.0 - weight) * previous[key]
+            for key, rate in current.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,19 +126,23 @@ class ShareTable:
     def live_peers(self, now_ms: int) -> list[UsageReport]:
         return [r for r in self.peers.values() if now_ms - r.received_ms <= self.expiry_ms]
 
-    def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float]],
+    def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float | None]],
                now_ms: int) -> dict[str, dict[UsageKey, float]]:
-        """For each of this gateway's participants (``local``: its current rate per quota-id it meters), the local
-        quota of every quota-id it meters that has a configured cluster-wide value in ``quotas``."""
+        """For each of this gateway's participants (``local``: its rate per quota-id it meters, None while it has
+        none to report yet), the local quota of every quota-id it meters that has a configured cluster-wide value
+        in ``quotas``. A participant without a rate yet gets the even split ``Q / N``: its demand is unknown, and
+        a share near the floor would let Kafka's formula throttle its first burst for many windows."""
         peers = self.live_peers(now_ms)
-        n = len(local) + len(peers)
+        counts: dict[UsageKey, int] = {}  # N per quota-id: the live participants that meter it
         totals: dict[UsageKey, float] = {}
         for rates in [*local.values(), *(p.rates for p in peers)]:
             for key, rate in rates.items():
                 if key in quotas:
-                    totals[key] = totals.get(key, 0.0) + rate
+                    counts[key] = counts.get(key, 0) + 1
+                    totals[key] = totals.get(key, 0.0) + (rate or 0.0)
         return {
-            participant: {key: local_share(quotas[key], n, rate, totals.get(key, 0.0), self.floor_fraction)
+            participant: {key: quotas[key] / counts[key] if rate is None else
+                          local_share(quotas[key], counts[key], rate, totals[key], self.floor_fraction)
                           for key, rate in rates.items() if key in quotas}
             for participant, rates in local.items()
         }

@@ -169,7 +169,7 @@ class BrokerRoutes:
                     brokers = await _metadata_brokers(reader, writer)
                 finally:
                     writer.close()
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as e:
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, QuotaflowError) as e:
             log.warning("could not learn the upstream brokers at startup (%s); learning them from traffic", e)
             return False
         self.learn_brokers(brokers)

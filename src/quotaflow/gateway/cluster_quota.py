@@ -34,7 +34,9 @@ from quotaflow.engine.cluster_share import (
     ShareTable,
     UsageKey,
     UsageReport,
+    limit_decrease,
     participant_id,
+    smooth,
 )
 from quotaflow.engine.metrics import MetricSample
 
@@ -230,6 +232,10 @@ class ClusterQuotas:
         self.table = ShareTable(self.gateway_id, window_ms, settings.expiry_windows, settings.floor_fraction)
         self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic)
         self.shares: dict[str, dict[UsageKey, float]] = {}  # broker -> quota-id -> local bound
+        # this gateway's rates as last published: shares divide by what everyone published, its own included, so
+        # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
+        self.published: dict[str, dict[UsageKey, float]] = {}
+        self._applied_ms: int | None = None
         self.live_participants = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -255,15 +261,18 @@ class ClusterQuotas:
             own = self.apply(now)
             if now >= next_publish:
                 next_publish = now + self.window_ms
-                value = encode_report(self.gateway_id, self.window_ms, own)
+                self.published = {broker: smooth(self.published.get(broker, {}), rates)
+                                  for broker, rates in own.items()}
+                value = encode_report(self.gateway_id, self.window_ms, self.published)
                 try:
                     await loop.run_in_executor(None, self.exchange.publish, self.gateway_id, value)
                 except Exception as e:  # the broker is away: keep enforcing with what we know
                     log.warning("cannot publish usage to %s: %s", self.settings.usage_topic, e)
 
     def apply(self, now_ms: int) -> dict[str, dict[UsageKey, float]]:
-        """Take the reports that arrived, compute every participant's share of every quota-id and set it as the
-        bound of that quota-id's sensor; returns this gateway's own rates per participant (what it publishes)."""
+        """Take the reports that arrived, compute every participant's share of every quota-id (from the rates
+        published last, everyone's) and set it as the bound of that quota-id's sensor; returns this gateway's
+        current rates per participant (what it publishes next)."""
         for report in self.exchange.take():
             self.table.receive(report)
         self.table.expire(now_ms)
@@ -285,13 +294,20 @@ class ClusterQuotas:
                     quotas[key] = limit
                     rates[key] = max(0.0, sensor.measure(engine_now))
                     sensors[(broker, key)] = sensor
-        self.shares = self.table.shares(quotas, own, now_ms)
+        divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
+                   for broker, rates in own.items()}
+        targets = self.table.shares(quotas, divided, now_ms)
         self.live_participants = len(own) + len(self.table.live_peers(now_ms))
-        for broker, shares in self.shares.items():
-            for key, share in shares.items():
+        elapsed = self.window_ms if self._applied_ms is None else now_ms - self._applied_ms
+        self._applied_ms = now_ms
+        self.shares = {}
+        for broker, shares in targets.items():
+            applied = self.shares[broker] = {}
+            for key, target in shares.items():
                 sensor = sensors[(broker, key)]
-                if sensor.bound != share:
-                    sensor.set_bound(share)
+                bound = applied[key] = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                if sensor.bound != bound:
+                    sensor.set_bound(bound)
         return own
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:

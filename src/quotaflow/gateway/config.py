@@ -36,7 +36,11 @@ UPSTREAM_CONNECT_TIMEOUT_MS: Final = "quotaflow.upstream.connect.timeout.ms"
 LISTENER_SECURITY_PROTOCOL_MAP: Final = "listener.security.protocol.map"
 PLAINTEXT: Final = "PLAINTEXT"
 SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
-SECURITY_PROTOCOLS: Final = frozenset({PLAINTEXT, SASL_PLAINTEXT})  # no TLS at the gateway
+SSL: Final = "SSL"
+SASL_SSL: Final = "SASL_SSL"
+SECURITY_PROTOCOLS: Final = frozenset({PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL})
+TLS_PROTOCOLS: Final = frozenset({SSL, SASL_SSL})  # TLS settings: gateway.tls
+SASL_PROTOCOLS: Final = frozenset({SASL_PLAINTEXT, SASL_SSL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,7 @@ class GatewayConfig:
     upstream_backoff_ms: int = 100  # first wait before retrying an unreachable upstream
     upstream_backoff_max_ms: int = 2_000  # the exponential backoff's ceiling
     upstream_connect_timeout_ms: int = 30_000  # how long a client is held while its upstream is retried
-    # listener name -> PLAINTEXT | SASL_PLAINTEXT (Kafka's listener.security.protocol.map); unmapped listeners use
+    # listener name -> PLAINTEXT | SASL_PLAINTEXT | SSL | SASL_SSL (listener.security.protocol.map); unmapped ones use
     # their own name when it is a protocol name, else PLAINTEXT
     security_protocols: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)  # everything else: the listener's connection quotas
@@ -119,7 +123,7 @@ class GatewayConfig:
 
 
 def parse_security_protocol_map(raw: str) -> dict[str, str]:
-    """``NAME:PROTOCOL,NAME:PROTOCOL``; only PLAINTEXT and SASL_PLAINTEXT (the gateway does not terminate TLS)."""
+    """``NAME:PROTOCOL,NAME:PROTOCOL`` with PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL."""
     out: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         name, sep, protocol = item.partition(":")
@@ -128,7 +132,7 @@ def parse_security_protocol_map(raw: str) -> dict[str, str]:
                                f"expected NAME:PROTOCOL pairs")
         if protocol not in SECURITY_PROTOCOLS:
             raise CommandError(f"security protocol {protocol} of listener {name} is not supported by the gateway "
-                               f"(PLAINTEXT or SASL_PLAINTEXT)")
+                               f"(PLAINTEXT, SASL_PLAINTEXT, SSL or SASL_SSL)")
         out[name] = protocol
     return out
 

@@ -41,9 +41,11 @@ from quotaflow.core.errors import (
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
-from quotaflow.gateway.config import SASL_PLAINTEXT
+from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.mutations import TopicQuotaDecision
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN
+from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
+from quotaflow.gateway.sasl_passthrough import SaslPassthrough
+from quotaflow.gateway.scram import ScramServer
 
 if TYPE_CHECKING:
     from quotaflow.gateway.enforcement import Enforcement
@@ -101,8 +103,11 @@ class ClientConnection:
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
         self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
+        self._scram: ScramServer | None = None  # SaslHandshake chose SCRAM-SHA-256/512 (else PLAIN)
+        # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
+        self._passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
-        self.require_sasl = gateway.config.security_protocol(listener) == SASL_PLAINTEXT
+        self.require_sasl = gateway.config.security_protocol(listener) in SASL_PROTOCOLS
         self._closing = False
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
@@ -243,6 +248,8 @@ class ClientConnection:
 
     def _will_forward(self, frame: bytes) -> bool:
         """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
+        if self._passthrough is not None and self._sasl_state != "authenticated":
+            return True  # SASL passthrough: the exchange itself goes to the broker
         if self._sasl_state == "handshaken-v0" or (self.require_sasl and self._sasl_state != "authenticated"):
             return False
         try:
@@ -304,9 +311,12 @@ class ClientConnection:
             # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
-        if key in _LOCAL_APIS:
+        if key in _LOCAL_APIS and (self._passthrough is None or key not in _SASL_APIS):
             return pending  # answered by _answer_locally
-        if key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated":
+        if self._passthrough is not None and key in _SASL_APIS:
+            self._passthrough.request(header, frame)  # SASL passthrough: read, then forwarded as it came
+        elif key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated" \
+                and self._passthrough is None:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
         if key == ApiKey.Produce:
@@ -413,12 +423,15 @@ class ClientConnection:
         if self._sasl_state != "none":
             error = IllegalSaslStateError.errno
             pending.close_after = True
-        elif request.mechanism != PLAIN:
+        elif request.mechanism not in self.gateway.sasl_mechanisms:
             error = UnsupportedSaslMechanismError.errno
         else:
             error = 0
             self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
-        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=[PLAIN]), version,
+            if request.mechanism != PLAIN and self.gateway.scram_store is not None:
+                self._scram = ScramServer(request.mechanism, self.gateway.scram_store.get_scram_credential)
+        mechanisms = list(self.gateway.sasl_mechanisms)
+        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=mechanisms), version,
                                                  pending.header.correlation_id)
         return pending
 
@@ -430,32 +443,58 @@ class ClientConnection:
             await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
         return verdict.principal, verdict.error, verdict.cpu_ns
 
+    async def _sasl_step(self, token: bytes) -> tuple[str | None, bytes, str | None, int]:
+        """One client token through the chosen mechanism: (principal once complete, server token, error message,
+        CPU ns). PLAIN goes to the gateway's verifier; SCRAM needs no password hash (the stored keys are derived
+        already), only one store lookup, done in the default executor. Failures wait as PLAIN's do."""
+        scram = self._scram
+        if scram is None:
+            principal, error, ns = await self._check_plain(token)
+            return principal, b"", error, ns
+
+        def run() -> tuple[str | None, bytes, str | None, int]:
+            start = time.thread_time_ns()
+            try:
+                first = scram.user is None
+                answer = scram.first(token) if first else scram.final(token)
+                return (None if first else scram.user), answer, None, time.thread_time_ns() - start
+            except SaslAuthenticationError as e:
+                return None, b"", e.message or str(e), time.thread_time_ns() - start
+
+        result = await asyncio.get_running_loop().run_in_executor(None, run)
+        if result[2] is not None:
+            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
+        return result
+
     async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
-        principal, _error, ns = await self._check_plain(token)
+        principal, answer, error, ns = await self._sasl_step(token)
         pending.thread_ns += ns
-        if principal is None:
-            raise ConnectionClosed("SASL/PLAIN authentication failed")  # v0 has no error response: close
-        self.principal = principal
-        self._sasl_state = "authenticated"
-        pending.local = protocol.SIZE.pack(0)  # PLAIN's server token is empty
+        if error is not None:
+            raise ConnectionClosed(f"SASL authentication failed: {error}")  # v0 has no error response: close
+        if principal is not None:
+            self.principal = principal
+            self._sasl_state = "authenticated"
+        pending.local = protocol.SIZE.pack(len(answer)) + answer  # PLAIN's server token is empty
         return pending
 
     async def _sasl_authenticate(self, request: Any, pending: Pending) -> Pending:
         version = pending.header.api_version
         cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
         message: str | None
+        answer = b""
         if self._sasl_state != "handshaken":
             error, message = IllegalSaslStateError.errno, "Unexpected SaslAuthenticate request"
         else:
-            principal, message, ns = await self._check_plain(bytes(request.auth_bytes))
+            principal, answer, message, ns = await self._sasl_step(bytes(request.auth_bytes))
             pending.thread_ns += ns
-            if principal is None:
+            if message is not None:
                 error = SaslAuthenticationFailedError.errno
             else:
-                error, message = 0, None
-                self.principal = principal
-                self._sasl_state = "authenticated"
-        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": b""}
+                error = 0
+                if principal is not None:
+                    self.principal = principal
+                    self._sasl_state = "authenticated"
+        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": answer}
         if version >= 1:
             fields["session_lifetime_ms"] = 0
         pending.close_after = error != 0
@@ -575,6 +614,11 @@ class ClientConnection:
         header = pending.header
         key, version = header.api_key, header.api_version
         if version == _RAW_SASL or key in _SASL_APIS:
+            if self._passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
+                principal = self._passthrough.response(key, version, frame)
+                if principal is not None:
+                    self.principal, self._sasl_state = principal, "authenticated"
+                return _PASS_THROUGH
             return frame
         if pending.mutations is not None:
             if pending.upstream is None:
@@ -587,7 +631,7 @@ class ClientConnection:
         if key == ApiKey.Fetch and throttle > 0:
             return protocol.empty_fetch_response(frame, version, throttle)
         if key == ApiKey.ApiVersions:
-            return versions.rewrite_response(frame, version, throttle)
+            return versions.rewrite_response(frame, version, throttle, sasl_passthrough=self._passthrough is not None)
         if key in REWRITTEN_APIS or throttle > 0:
             return self._rewrite(frame, key, version, throttle)
         return _PASS_THROUGH

@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -30,11 +31,13 @@ from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsEr
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
 from quotaflow.gateway.ratelog import RateLimitedLog
+from quotaflow.gateway.tls import accept_tls
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BACKLOG: Final = 512
+STREAM_LIMIT: Final = 1 << 16  # asyncio's default StreamReader buffer
 
 
 def wall_clock_ms() -> int:
@@ -75,6 +78,7 @@ class QuotaListener:
         inter_broker_listener: str | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         backlog: int = DEFAULT_BACKLOG,
+        tls: Mapping[str, ssl.SSLContext] | None = None,
         reuse_port: bool = False,
     ) -> None:
         if not listeners:
@@ -84,6 +88,7 @@ class QuotaListener:
         self._handler = handler
         self._clock_ms = clock_ms
         self._backlog = backlog
+        self._tls = dict(tls or {})  # listener -> server context: TLS handshake before the handler (gateway.tls)
         self._reuse_port = reuse_port  # SO_REUSEPORT: several gateway processes accept on one port (--workers)
         if inter_broker_listener is not None:
             quotas.inter_broker_listener = inter_broker_listener
@@ -229,7 +234,11 @@ class QuotaListener:
 
     async def _serve(self, conn: socket.socket, accepted: AcceptedConnection) -> None:
         try:
-            reader, writer = await asyncio.open_connection(sock=conn)
+            context = self._tls.get(accepted.listener)
+            if context is None:
+                reader, writer = await asyncio.open_connection(sock=conn)
+            else:
+                reader, writer = await accept_tls(conn, context, limit=STREAM_LIMIT)
         except OSError as e:
             log.info("connection from %s closed before it was served: %s", accepted.client_ip, e)
             conn.close()

@@ -25,7 +25,6 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from quotaflow.admin import Admin
 from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
-from quotaflow.core.errors import CommandError
 from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressOf
 from quotaflow.gateway.broker_quotas import BrokerQuotas
@@ -38,16 +37,20 @@ from quotaflow.gateway.brokers import (
     parse_upstreams,
 )
 from quotaflow.gateway.cluster_quota import cluster_quotas_for
-from quotaflow.gateway.config import GatewayConfig, read_properties
+from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection, Pending
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.request_memory import RequestMemory
-from quotaflow.gateway.sasl import SaslVerifier
+from quotaflow.gateway.sasl import PLAIN, SaslVerifier
+from quotaflow.gateway.scram import MECHANISMS
+from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
+from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
+from quotaflow.gateway.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
 from quotaflow.store import open_store
-from quotaflow.store.base import QuotaStore
+from quotaflow.store.base import QuotaStore, ScramStore
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +86,20 @@ class Gateway:
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
         conn_config = connection_quota_config(props)
-        for name in self.listen:
-            if name in ("SSL", "SASL_SSL") and name not in self.config.security_protocols:
-                raise CommandError(f"listener {name}: the gateway does not terminate TLS (map it to PLAINTEXT or "
-                                   f"SASL_PLAINTEXT in listener.security.protocol.map, behind a TLS terminator)")
+        # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
+        self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
+                             if self.config.security_protocol(name) in TLS_PROTOCOLS}
+        self.upstream_tls = upstream_tls(self.config.extra)
+        # the upstream authenticates: the gateway's own identity there (terminate mode), else clients' SASL goes to
+        # their broker (gateway.sasl_passthrough)
+        upstream_sasl = upstream_security_protocol(self.config.extra).startswith("SASL_")
+        self.upstream_identity = service_identity(self.config.extra) if upstream_sasl else None
+        self.sasl_passthrough = upstream_sasl and self.upstream_identity is None
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
+        # SCRAM is offered when the store keeps SCRAM credentials (the SQLite store), PLAIN always
+        self.scram_store = self.store if isinstance(self.store, ScramStore) else None
+        self.sasl_mechanisms = MECHANISMS if self.scram_store is not None else (PLAIN,)
         self.admin_principals = admin_principals
         self.event_log_dir = Path(event_log) if event_log is not None else None
         self.metrics_port = metrics_port
@@ -140,12 +151,14 @@ class Gateway:
         await self._reloader.start()
         self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
+                                       tls={name: t.context for name, t in self.listener_tls.items()},
                                        reuse_port=self.reuse_port)
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
         self.brokers = BrokerRoutes(self.upstreams, self.addresses, self._listener.add_port, self.open_upstream,
                                     port_base=self.broker_port_base)
-        await self.brokers.discover()
+        if not self.sasl_passthrough:  # an authenticating upstream answers nothing before SASL: learn from traffic
+            await self.brokers.discover()
         if self.metrics_port is not None:
             await self._start_metrics()
         self._tasks.append(asyncio.create_task(self._poll_store()))
@@ -203,6 +216,13 @@ class Gateway:
         """Serve one admitted connection until it closes (the listener's handler)."""
         conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer,
                                 node=accepted.node)
+        tls = self.listener_tls.get(accepted.listener)
+        if tls is not None and self.config.security_protocol(accepted.listener) == SSL:
+            try:  # an SSL listener's principal is the client certificate's mapped DN (SASL_SSL: the SASL identity)
+                conn.principal = tls.principal(writer.get_extra_info("peercert"))
+            except SslPrincipalMappingError as e:
+                log.info("closing TLS connection from %s: %s", accepted.client_ip, e)
+                return
         self.connections.add(conn)
         try:
             await conn.serve()
@@ -224,6 +244,9 @@ class Gateway:
             assert self.brokers is not None
             try:
                 return await asyncio.wait_for(self.brokers.connect(node), timeout=max(remaining, 0.05))
+            except UpstreamAuthenticationError as e:  # a refused identity is not an outage: no retry
+                self.upstream_warnings.warning("upstream refused the gateway's identity: %s", e)
+                raise UpstreamUnavailableError(str(e)) from e
             except (OSError, TimeoutError) as e:
                 error: Exception = e
             self.upstream_warnings.warning("upstream unreachable, clients held while it is retried: %s",
@@ -285,8 +308,16 @@ class Gateway:
         return functools.partial(self.brokers.gateway_address, listener)
 
     async def open_upstream(self, address: Address) -> Streams:
-        """A connection to one upstream broker."""
-        return await asyncio.open_connection(*address, limit=self.stream_limit)
+        """A connection to one upstream broker (TLS with the ``quotaflow.upstream.*`` settings), authenticated as
+        the gateway's own identity when one is configured."""
+        reader, writer = await open_upstream(address, self.upstream_tls, self.stream_limit)
+        if self.upstream_identity is not None:
+            try:
+                await authenticate(reader, writer, self.upstream_identity)
+            except BaseException:
+                writer.close()
+                raise
+        return reader, writer
 
     # -- resolve (no Kafka API key: JSON on the metrics endpoint) -------------------------------------------
 

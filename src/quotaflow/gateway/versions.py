@@ -33,22 +33,28 @@ GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
 APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
 # APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
 DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
+_SASL: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
 
 
-def merge(upstream: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """(key, min, max) triples to advertise, sorted by key."""
+def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
+    """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL APIs are the
+    upstream's (read by the gateway, so capped to what it decodes, and SaslHandshake from v1: v0's raw tokens have no
+    Kafka framing to forward)."""
+    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in _SASL)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
-        if key in GATEWAY_APIS or key in NEVER_OFFERED:
+        if key in own or key in NEVER_OFFERED:
             continue
-        if key in DECODED_APIS:
+        if key == ApiKey.SaslHandshake:
+            lo = max(lo, 1)
+        if key in DECODED_APIS or key in _SASL:
             known = max_known_version(key)
             hi = min(hi, -1 if known is None else known)
         if key in ADDRESS_VERSION_CAPS:
             hi = min(hi, ADDRESS_VERSION_CAPS[key])
         if lo <= hi:
             merged[key] = (lo, hi)
-    merged.update(GATEWAY_APIS)
+    merged.update(own)
     return [(k, lo, hi) for k, (lo, hi) in sorted(merged.items())]
 
 
@@ -56,7 +62,8 @@ def _api_version(cls: Any, key: int, lo: int, hi: int) -> Any:
     return cls.ApiVersion(api_key=key, min_version=lo, max_version=hi)
 
 
-def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0) -> bytes:
+def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0, *,
+                     sasl_passthrough: bool = False) -> bytes:
     """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
     ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
     cls = RESPONSES[ApiKey.ApiVersions]
@@ -79,7 +86,8 @@ def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0) 
         return encode_response(fallback, 0, protocol.response_correlation_id(upstream_frame))
     message = cls.decode(upstream_frame, version=version, header=True)
     correlation_id = message.header.correlation_id
-    triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys])
+    triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys],
+                    sasl_passthrough=sasl_passthrough)
     message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
     if version >= 1:
         message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)

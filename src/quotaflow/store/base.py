@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from quotaflow.core.entities import QuotaEntity
 
@@ -50,6 +50,18 @@ class Credential:
     hash: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A SASL/SCRAM credential as Kafka stores it (``ScramCredential``): salt, StoredKey, ServerKey, iterations."""
+
+    user: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 class QuotaStore(Protocol):
     def snapshot(self) -> Snapshot:
         """All entities and values, consistent with one change-log sequence number."""
@@ -79,3 +91,12 @@ class QuotaStore(Protocol):
     def list_credentials(self) -> list[str]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ScramStore(Protocol):
+    """A store that also keeps SCRAM credentials (the SQLite store does; ``delete_credential`` removes them too)."""
+
+    def put_scram_credential(self, credential: ScramCredential) -> None: ...
+
+    def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quotaflow.core.errors import StoreError
-from quotaflow.store.base import Credential, EntityChange, QuotaStore
+from quotaflow.store.base import Credential, EntityChange, QuotaStore, ScramCredential, ScramStore
+from quotaflow.store.scram import HASHES
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +28,17 @@ def copy_store(
 ) -> CopyResult:
     """Make ``dst`` hold exactly ``src``'s quotas and credentials (each entity all-or-nothing)."""
     snapshot = src.snapshot()
+    users = src.list_credentials()
     credentials: list[Credential] = []
-    for user in src.list_credentials():
+    scram: list[ScramCredential] = []
+    for user in users:
         credential = src.get_credential(user)
         if credential is not None:
             credentials.append(credential)
+        if isinstance(src, ScramStore):
+            scram += [c for m in sorted(HASHES) if (c := src.get_scram_credential(user, m)) is not None]
+    if scram and not isinstance(dst, ScramStore):
+        raise StoreError(f"{dst_name} keeps PLAIN credentials only; the source has SCRAM credentials")
     existing = dst.snapshot().entities
     existing_users = set(dst.list_credentials())
     if (existing or existing_users) and not overwrite:
@@ -45,9 +52,14 @@ def copy_store(
     stale = [e for e in existing if e not in snapshot.entities]
     changes.extend((entity, dict.fromkeys(existing[entity])) for entity in stale)
     seq = dst.alter(changes) if changes else dst.last_seq()
+    for user in sorted(existing_users & set(users)):  # drop what the source does not have for this user
+        dst.delete_credential(user)
     for credential in credentials:
         dst.put_credential(credential)
-    gone = existing_users - {c.user for c in credentials}
+    for scram_credential in scram:
+        assert isinstance(dst, ScramStore)
+        dst.put_scram_credential(scram_credential)
+    gone = existing_users - set(users)
     for user in sorted(gone):
         dst.delete_credential(user)
-    return CopyResult(len(snapshot.entities), len(credentials), len(stale), len(gone), seq)
+    return CopyResult(len(snapshot.entities), len(users), len(stale), len(gone), seq)

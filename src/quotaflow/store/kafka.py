@@ -31,8 +31,17 @@ from typing import TYPE_CHECKING, Any, Final
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
 from quotaflow.core.properties import parse_properties
-from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
-from quotaflow.store.records import StoreView, credential_record, credential_tombstone, quota_record
+from quotaflow.store.base import (
+    Change,
+    Credential,
+    EntityChange,
+    QuotaStore,
+    ScramCredential,
+    ScramStore,
+    Snapshot,
+    Values,
+)
+from quotaflow.store.records import StoreView, credential_record, credential_tombstones, quota_record, scram_record
 
 log = logging.getLogger(__name__)
 
@@ -264,18 +273,19 @@ class KafkaStore:
                                      f"{self._timeout_s:g} s (at {self._view.position}){reason}")
                 self._cond.wait(min(remaining, 0.5))
 
-    def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
-        """Produce ``records`` to the one partition and wait until this store's view has applied them."""
+    def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
+        """Produce ``records`` to the one partition, wait until this store's view has applied them; their
+        offsets."""
         from kafka.errors import KafkaError as ClientError
 
         try:
             futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0) for k, v in records]
             self._producer.flush(timeout=self._timeout_s)
-            last = max(int(f.get(timeout=self._timeout_s).offset) for f in futures)
+            offsets = [int(f.get(timeout=self._timeout_s).offset) for f in futures]
         except ClientError as e:
             raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
-        self._wait_for(last + 1, "apply")
-        return last + 1
+        self._wait_for(max(offsets) + 1, "apply")
+        return offsets
 
     # -- QuotaStore ----------------------------------------------------------------------------------------
 
@@ -299,7 +309,7 @@ class KafkaStore:
         records = [quota_record(entity, ops, ts) for entity, ops in changes if ops]
         if not records:
             return self.last_seq()
-        return self._append(records)
+        return max(self._append(records)) + 1
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         with self._cond:
@@ -317,15 +327,22 @@ class KafkaStore:
             return self._view.credentials.get(user)
 
     def delete_credential(self, user: str) -> bool:
-        """True when ``user`` existed right before this delete's record in the log (the view may lag the log,
-        so the tombstone is always written)."""
-        offset = self._append([credential_tombstone(user)]) - 1
+        """Every credential of ``user`` (PLAIN and SCRAM); True when one existed right before this delete's records
+        in the log (the view may lag the log, so the tombstones are always written)."""
+        offsets = set(self._append(credential_tombstones(user)))
         with self._cond:
-            return any(removed for at, removed in self._view.tombstones if at == offset)
+            return any(removed for at, removed in self._view.tombstones if at in offsets)
 
     def list_credentials(self) -> list[str]:
         with self._cond:
-            return sorted(self._view.credentials)
+            return self._view.users()
+
+    def put_scram_credential(self, credential: ScramCredential) -> None:
+        self._append([scram_record(credential)])
+
+    def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        with self._cond:
+            return self._view.scram.get((user, mechanism))
 
     def close(self) -> None:
         self._stop.set()
@@ -360,3 +377,4 @@ def _client_reason(error: BaseException) -> str:
 
 if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protocol exactly
     _conforms: QuotaStore = KafkaStore("kafka://127.0.0.1:9092")
+    _scram: ScramStore = KafkaStore("kafka://127.0.0.1:9092")

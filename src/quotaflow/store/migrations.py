@@ -30,6 +30,19 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         hash       BLOB NOT NULL
     );
     """,
+    # 2: SCRAM credentials as Kafka keeps them (RFC 5802): per user and mechanism, the salt, the iteration count and
+    # the StoredKey / ServerKey derived from the password; never the password or its salted form
+    """
+    CREATE TABLE scram_credentials (
+        user       TEXT NOT NULL,
+        mechanism  TEXT NOT NULL,
+        salt       BLOB NOT NULL,
+        stored_key BLOB NOT NULL,
+        server_key BLOB NOT NULL,
+        iterations INTEGER NOT NULL,
+        PRIMARY KEY (user, mechanism)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -5,8 +5,8 @@ operations instead of whole entities is what lets two writers alter the same ent
 losing either's operations, while each entity stays all-or-nothing. Its key is ``["quota", entity path, sorted
 keys it touches]``, which makes log compaction safe: for every quota key, the last record touching it is the last
 record with its exact key set, so it survives compaction, and applying the survivors in order yields the same
-values as the whole log. A credential record is keyed by user and holds derived key material only; a null value
-(a tombstone) deletes it.
+values as the whole log. A credential record is keyed by user (SASL/PLAIN) or by user and mechanism (SCRAM) and
+holds derived key material only; a null value (a tombstone) deletes it.
 
 A record's change-log ``seq`` is its offset + 1, the position after it (as Kafka commits offsets), so seq 0 means
 "nothing yet" and ``changes_since(0)`` is everything, as with the SQLite store.
@@ -27,14 +27,17 @@ from typing import Any, Final
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
-from quotaflow.store.base import Change, Credential, Snapshot, Values
+from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
+from quotaflow.store.scram import HASHES
 
 log = logging.getLogger(__name__)
 
 QUOTA_KIND: Final = "quota"
 CREDENTIAL_KIND: Final = "credential"
+SCRAM_KIND: Final = "scram"
 _NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
+_SCRAM_TYPES: Final = typing.get_type_hints(ScramCredential)
 
 
 def _compact_json(doc: object) -> bytes:
@@ -64,12 +67,25 @@ def quota_record(entity: QuotaEntity, ops: Mapping[str, float | None], ts_ms: in
                                "ts": ts_ms})
 
 
+def _fields(credential: Credential | ScramCredential) -> bytes:
+    """Every field of a stored credential (salt, iterations, derived keys; bytes as base64). A password never
+    reaches the store."""
+    return _compact_json({f.name: (base64.b64encode(v).decode() if isinstance(v := getattr(credential, f.name), bytes)
+                                   else v) for f in dataclasses.fields(credential)})
+
+
 def credential_record(credential: Credential) -> tuple[bytes, bytes]:
-    """A credential's stored fields (salt, iterations, derived key: every :class:`Credential` field; bytes as
-    base64). A password never reaches the store."""
-    doc = {f.name: (base64.b64encode(v).decode() if isinstance(v := getattr(credential, f.name), bytes) else v)
-           for f in dataclasses.fields(Credential)}
-    return _credential_key(credential.user), _compact_json(doc)
+    return _credential_key(credential.user), _fields(credential)
+
+
+def scram_record(credential: ScramCredential) -> tuple[bytes, bytes]:
+    return _compact_json([SCRAM_KIND, credential.user, credential.mechanism]), _fields(credential)
+
+
+def credential_tombstones(user: str) -> list[tuple[bytes, None]]:
+    """Every credential ``user`` may hold: PLAIN and each SCRAM mechanism (written whether or not the reader's view
+    has them yet)."""
+    return [(_credential_key(user), None), *((_compact_json([SCRAM_KIND, user, m]), None) for m in sorted(HASHES))]
 
 
 def credential_tombstone(user: str) -> tuple[bytes, None]:
@@ -80,11 +96,14 @@ def _credential_key(user: str) -> bytes:
     return _compact_json([CREDENTIAL_KIND, user])
 
 
-def _decode_credential(value: bytes) -> Credential:
+def _decode_fields(value: bytes, types: Mapping[str, Any]) -> dict[str, Any]:
     doc = json.loads(value)
-    args: dict[str, Any] = {name: base64.b64decode(doc[name], validate=True) if kind is bytes else kind(doc[name])
-                            for name, kind in _CREDENTIAL_TYPES.items()}
-    return Credential(**args)
+    return {name: base64.b64decode(doc[name], validate=True) if kind is bytes else kind(doc[name])
+            for name, kind in types.items()}
+
+
+def _decode_credential(value: bytes) -> Credential:
+    return Credential(**_decode_fields(value, _CREDENTIAL_TYPES))
 
 
 def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], int]:
@@ -113,6 +132,7 @@ class StoreView:
         self.name = name
         self.entities: dict[QuotaEntity, Values] = {}
         self.credentials: dict[str, Credential] = {}
+        self.scram: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism)
         self.changes: list[Change] = []
         self.position = 0
         self.rejected = 0
@@ -135,6 +155,9 @@ class StoreView:
             if kind[0] == CREDENTIAL_KIND:
                 self._apply_credential(offset, str(kind[1]), value)
                 return
+            if kind[0] == SCRAM_KIND:
+                self._apply_scram(offset, str(kind[1]), str(kind[2]), value)
+                return
             if kind[0] != QUOTA_KIND or value is None:
                 raise ValueError("not a quotaflow store record")
             entity, ops, ts = _decode_quota(value)
@@ -154,6 +177,21 @@ class StoreView:
         if credential.user != user:
             raise ValueError("credential user does not match its key")
         self.credentials[user] = credential
+
+    def _apply_scram(self, offset: int, user: str, mechanism: str, value: bytes | None) -> None:
+        if mechanism not in HASHES:
+            raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
+        if value is None:
+            self.tombstones.append((offset, self.scram.pop((user, mechanism), None) is not None))
+            return
+        credential = ScramCredential(**_decode_fields(value, _SCRAM_TYPES))
+        if (credential.user, credential.mechanism) != (user, mechanism):
+            raise ValueError("SCRAM credential does not match its key")
+        self.scram[(user, mechanism)] = credential
+
+    def users(self) -> list[str]:
+        """Every user with a credential of any kind, sorted."""
+        return sorted({*self.credentials, *(user for user, _m in self.scram)})
 
     def _apply_ops(self, seq: int, ts: int, entity: QuotaEntity, ops: Mapping[str, float | None]) -> None:
         """As the SQLite store: a set equal to the current value and the removal of an absent key change nothing

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
-from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, Snapshot, Values
+from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, ScramCredential, Snapshot, Values
 from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS: Final = 30_000
@@ -220,12 +220,34 @@ class SqliteStore:
         return None if row is None else Credential(row[0], bytes(row[1]), int(row[2]), bytes(row[3]))
 
     def delete_credential(self, user: str) -> bool:
+        """Every credential of ``user`` (PLAIN and SCRAM)."""
         with self._write() as db:
-            return db.execute("DELETE FROM credentials WHERE user = ?", (user,)).rowcount > 0
+            plain = db.execute("DELETE FROM credentials WHERE user = ?", (user,)).rowcount
+            scram = db.execute("DELETE FROM scram_credentials WHERE user = ?", (user,)).rowcount
+            return plain + scram > 0
 
     def list_credentials(self) -> list[str]:
         with self._locked():
-            return [r[0] for r in self._db.execute("SELECT user FROM credentials ORDER BY user").fetchall()]
+            return [r[0] for r in self._db.execute(
+                "SELECT user FROM credentials UNION SELECT user FROM scram_credentials ORDER BY user").fetchall()]
+
+    def put_scram_credential(self, credential: ScramCredential) -> None:
+        c = credential
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO scram_credentials (user, mechanism, salt, stored_key, server_key, iterations) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (user, mechanism) DO UPDATE SET salt = excluded.salt, "
+                "stored_key = excluded.stored_key, server_key = excluded.server_key, iterations = excluded.iterations",
+                (c.user, c.mechanism, c.salt, c.stored_key, c.server_key, c.iterations),
+            )
+
+    def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        with self._locked():
+            row = self._db.execute(
+                "SELECT salt, stored_key, server_key, iterations FROM scram_credentials "
+                "WHERE user = ? AND mechanism = ?", (user, mechanism)).fetchone()
+        return None if row is None else ScramCredential(user, mechanism, bytes(row[0]), bytes(row[1]),
+                                                        bytes(row[2]), int(row[3]))
 
     def close(self) -> None:
         with self._lock:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 
-def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+def stop_process(proc: subprocess.Popen[Any] | None, timeout: float) -> None:
     """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds; nothing if it already exited."""
     if proc is None or proc.poll() is not None:
         return
