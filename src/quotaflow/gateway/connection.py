@@ -25,8 +25,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
@@ -35,13 +35,16 @@ from quotaflow.core.errors import (
     ConnectionClosed,
     IllegalSaslStateError,
     InvalidRequestError,
+    QuotaflowError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
+    map_errors,
 )
 from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
+from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
 from quotaflow.gateway.mutations import TopicQuotaDecision
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
 from quotaflow.gateway.sasl_passthrough import SaslPassthrough
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# a request Kafka cannot parse closes the connection
+_CLOSE_ON_INVALID: Final[Mapping[type[BaseException], type[QuotaflowError]]] = {InvalidRequestError: ConnectionClosed}
 _RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
 
 
@@ -72,9 +77,11 @@ class Pending:
     local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool = False
     holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
-    exempt: bool = False  # exempt from the request quota (SPEC §5): its thread time goes to exempt-request-time
+    # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
+    # to the exempt-request-time sensor
+    exempt: bool = False
     mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
-    decisions: dict[str, int] = field(default_factory=dict)
+    decisions: RequestDecisions = NO_DECISIONS
 
 
 class ClientConnection:
@@ -295,10 +302,8 @@ class ClientConnection:
         if self._sasl_state == "handshaken-v0":
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, _RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
-        try:
+        with map_errors(_CLOSE_ON_INVALID):
             header = protocol.parse_request_header(frame)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
         pending = Pending(header, len(frame), now_ms)
         key = header.api_key
         if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
@@ -320,10 +325,8 @@ class ClientConnection:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
         if key == ApiKey.Produce:
-            try:
+            with map_errors(_CLOSE_ON_INVALID):
                 pending.acks = protocol.produce_acks(frame, header)
-            except InvalidRequestError as e:
-                raise ConnectionClosed(str(e)) from e
             if self.enforcement.produce_limited(self.principal, header.client_id or ""):
                 # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
                 # until this response is decided and sent and its throttle has passed, so nothing slips past it
@@ -352,10 +355,8 @@ class ClientConnection:
                                                         header.api_version, pending.received_ms)
         if quota is None:
             return frame
-        try:
+        with map_errors(_CLOSE_ON_INVALID):
             pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
         if pending.mutations.forward is None:
             pending.local = mutations.local_response(header.api_version, header.correlation_id,
                                                      pending.mutations.refused)
@@ -369,10 +370,8 @@ class ClientConnection:
         quota_cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
         if quota_cap is not None:
             cap = min(cap, quota_cap)
-        try:
+        with map_errors(_CLOSE_ON_INVALID):
             return protocol.cap_fetch_max_bytes(frame, header, cap)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
 
     def _forward(self, pending: Pending) -> None:
         assert self._upstream_writer is not None and pending.forward is not None
@@ -385,7 +384,7 @@ class ClientConnection:
 
     async def _answer_locally(self, frame: bytes, pending: Pending) -> Pending:
         header = pending.header
-        try:
+        with map_errors(_CLOSE_ON_INVALID):
             if header.api_version == _RAW_SASL:
                 return await self._raw_sasl(frame, pending)
             request = protocol.decode_request(frame, header)
@@ -399,8 +398,6 @@ class ClientConnection:
                                                                            request, self.principal)
             pending.thread_ns += executor_ns
             pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
         return pending
 
     async def _api_versions_before_auth(self, pending: Pending) -> Pending:
@@ -586,25 +583,27 @@ class ClientConnection:
         measured = time.thread_time_ns()
         pending.thread_ns += measured - start_ns
         thread_ns = pending.thread_ns
-        d = pending.decisions
         if key == ApiKey.Produce:
             acks = -1 if pending.acks is None else pending.acks
             pending.exempt = acks == 0
             decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
-            d["throttle_ms_produce"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
             throttle = decision.throttle_ms
+            pending.decisions = RequestDecisions(throttle_ms_produce=decision.bandwidth_ms,
+                                                 throttle_ms_request=decision.request_ms, throttle_ms=throttle)
         elif key == ApiKey.Fetch and pending.upstream is not None:
             decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
-            d["throttle_ms_fetch"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
             throttle = decision.throttle_ms
+            pending.decisions = RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms,
+                                                 throttle_ms_request=decision.request_ms, throttle_ms=throttle)
         elif pending.mutations is not None:
-            mutation, d["throttle_ms_request"] = enforcement.request_with_mutation(
+            mutation, request = enforcement.request_with_mutation(
                 user, client_id, thread_ns, pending.mutations.quota, now_ms)
-            throttle = max(mutation, d["throttle_ms_request"])
+            throttle = max(mutation, request)
+            pending.decisions = RequestDecisions(throttle_ms_request=request, throttle_ms=throttle)
         else:
             pending.exempt = enforcement.is_exempt(key)
-            throttle = d["throttle_ms_request"] = enforcement.request(key, user, client_id, thread_ns, now_ms)
-        d["throttle_ms"] = throttle
+            throttle = enforcement.request(key, user, client_id, thread_ns, now_ms)
+            pending.decisions = RequestDecisions(throttle_ms_request=throttle, throttle_ms=throttle)
         if throttle > 0:
             self._mute(throttle)
         return throttle, measured

@@ -348,8 +348,8 @@ class Gateway:
             "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
             "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,
             "network_thread_ns": pending.network_ns, "acks": pending.acks, "is_follower": False,
-            "throttle_ms_produce": d.get("throttle_ms_produce", 0), "throttle_ms_fetch": d.get("throttle_ms_fetch", 0),
-            "throttle_ms_request": d.get("throttle_ms_request", 0), "throttle_ms": d.get("throttle_ms", 0),
+            "throttle_ms_produce": d.throttle_ms_produce, "throttle_ms_fetch": d.throttle_ms_fetch,
+            "throttle_ms_request": d.throttle_ms_request, "throttle_ms": d.throttle_ms,
         })
 
     def _on_connection(self, row: dict[str, Any]) -> None:
