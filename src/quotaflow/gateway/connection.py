@@ -26,7 +26,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
@@ -44,48 +43,24 @@ from quotaflow.gateway import mutations, protocol, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
-from quotaflow.gateway.mutations import TopicQuotaDecision
+from quotaflow.gateway.enforcement import RequestDecisions
+from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
 from quotaflow.gateway.sasl_passthrough import SaslPassthrough
 from quotaflow.gateway.scram import ScramServer
 
 if TYPE_CHECKING:
+    from quotaflow.gateway.context import ConnectionContext
     from quotaflow.gateway.enforcement import Enforcement
-    from quotaflow.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 
 # a request Kafka cannot parse closes the connection
 _CLOSE_ON_INVALID: Final[Mapping[type[BaseException], type[QuotaflowError]]] = {InvalidRequestError: ConnectionClosed}
-_RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
-
-
-@dataclass(slots=True)
-class Pending:
-    """One request on its way through the gateway."""
-
-    header: protocol.RequestHeader
-    request_bytes: int
-    received_ms: int
-    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far ("io thread")
-    network_ns: int = 0  # CPU time spent in socket writes for it ("network thread")
-    acks: int | None = None
-    local: bytes | None = None  # a response the gateway made itself
-    upstream: asyncio.Future[bytes] | None = None
-    forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
-    local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
-    close_after: bool = False
-    holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
-    # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
-    # to the exempt-request-time sensor
-    exempt: bool = False
-    mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
-    decisions: RequestDecisions = NO_DECISIONS
 
 
 class ClientConnection:
-    def __init__(self, gateway: Gateway, listener: str, client_ip: str, client_port: int,
+    def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
         self.gateway = gateway
         self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
@@ -300,7 +275,7 @@ class ClientConnection:
     def _on_request(self, frame: bytes) -> Pending:
         now_ms = time.time_ns() // 1_000_000
         if self._sasl_state == "handshaken-v0":
-            header = protocol.RequestHeader(ApiKey.SaslAuthenticate, _RAW_SASL, -1, None, 0)
+            header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
         with map_errors(_CLOSE_ON_INVALID):
             header = protocol.parse_request_header(frame)
@@ -385,7 +360,7 @@ class ClientConnection:
     async def _answer_locally(self, frame: bytes, pending: Pending) -> Pending:
         header = pending.header
         with map_errors(_CLOSE_ON_INVALID):
-            if header.api_version == _RAW_SASL:
+            if header.api_version == RAW_SASL:
                 return await self._raw_sasl(frame, pending)
             request = protocol.decode_request(frame, header)
             if pending.local_api_versions:
@@ -543,7 +518,7 @@ class ClientConnection:
         are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md)."""
         start = time.thread_time_ns()
         key = pending.header.api_key
-        sasl = pending.header.api_version == _RAW_SASL or key in _SASL_APIS
+        sasl = pending.header.api_version == RAW_SASL or key in _SASL_APIS
         now_ms = self.gateway.decision_ms()
         throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
         out = self._render(pending, frame, throttle)
@@ -612,7 +587,7 @@ class ClientConnection:
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        if version == _RAW_SASL or key in _SASL_APIS:
+        if version == RAW_SASL or key in _SASL_APIS:
             if self._passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
                 principal = self._passthrough.response(key, version, frame)
                 if principal is not None:

@@ -38,9 +38,11 @@ from quotaflow.gateway.brokers import (
 )
 from quotaflow.gateway.cluster_quota import cluster_quotas_for
 from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
-from quotaflow.gateway.connection import ClientConnection, Pending
+from quotaflow.gateway.connection import ClientConnection
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
+from quotaflow.gateway.context import ConnectionInfo
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
+from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.request_memory import RequestMemory
@@ -337,7 +339,7 @@ class Gateway:
         self._last_decision_ms = now
         return now
 
-    def on_request(self, conn: ClientConnection, pending: Pending, response_bytes: int, now_ms: int) -> None:
+    def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None:
         if self._event_log is None:
             return
         h = pending.header
