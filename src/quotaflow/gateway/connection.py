@@ -32,11 +32,8 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import (
     ConnectionClosed,
-    IllegalSaslStateError,
     InvalidRequestError,
     QuotaflowError,
-    SaslAuthenticationFailedError,
-    UnsupportedSaslMechanismError,
     map_errors,
 )
 from quotaflow.gateway import mutations, protocol, versions
@@ -45,9 +42,8 @@ from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.enforcement import RequestDecisions
 from quotaflow.gateway.pending import RAW_SASL, Pending
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
-from quotaflow.gateway.sasl_passthrough import SaslPassthrough
-from quotaflow.gateway.scram import ScramServer
+from quotaflow.gateway.sasl import ANONYMOUS
+from quotaflow.gateway.sasl_session import SASL_APIS, SaslSession
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext
@@ -84,12 +80,10 @@ class ClientConnection:
         self._awaiting: deque[Pending] = deque()
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
-        self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
-        self._scram: ScramServer | None = None  # SaslHandshake chose SCRAM-SHA-256/512 (else PLAIN)
-        # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
-        self._passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
+        self.sasl = SaslSession(gateway, client_ip,
+                                required=gateway.config.security_protocol(listener) in SASL_PROTOCOLS,
+                                on_authenticated=self._authenticated)
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
-        self.require_sasl = gateway.config.security_protocol(listener) in SASL_PROTOCOLS
         self._closing = False
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
@@ -177,7 +171,7 @@ class ClientConnection:
         """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
         authenticated, ``socket.request.max.bytes`` after."""
         config = self.gateway.config
-        if self.require_sasl and self._sasl_state != "authenticated":
+        if self.sasl.pending_auth:
             return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes), \
                 "sasl.server.max.receive.size"
         return config.socket_request_max_bytes, "socket.request.max.bytes"
@@ -230,9 +224,9 @@ class ClientConnection:
 
     def _will_forward(self, frame: bytes) -> bool:
         """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
-        if self._passthrough is not None and self._sasl_state != "authenticated":
+        if self.sasl.passthrough is not None and not self.sasl.authenticated:
             return True  # SASL passthrough: the exchange itself goes to the broker
-        if self._sasl_state == "handshaken-v0" or (self.require_sasl and self._sasl_state != "authenticated"):
+        if self.sasl.raw_tokens or self.sasl.pending_auth:
             return False
         try:
             header = protocol.parse_request_header(frame)
@@ -274,14 +268,14 @@ class ClientConnection:
 
     def _on_request(self, frame: bytes) -> Pending:
         now_ms = time.time_ns() // 1_000_000
-        if self._sasl_state == "handshaken-v0":
+        if self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
         with map_errors(_CLOSE_ON_INVALID):
             header = protocol.parse_request_header(frame)
         pending = Pending(header, len(frame), now_ms)
         key = header.api_key
-        if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
+        if self.sasl.pending_auth and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
         if key == ApiKey.ApiVersions and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
@@ -291,12 +285,12 @@ class ClientConnection:
             # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
-        if key in _LOCAL_APIS and (self._passthrough is None or key not in _SASL_APIS):
+        passthrough = self.sasl.passthrough is not None
+        if key in _LOCAL_APIS and (not passthrough or key not in SASL_APIS):
             return pending  # answered by _answer_locally
-        if self._passthrough is not None and key in _SASL_APIS:
-            self._passthrough.request(header, frame)  # SASL passthrough: read, then forwarded as it came
-        elif key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated" \
-                and self._passthrough is None:
+        if passthrough and key in SASL_APIS:
+            self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
+        elif key == ApiKey.ApiVersions and self.sasl.pending_auth and not passthrough:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
         if key == ApiKey.Produce:
@@ -361,14 +355,14 @@ class ClientConnection:
         header = pending.header
         with map_errors(_CLOSE_ON_INVALID):
             if header.api_version == RAW_SASL:
-                return await self._raw_sasl(frame, pending)
+                return await self.sasl.raw_token(frame, pending)
             request = protocol.decode_request(frame, header)
             if pending.local_api_versions:
                 return await self._api_versions_before_auth(pending)
             if header.api_key == ApiKey.SaslHandshake:
-                return self._sasl_handshake(request, pending)
+                return self.sasl.handshake(request, pending)
             if header.api_key == ApiKey.SaslAuthenticate:
-                return await self._sasl_authenticate(request, pending)
+                return await self.sasl.authenticate(request, pending)
             response, executor_ns = await self.gateway.quota_admin.handle(header.api_key, header.api_version,
                                                                            request, self.principal)
             pending.thread_ns += executor_ns
@@ -387,90 +381,6 @@ class ClientConnection:
         keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
         pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
                                                  pending.header.correlation_id)
-        return pending
-
-    def _sasl_handshake(self, request: Any, pending: Pending) -> Pending:
-        version = pending.header.api_version
-        cls = protocol.response_class(ApiKey.SaslHandshake, version)
-        if self._sasl_state != "none":
-            error = IllegalSaslStateError.errno
-            pending.close_after = True
-        elif request.mechanism not in self.gateway.sasl_mechanisms:
-            error = UnsupportedSaslMechanismError.errno
-        else:
-            error = 0
-            self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
-            if request.mechanism != PLAIN and self.gateway.scram_store is not None:
-                self._scram = ScramServer(request.mechanism, self.gateway.scram_store.get_scram_credential)
-        mechanisms = list(self.gateway.sasl_mechanisms)
-        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=mechanisms), version,
-                                                 pending.header.correlation_id)
-        return pending
-
-    async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
-        """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is
-        answered only after ``connection.failed.authentication.delay.ms``, as Kafka delays it (KIP-306)."""
-        verdict = await self.gateway.sasl.verify(token, self.client_ip)
-        if verdict.principal is None:
-            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
-        return verdict.principal, verdict.error, verdict.cpu_ns
-
-    async def _sasl_step(self, token: bytes) -> tuple[str | None, bytes, str | None, int]:
-        """One client token through the chosen mechanism: (principal once complete, server token, error message,
-        CPU ns). PLAIN goes to the gateway's verifier; SCRAM needs no password hash (the stored keys are derived
-        already), only one store lookup, done in the default executor. Failures wait as PLAIN's do."""
-        scram = self._scram
-        if scram is None:
-            principal, error, ns = await self._check_plain(token)
-            return principal, b"", error, ns
-
-        def run() -> tuple[str | None, bytes, str | None, int]:
-            start = time.thread_time_ns()
-            try:
-                first = scram.user is None
-                answer = scram.first(token) if first else scram.final(token)
-                return (None if first else scram.user), answer, None, time.thread_time_ns() - start
-            except SaslAuthenticationError as e:
-                return None, b"", e.message or str(e), time.thread_time_ns() - start
-
-        result = await asyncio.get_running_loop().run_in_executor(None, run)
-        if result[2] is not None:
-            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
-        return result
-
-    async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
-        principal, answer, error, ns = await self._sasl_step(token)
-        pending.thread_ns += ns
-        if error is not None:
-            raise ConnectionClosed(f"SASL authentication failed: {error}")  # v0 has no error response: close
-        if principal is not None:
-            self.principal = principal
-            self._sasl_state = "authenticated"
-        pending.local = protocol.SIZE.pack(len(answer)) + answer  # PLAIN's server token is empty
-        return pending
-
-    async def _sasl_authenticate(self, request: Any, pending: Pending) -> Pending:
-        version = pending.header.api_version
-        cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
-        message: str | None
-        answer = b""
-        if self._sasl_state != "handshaken":
-            error, message = IllegalSaslStateError.errno, "Unexpected SaslAuthenticate request"
-        else:
-            principal, answer, message, ns = await self._sasl_step(bytes(request.auth_bytes))
-            pending.thread_ns += ns
-            if message is not None:
-                error = SaslAuthenticationFailedError.errno
-            else:
-                error = 0
-                if principal is not None:
-                    self.principal = principal
-                    self._sasl_state = "authenticated"
-        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": answer}
-        if version >= 1:
-            fields["session_lifetime_ms"] = 0
-        pending.close_after = error != 0
-        pending.local = protocol.encode_response(cls(**fields), version, pending.header.correlation_id)
         return pending
 
     # -- upstream -> gateway ----------------------------------------------------------------------------------
@@ -518,7 +428,7 @@ class ClientConnection:
         are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md)."""
         start = time.thread_time_ns()
         key = pending.header.api_key
-        sasl = pending.header.api_version == RAW_SASL or key in _SASL_APIS
+        sasl = pending.header.api_version == RAW_SASL or key in SASL_APIS
         now_ms = self.gateway.decision_ms()
         throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
         out = self._render(pending, frame, throttle)
@@ -587,11 +497,9 @@ class ClientConnection:
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        if version == RAW_SASL or key in _SASL_APIS:
-            if self._passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
-                principal = self._passthrough.response(key, version, frame)
-                if principal is not None:
-                    self.principal, self._sasl_state = principal, "authenticated"
+        if version == RAW_SASL or key in SASL_APIS:
+            if self.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
+                self.sasl.watch_response(key, version, frame)
                 return _PASS_THROUGH
             return frame
         if pending.mutations is not None:
@@ -605,7 +513,8 @@ class ClientConnection:
         if key == ApiKey.Fetch and throttle > 0:
             return protocol.empty_fetch_response(frame, version, throttle)
         if key == ApiKey.ApiVersions:
-            return versions.rewrite_response(frame, version, throttle, sasl_passthrough=self._passthrough is not None)
+            passthrough = self.sasl.passthrough is not None
+            return versions.rewrite_response(frame, version, throttle, sasl_passthrough=passthrough)
         if key in REWRITTEN_APIS or throttle > 0:
             return self._rewrite(frame, key, version, throttle)
         return _PASS_THROUGH
@@ -620,6 +529,9 @@ class ClientConnection:
         if throttle > 0 and protocol.has_throttle_field(message):
             message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
         return protocol.encode_response(message, version, protocol.response_correlation_id(frame))
+
+    def _authenticated(self, principal: str) -> None:
+        self.principal = principal
 
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
@@ -641,6 +553,5 @@ def _supported(api_key: int, version: int) -> bool:
 
 _PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
 
-_SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
-_BEFORE_AUTH: Final = _SASL_APIS | {ApiKey.ApiVersions}
-_LOCAL_APIS: Final = _SASL_APIS | {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas}
+_BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}
+_LOCAL_APIS: Final = SASL_APIS | {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas}
