@@ -1,4 +1,9 @@
-"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling, backpressure.
+"""One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding.
+
+What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
+and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.api_handlers`; the SASL
+exchange is :class:`~quotaflow.gateway.sasl_session.SaslSession`; a request on its way is a
+:class:`~quotaflow.gateway.pending.Pending`.
 
 Up to three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
 pipeline requests and match responses by order and correlation id):
@@ -25,22 +30,16 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import (
-    ConnectionClosed,
-    InvalidRequestError,
-    QuotaflowError,
-    map_errors,
-)
-from quotaflow.gateway import mutations, protocol, versions
-from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
+from quotaflow.gateway import protocol, versions
+from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.enforcement import RequestDecisions
 from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
 from quotaflow.gateway.sasl_session import SASL_APIS, SaslSession
@@ -51,11 +50,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# a request Kafka cannot parse closes the connection
-_CLOSE_ON_INVALID: Final[Mapping[type[BaseException], type[QuotaflowError]]] = {InvalidRequestError: ConnectionClosed}
-
 
 class ClientConnection:
+    """One admitted client connection and, once a request must be forwarded, its upstream connection."""
+
     def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
         self.gateway = gateway
@@ -235,7 +233,7 @@ class ClientConnection:
         key, version = header.api_key, header.api_version
         if key == ApiKey.ApiVersions:
             return 0 <= version <= versions.APIVERSIONS_MAX
-        return key not in _LOCAL_APIS and _supported(key, version)
+        return key not in LOCAL_APIS and _supported(key, version)
 
     async def _ready_to_read(self) -> None:
         await self._unmuted()
@@ -271,7 +269,7 @@ class ClientConnection:
         if self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
-        with map_errors(_CLOSE_ON_INVALID):
+        with map_errors(CLOSE_ON_INVALID):
             header = protocol.parse_request_header(frame)
         pending = Pending(header, len(frame), now_ms)
         key = header.api_key
@@ -286,61 +284,23 @@ class ClientConnection:
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         passthrough = self.sasl.passthrough is not None
-        if key in _LOCAL_APIS and (not passthrough or key not in SASL_APIS):
+        if key in LOCAL_APIS and (not passthrough or key not in SASL_APIS):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
             self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
         elif key == ApiKey.ApiVersions and self.sasl.pending_auth and not passthrough:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
-        if key == ApiKey.Produce:
-            with map_errors(_CLOSE_ON_INVALID):
-                pending.acks = protocol.produce_acks(frame, header)
-            if self.enforcement.produce_limited(self.principal, header.client_id or ""):
-                # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
-                # until this response is decided and sent and its throttle has passed, so nothing slips past it
-                pending.holds_reading = True
-                self._held += 1
-            if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
-                pending.forward = frame
-                pending.local = b""
-                return pending
-        if key == ApiKey.Fetch and header.api_version >= 3:
-            frame = self._cap_fetch(frame, header)
-        elif key == ApiKey.CreateTopics:
-            forward = self._mutation_quota(frame, pending)
-            if forward is None:  # every topic refused: answered here
+        hook = HANDLERS.get(key, DEFAULT).request
+        if hook is not None:
+            forward = hook(self, pending, frame)
+            if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
                 return pending
             frame = forward
         pending.forward = frame
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
-
-    def _mutation_quota(self, frame: bytes, pending: Pending) -> bytes | None:
-        """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
-        header = pending.header
-        quota = self.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
-                                                        header.api_version, pending.received_ms)
-        if quota is None:
-            return frame
-        with map_errors(_CLOSE_ON_INVALID):
-            pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
-        if pending.mutations.forward is None:
-            pending.local = mutations.local_response(header.api_version, header.correlation_id,
-                                                     pending.mutations.refused)
-        return pending.mutations.forward
-
-    def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
-        """``max_bytes = min(request's, fetch.max.bytes, the consumer quota's window)``, as KafkaApis does: the
-        broker setting bounds one response's memory, and without the quota cap a response larger than the window
-        allows would be throttled, answered empty and re-fetched forever."""
-        cap = self.gateway.config.fetch_max_bytes
-        quota_cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
-        if quota_cap is not None:
-            cap = min(cap, quota_cap)
-        with map_errors(_CLOSE_ON_INVALID):
-            return protocol.cap_fetch_max_bytes(frame, header, cap)
 
     def _forward(self, pending: Pending) -> None:
         assert self._upstream_writer is not None and pending.forward is not None
@@ -353,35 +313,13 @@ class ClientConnection:
 
     async def _answer_locally(self, frame: bytes, pending: Pending) -> Pending:
         header = pending.header
-        with map_errors(_CLOSE_ON_INVALID):
+        with map_errors(CLOSE_ON_INVALID):
             if header.api_version == RAW_SASL:
                 return await self.sasl.raw_token(frame, pending)
             request = protocol.decode_request(frame, header)
-            if pending.local_api_versions:
-                return await self._api_versions_before_auth(pending)
-            if header.api_key == ApiKey.SaslHandshake:
-                return self.sasl.handshake(request, pending)
-            if header.api_key == ApiKey.SaslAuthenticate:
-                return await self.sasl.authenticate(request, pending)
-            response, executor_ns = await self.gateway.quota_admin.handle(header.api_key, header.api_version,
-                                                                           request, self.principal)
-            pending.thread_ns += executor_ns
-            pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
-        return pending
-
-    async def _api_versions_before_auth(self, pending: Pending) -> Pending:
-        """ApiVersions from a client that has not authenticated: the upstream's list (fetched once for everyone
-        by the gateway), merged with the gateway's own APIs, as the forwarded answer would be."""
-        try:
-            upstream = await self.gateway.upstream_api_versions()
-        except UpstreamUnavailableError as e:
-            raise ConnectionClosed(str(e)) from e
-        version = pending.header.api_version
-        cls = protocol.response_class(ApiKey.ApiVersions, version)
-        keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
-        pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
-                                                 pending.header.correlation_id)
-        return pending
+            local = HANDLERS[header.api_key].local  # ApiVersions comes here only before authentication
+            assert local is not None
+            return await local(self, request, pending)
 
     # -- upstream -> gateway ----------------------------------------------------------------------------------
 
@@ -435,7 +373,7 @@ class ClientConnection:
         self._unsent -= len(frame)
         if pending.upstream is None:
             self._unsent_local -= len(frame)
-        if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
+        if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
             self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:
             self.writer.write(out)
@@ -467,28 +405,10 @@ class ClientConnection:
         user, client_id = self.principal, header.client_id or ""
         measured = time.thread_time_ns()
         pending.thread_ns += measured - start_ns
-        thread_ns = pending.thread_ns
-        if key == ApiKey.Produce:
-            acks = -1 if pending.acks is None else pending.acks
-            pending.exempt = acks == 0
-            decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
-            throttle = decision.throttle_ms
-            pending.decisions = RequestDecisions(throttle_ms_produce=decision.bandwidth_ms,
-                                                 throttle_ms_request=decision.request_ms, throttle_ms=throttle)
-        elif key == ApiKey.Fetch and pending.upstream is not None:
-            decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
-            throttle = decision.throttle_ms
-            pending.decisions = RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms,
-                                                 throttle_ms_request=decision.request_ms, throttle_ms=throttle)
-        elif pending.mutations is not None:
-            mutation, request = enforcement.request_with_mutation(
-                user, client_id, thread_ns, pending.mutations.quota, now_ms)
-            throttle = max(mutation, request)
-            pending.decisions = RequestDecisions(throttle_ms_request=request, throttle_ms=throttle)
-        else:
-            pending.exempt = enforcement.is_exempt(key)
-            throttle = enforcement.request(key, user, client_id, thread_ns, now_ms)
-            pending.decisions = RequestDecisions(throttle_ms_request=throttle, throttle_ms=throttle)
+        decisions = HANDLERS.get(key, DEFAULT).decide(enforcement, pending, frame, user, client_id,
+                                                      pending.thread_ns, now_ms)
+        pending.decisions = decisions
+        throttle = decisions.throttle_ms
         if throttle > 0:
             self._mute(throttle)
         return throttle, measured
@@ -497,38 +417,23 @@ class ClientConnection:
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        if version == RAW_SASL or key in SASL_APIS:
-            if self.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
-                self.sasl.watch_response(key, version, frame)
-                return _PASS_THROUGH
-            return frame
-        if pending.mutations is not None:
-            if pending.upstream is None:
-                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
-            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
+        hook = HANDLERS.get(key, DEFAULT).response
+        if hook is not None:
+            out = hook(self, pending, frame, throttle)
+            if out is not None:
+                return out
         if pending.upstream is None:  # made here: already framed; only the throttle field may change
             if throttle > 0 and frame:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame
             return frame
-        if key == ApiKey.Fetch and throttle > 0:
-            return protocol.empty_fetch_response(frame, version, throttle)
-        if key == ApiKey.ApiVersions:
-            passthrough = self.sasl.passthrough is not None
-            return versions.rewrite_response(frame, version, throttle, sasl_passthrough=passthrough)
-        if key in REWRITTEN_APIS or throttle > 0:
-            return self._rewrite(frame, key, version, throttle)
-        return _PASS_THROUGH
+        if throttle > 0:
+            return rewrite(self, frame, key, version, throttle)
+        return PASS_THROUGH
 
-    def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
-        known = protocol.max_known_version(key)
-        if known is None or version > known:  # forwarded undecoded: the client is muted, not told
-            return protocol.SIZE.pack(len(frame)) + frame
-        message = protocol.decode_response(frame, key, version)
-        if key in REWRITTEN_APIS:
-            rewrite_addresses(message, key, self.gateway.address_map(self.listener))
-        if throttle > 0 and protocol.has_throttle_field(message):
-            message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
-        return protocol.encode_response(message, version, protocol.response_correlation_id(frame))
+    def hold_reading(self, pending: Pending) -> None:
+        """A byte-rate-limited produce: no further reads until its response is sent and its throttle has passed."""
+        pending.holds_reading = True
+        self._held += 1
 
     def _authenticated(self, principal: str) -> None:
         self.principal = principal
@@ -544,14 +449,11 @@ def _supported(api_key: int, version: int) -> bool:
     are forwarded as bytes and the upstream judges their versions."""
     if version < 0:
         return False
-    if api_key not in versions.DECODED_APIS and api_key not in _LOCAL_APIS:
+    if api_key not in versions.DECODED_APIS and api_key not in LOCAL_APIS:
         return True
     cls = protocol.REQUESTS.get(api_key)
     known = protocol.max_known_version(api_key)
     return cls is not None and known is not None and int(cls.min_version) <= version <= known
 
 
-_PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
-
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}
-_LOCAL_APIS: Final = SASL_APIS | {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas}
