@@ -18,6 +18,7 @@ from quotaflow.core.errors import InvalidConfigurationError
 from quotaflow.core.keys import INT_MAX
 from quotaflow.core.properties import parse_properties as parse_properties  # re-exported: gateway.config, tests
 from quotaflow.engine.connection import ConnectionQuotaConfig
+from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
 
 MAX_CONNECTION_CREATION_RATE: Final = "max.connection.creation.rate"
 MAX_CONNECTIONS: Final = "max.connections"
@@ -89,8 +90,8 @@ def connection_quota_config(props: dict[str, str]) -> ConnectionQuotaConfig:
         )
     inter_broker = props.get(INTER_BROKER_LISTENER_NAME, "").strip() or None
     return ConnectionQuotaConfig(
-        quota_window_num=_int(props, QUOTA_WINDOW_NUM, 11, 1),
-        quota_window_size_seconds=_int(props, QUOTA_WINDOW_SIZE_SECONDS, 1, 1),
+        quota_window_num=_int(props, QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_NUM, 1),
+        quota_window_size_seconds=_int(props, QUOTA_WINDOW_SIZE_SECONDS, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, 1),
         max_connection_creation_rate=_int(props, MAX_CONNECTION_CREATION_RATE, INT_MAX, 0),
         listener_rates=listener_rates,
         max_connections=_int(props, MAX_CONNECTIONS, INT_MAX, 0),

@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.conftest import GatewayFactory, gateway_factory, tansu  # noqa: F401  (fixtures, used by name)
-from quotaflow.admin import Admin, Alteration
+from quotaflow.admin import Admin, Alteration, QuotaIndex
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.console.live import LiveMetrics
 from quotaflow.core.entities import QuotaEntity
@@ -112,13 +112,20 @@ def test_an_unreachable_gateway_is_reported_and_the_others_still_scraped(store: 
             return httpx2.Response(200, text=SCRAPE)
         raise httpx2.ConnectError("connection refused", request=request)
 
-    m = LiveMetrics(["http://up:1", "http://down:1"], Admin(store).index)
+    index_threads: list[int] = []
+
+    def index() -> QuotaIndex:  # rebuilding it reads the whole store: never on the event loop's thread
+        index_threads.append(threading.get_ident())
+        return Admin(store).index()
+
+    m = LiveMetrics(["http://up:1", "http://down:1"], index)
 
     async def once() -> None:
         async with httpx2.AsyncClient(transport=httpx2.MockTransport(handler)) as client:
             await m.scrape_once(client)
 
     asyncio.run(once())
+    assert index_threads and threading.get_ident() not in index_threads  # asyncio.run's loop runs on this thread
     states = {g["url"]: g for g in m.snapshot()["gateways"]}
     assert states["http://up:1"]["ok"] and states["http://up:1"]["series"] > 0
     assert not states["http://down:1"]["ok"] and "connection refused" in states["http://down:1"]["error"]

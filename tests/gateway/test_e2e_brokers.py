@@ -280,7 +280,7 @@ def test_replay_of_the_event_log_reproduces_the_per_broker_decisions(
         throttles = [r["throttle_ms_produce"] for r in sorted(live.values(), key=lambda r: r["seq"])
                      if r["broker"] == str(node)]
         assert throttles[0] == 0 and max(throttles) > 0
-    replayed, _prepared = decisions(events, load_config(store), WindowSettings())
+    replayed, _windows = decisions(events, load_config(store), WindowSettings(), with_inputs=True)
     again = {r["seq"]: r for r in replayed.to_pylist() if r["client_id"] == "metered"}
     for seq, row in live.items():
         assert again[seq]["throttle_ms_produce"] == row["throttle_ms_produce"], (seq, row["broker"])

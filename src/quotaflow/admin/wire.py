@@ -31,6 +31,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from quotaflow import __version__
 from quotaflow.admin.codec import resolution_from_json
 from quotaflow.admin.local import Alteration, AlterResult, DescribedEntity, Resolution
+from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import (
     ApiError,
@@ -81,11 +82,10 @@ class SaslPlain:
 
 def parse_bootstrap(text: str) -> tuple[str, int]:
     """The first ``HOST:PORT`` of a comma-separated bootstrap list."""
-    first = text.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise CommandError(f"--bootstrap-server expects HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_host_port(text.split(",")[0])
+    except ValueError:
+        raise CommandError(f"--bootstrap-server expects HOST:PORT, got {text!r}") from None
 
 
 class KafkaWireConnection:

@@ -8,9 +8,7 @@ gateway.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +19,7 @@ import click
 
 from quotaflow.admin import Admin, AdminBackend
 from quotaflow.core.errors import BrokerConnectionError, CommandError, KafkaError, QuotaflowError, StoreError
+from quotaflow.core.javafmt import parse_double
 from quotaflow.store import open_store
 
 if TYPE_CHECKING:
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., object])
 
-_JAVA_DOUBLE: Final = re.compile(r"[+-]?(NaN|Infinity|((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)[fFdD]?)")
 
 # Kafka's Java exception for each error code, so messages read as kafka-configs.sh prints them
 _JAVA_EXCEPTIONS: Final = {
@@ -154,8 +152,7 @@ def raw_args() -> list[str]:
 
 def parse_java_double(key: str, text: str) -> float:
     """``Double.parseDouble``, with kafka-configs.sh's message when it fails."""
-    stripped = text.strip()
-    if not _JAVA_DOUBLE.fullmatch(stripped):
-        raise CommandError(f"Cannot parse quota configuration value for {key}: {text}")
-    body = stripped.rstrip("fFdD") if not stripped.endswith("Infinity") else stripped
-    return math.nan if body.lstrip("+-") == "NaN" else float(body)
+    try:
+        return parse_double(text)
+    except ValueError:
+        raise CommandError(f"Cannot parse quota configuration value for {key}: {text}") from None

@@ -17,6 +17,7 @@ import uvicorn
 from quotaflow.cli.common import STORE_HELP
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.console.live import DEFAULT_HISTORY, DEFAULT_INTERVAL_S
+from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.store import open_store
 
@@ -25,10 +26,10 @@ DEFAULT_LISTEN: Final = "127.0.0.1:8080"
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(f"expected HOST:PORT, got {text!r}", param_hint="--listen")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_host_port(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--listen") from e
 
 
 def _gateway_url(text: str) -> str:

@@ -14,8 +14,9 @@ from pathlib import Path
 import click
 
 from quotaflow.cli.common import STORE_HELP
+from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway.brokers import parse_hostport, parse_upstreams
+from quotaflow.gateway.brokers import parse_upstreams
 from quotaflow.gateway.server import Gateway, new_event_loop
 from quotaflow.store import store_value
 
@@ -27,7 +28,7 @@ def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
         if not sep or not name:
             raise click.BadParameter(f"expected NAME=HOST:PORT, got {value!r}", param_hint="--listen")
         try:
-            out[name] = parse_hostport(address)
+            out[name] = parse_host_port(address)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--listen") from e
     return out

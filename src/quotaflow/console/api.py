@@ -2,7 +2,8 @@
 
 Errors are Kafka's: a bad filter or alteration is HTTP 400 with Kafka's code, name and message (and nothing is
 written); no or wrong credentials 401 (with an HTTP Basic challenge, unless the console's own page asked); not an
-admin, or a read-only console, 403; an unknown backtest or series 404.
+admin, or a read-only console, 403; an unknown backtest or series 404; an unknown route or method 404 / 405, all in
+one ``{"error": {"code", "name", "message"}}`` shape.
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ async def whoami(request: Request) -> Response:
 
 
 async def live(request: Request) -> Response:
-    return JSONResponse(console_of(request).live.snapshot())
+    console = console_of(request)
+    index = await run_in_threadpool(console.index)  # a rebuild after a store change reads a whole snapshot
+    return JSONResponse(console.live.snapshot(index=index))
 
 
 async def live_history(request: Request) -> Response:

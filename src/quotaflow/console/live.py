@@ -100,10 +100,12 @@ class LiveMetrics:
 
     # -- scraping ---------------------------------------------------------------------------------------------
     async def scrape_once(self, client: httpx2.AsyncClient) -> None:
-        """Scrape every gateway once (concurrently); a failed gateway records its error, the others go on."""
-        await asyncio.gather(*(self._scrape(client, gw) for gw in self.gateways.values()))
+        """Scrape every gateway once (concurrently); a failed gateway records its error, the others go on.
+        The quotas are read off the event loop: after a store change the index is rebuilt from a whole snapshot."""
+        index = await asyncio.to_thread(self._index)
+        await asyncio.gather(*(self._scrape(client, gw, index) for gw in self.gateways.values()))
 
-    async def _scrape(self, client: httpx2.AsyncClient, gw: GatewayState) -> None:
+    async def _scrape(self, client: httpx2.AsyncClient, gw: GatewayState, index: QuotaIndex) -> None:
         try:
             response = await client.get(f"{gw.url}/metrics")
             response.raise_for_status()
@@ -112,16 +114,16 @@ class LiveMetrics:
             gw.ok, gw.error = False, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return
         try:
-            self.ingest(gw, text, self._clock())
+            self.ingest(gw, text, self._clock(), index)
         except ValueError as e:  # not Prometheus text
             gw.ok, gw.error = False, f"unreadable /metrics: {e}"
             return
         gw.ok, gw.error = True, None
 
-    def ingest(self, gw: GatewayState, text: str, now: float) -> None:
-        """Add one scrape's samples to the history."""
+    def ingest(self, gw: GatewayState, text: str, now: float, index: QuotaIndex | None = None) -> None:
+        """Add one scrape's samples to the history, their quotas from ``index`` (default: the current one)."""
         self._forget_stale(gw, now)
-        index = self._index()
+        index = self._index() if index is None else index
         rates: dict[EntityKey, float] = {}
         throttles: dict[EntityKey, float] = {}
         for family in text_string_to_metric_families(text):
@@ -185,9 +187,9 @@ class LiveMetrics:
             self._task = None
 
     # -- answers ----------------------------------------------------------------------------------------------
-    def entity_rows(self) -> list[dict[str, Any]]:
+    def entity_rows(self, index: QuotaIndex | None = None) -> list[dict[str, Any]]:
         """Every quota-id's latest reading, most throttled first (then closest to its quota)."""
-        index = self._index()
+        index = self._index() if index is None else index
         rows: list[dict[str, Any]] = []
         for gw in self.gateways.values():
             for (url, qt, user, client), s in gw.entities.items():
@@ -246,9 +248,9 @@ class LiveMetrics:
                 )
         return rows
 
-    def snapshot(self, top: int = TOP_N) -> dict[str, Any]:
+    def snapshot(self, top: int = TOP_N, index: QuotaIndex | None = None) -> dict[str, Any]:
         """The ``/api/live`` document."""
-        entities = self.entity_rows()
+        entities = self.entity_rows(index)
         return {
             "interval_s": self.interval_s,
             "history_points": self.history,

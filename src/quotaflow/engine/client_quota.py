@@ -27,7 +27,7 @@ from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
 from quotaflow.engine.rate import Rate
 from quotaflow.engine.sensors import QuotaSensor, RateSensor, TokenBucketSensor
-from quotaflow.engine.stats import Avg, CumulativeSum
+from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, Avg, CumulativeSum
 
 QuotaTypesTracking = Literal["refcount", "monotonic"]
 
@@ -66,8 +66,8 @@ class ClientQuotaManager:
     def __init__(
         self,
         quota_type: QuotaType,
-        samples: int = 11,
-        window_seconds: int = 1,
+        samples: int = DEFAULT_QUOTA_WINDOW_NUM,
+        window_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS,
         quota_types_tracking: QuotaTypesTracking = "refcount",
         *,
         metrics_samples: int = 2,

@@ -26,7 +26,7 @@ from quotaflow.core.errors import ConnectionThrottledError, InvalidConfiguration
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.rate import Rate, to_int32
-from quotaflow.engine.stats import Avg
+from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, Avg
 
 GROUP: Final = "socket-server-metrics"
 ACCEPTOR_GROUP: Final = "Acceptor"
@@ -37,8 +37,8 @@ IP_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
 class ConnectionQuotaConfig:
     """The static and reloadable broker settings the connection quotas read (server.properties names in docs)."""
 
-    quota_window_num: int = 11
-    quota_window_size_seconds: int = 1
+    quota_window_num: int = DEFAULT_QUOTA_WINDOW_NUM
+    quota_window_size_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
     max_connection_creation_rate: int = INT_MAX
     listener_rates: Mapping[str, int] = field(default_factory=dict)
     max_connections: int = INT_MAX

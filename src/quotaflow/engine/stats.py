@@ -13,6 +13,9 @@ from quotaflow.engine.rate import Rate
 # The broker's MetricConfig defaults (metrics.num.samples, metrics.sample.window.ms): the throttle-time Avgs use them.
 METRIC_SAMPLES: Final = 2
 METRIC_WINDOW_MS: Final = 30_000
+# The broker's quota.window.num / quota.window.size.seconds defaults (and controller.quota.window.*): 11 samples of 1 s.
+DEFAULT_QUOTA_WINDOW_NUM: Final = 11
+DEFAULT_QUOTA_WINDOW_SIZE_SECONDS: Final = 1
 
 
 class Avg(Rate):

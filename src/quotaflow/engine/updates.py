@@ -19,6 +19,7 @@ from quotaflow.core.keys import CONNECTION_CREATION_RATE
 from quotaflow.engine.client_quota import ClientQuotaManager, QuotaTypesTracking
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
+from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
 
 
 class QuotaChange(Protocol):
@@ -63,10 +64,10 @@ class QuotaManagers:
     @classmethod
     def create(
         cls,
-        samples: int = 11,
-        window_seconds: int = 1,
-        controller_samples: int = 11,
-        controller_window_seconds: int = 1,
+        samples: int = DEFAULT_QUOTA_WINDOW_NUM,
+        window_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS,
+        controller_samples: int = DEFAULT_QUOTA_WINDOW_NUM,
+        controller_window_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS,
         quota_types_tracking: QuotaTypesTracking = "refcount",
     ) -> QuotaManagers:
         def make(t: QuotaType, n: int, w: int) -> ClientQuotaManager:

@@ -29,6 +29,7 @@ from typing import Any, Final, TypeAlias
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import MetadataRequest
 
+from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway import protocol
 
@@ -47,20 +48,13 @@ class UpstreamUnavailableError(QuotaflowError, OSError):
     """No upstream address of the bootstrap list (or the node's own address) accepted a connection."""
 
 
-def parse_hostport(text: str) -> Address:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
-
-
 def parse_upstreams(value: str | Address | Sequence[Address]) -> list[Address]:
     """``HOST:PORT[,HOST:PORT...]`` (or a tuple, or a list of tuples): the bootstrap list, in order."""
     items: list[Any] = [value] if isinstance(value, str) or isinstance(value[0], str) else list(value)
     out: list[Address] = []
     for item in items:
         if isinstance(item, str):
-            out += [parse_hostport(part) for part in item.split(",") if part.strip()]
+            out += [parse_host_port(part) for part in item.split(",") if part.strip()]
         else:
             out.append((str(item[0]), int(item[1])))
     if not out:

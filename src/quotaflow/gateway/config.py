@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from quotaflow.brokerconfig import parse_properties
+from quotaflow.brokerconfig import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS, parse_properties
 from quotaflow.core.errors import CommandError, map_errors
+from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
 
 SOCKET_REQUEST_MAX_BYTES: Final = "socket.request.max.bytes"
 CONNECTIONS_MAX_IDLE_MS: Final = "connections.max.idle.ms"
-QUOTA_WINDOW_NUM: Final = "quota.window.num"
-QUOTA_WINDOW_SIZE_SECONDS: Final = "quota.window.size.seconds"
 CONTROLLER_QUOTA_WINDOW_NUM: Final = "controller.quota.window.num"
 CONTROLLER_QUOTA_WINDOW_SIZE_SECONDS: Final = "controller.quota.window.size.seconds"
 QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
@@ -47,10 +46,10 @@ SASL_PROTOCOLS: Final = frozenset({SASL_PLAINTEXT, SASL_SSL})
 class GatewayConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024  # Kafka's default (104857600)
     connections_max_idle_ms: int = 600_000  # Kafka's default (10 minutes)
-    quota_window_num: int = 11
-    quota_window_size_seconds: int = 1
-    controller_quota_window_num: int = 11
-    controller_quota_window_size_seconds: int = 1
+    quota_window_num: int = DEFAULT_QUOTA_WINDOW_NUM
+    quota_window_size_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
+    controller_quota_window_num: int = DEFAULT_QUOTA_WINDOW_NUM
+    controller_quota_window_size_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # unanswered requests read per connection; 1 = Kafka's one-at-a-time reading
     fetch_max_bytes: int = 57_671_680  # Kafka's broker default (55 MB): Fetch max_bytes is capped to it

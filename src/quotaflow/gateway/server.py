@@ -25,6 +25,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from quotaflow.admin import Admin
 from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
+from quotaflow.core.addresses import parse_host_port
 from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressOf
 from quotaflow.gateway.broker_quotas import BrokerQuotas
@@ -33,7 +34,6 @@ from quotaflow.gateway.brokers import (
     BrokerRoutes,
     Streams,
     UpstreamUnavailableError,
-    parse_hostport,
     parse_upstreams,
 )
 from quotaflow.gateway.cluster_quota import cluster_quotas_for
@@ -79,7 +79,7 @@ class Gateway:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
         self.broker_port_base = dict(broker_port_base or {})
-        self.listen = {name: parse_hostport(a) if isinstance(a, str) else a for name, a in listeners.items()}
+        self.listen = {name: parse_host_port(a) if isinstance(a, str) else a for name, a in listeners.items()}
         if not self.listen:
             raise ValueError("at least one listener is required")
         self.config_path = Path(config_path) if config_path is not None else None

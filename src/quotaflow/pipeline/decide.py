@@ -33,6 +33,7 @@ from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS, PRODUCE_API_KEY
 from quotaflow.engine.kernel import MODE_CHECK, MODE_NOCHECK, MODE_SKIP, KernelState, decide_groups
 from quotaflow.engine.rows import ClosedWindows, ComboQuotas, RequestColumns
+from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
 from quotaflow.events import API_FETCH, API_PRODUCE
 from quotaflow.pipeline.resolve import NO_TYPE, TYPE_CODE
 
@@ -45,8 +46,8 @@ _EXEMPT_KEYS: Final = np.array(sorted(EXEMPT_THROTTLE_API_KEYS), dtype=np.int16)
 class WindowSettings:
     """``quota.window.num`` and ``quota.window.size.seconds``: Kafka's defaults are 11 × 1 s."""
 
-    samples: int = 11
-    window_seconds: int = 1
+    samples: int = DEFAULT_QUOTA_WINDOW_NUM
+    window_seconds: int = DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
 
     @property
     def window_ms(self) -> int:
