@@ -122,3 +122,19 @@ def test_an_ip_without_quota_or_sensor_is_not_shared() -> None:
     a.connect(IP, 10)
     rates, applied = a.apply(20)
     assert set(rates) == {ip_key(IP)} and applied == {ip_key(IP): Q}  # alone: the whole quota
+
+
+def test_an_ip_leaves_the_report_once_it_stops_trying_for_the_rate_samples() -> None:
+    """Throttled attempts keep an IP in the report (its rate reads 0 between Kafka's bursts); an IP that has not
+    tried for ``quota.window.num`` windows (3 s here) leaves it, so the report grows with the active addresses."""
+    a = Gateway("a")
+    a.connect(IP, 0)
+    a.connect("10.0.0.8", 0)
+    for t in range(10, 2_000, 10):
+        a.connect(IP, t)  # flat out: most are throttled
+    rates, _ = a.apply(3_000)
+    assert set(rates) == {ip_key(IP), ip_key("10.0.0.8")}
+    rates, _ = a.apply(3_001)
+    assert set(rates) == {ip_key(IP)}
+    rates, _ = a.apply(5_000)
+    assert rates == {}
