@@ -111,14 +111,16 @@ class Gateway:
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
-        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage (None: Kafka's per broker)
-        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.broker_quotas, self.upstreams,
-                                                 self.config.quota_window_size_seconds, broker)
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
                                  failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
+        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage, per-IP
+        # connection rates included (None: Kafka's per broker)
+        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.broker_quotas, self.upstreams,
+                                                 self.config.quota_window_size_seconds, broker,
+                                                 self.connection_quotas)
         self.addresses: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
         self.connections: set[ClientConnection] = set()
