@@ -42,7 +42,8 @@ from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
-from quotaflow.gateway.sasl_session import SASL_APIS, SaslSession
+from quotaflow.gateway.sasl_session import SaslSession
+from quotaflow.gateway.versions import SASL_APIS
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext

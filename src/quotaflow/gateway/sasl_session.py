@@ -39,7 +39,6 @@ HANDSHAKEN_V0: Final = "handshaken-v0"  # SaslHandshake v0: raw length-prefixed 
 HANDSHAKEN: Final = "handshaken"
 AUTHENTICATED: Final = "authenticated"
 
-SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
 
 
 class SaslSession:
