@@ -3,6 +3,9 @@ the engine's sensors (the local engine then throttles against the share, Kafka-e
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
 
 from quotaflow.core.entities import QuotaEntity
@@ -114,3 +117,41 @@ def test_shares_divide_the_published_rates() -> None:
     assert mine == pytest.approx(floor + (Q - 2 * floor) * 30_000 / 40_000)
     # what the peer computes from the same two reports: the rest of Q
     assert mine + floor + (Q - 2 * floor) * 10_000 / 40_000 == pytest.approx(Q)
+
+
+def test_ip_connection_rates_are_a_participant_of_their_own() -> None:
+    """With the gateway's connection quotas attached, the per-IP creation rates travel in the same report (as the
+    ``connections`` participant), peers' IP rates divide the IP quota, and the share bounds the IP's sensor."""
+    from quotaflow.core.errors import ConnectionThrottledError
+    from quotaflow.engine.cluster_share import CONNECTIONS, ip_key
+    from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
+
+    connections = ConnectionQuotas(ConnectionQuotaConfig(quota_window_num=3))
+    connections.add_listener("PLAINTEXT")
+    connections.update_ip_connection_rate_quota("10.1.2.3", 10)
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, dict, "127.0.0.1:9", window_ms=1000, gateway_id="me", connections=connections)
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    engine_now = time.time_ns() // 1_000_000  # ClusterQuotas reads the engine's (wall) clock itself
+    connections.inc("PLAINTEXT", "10.1.2.3", engine_now)
+    own = cq.apply(now)
+    ip = ip_key("10.1.2.3")
+    assert set(own) == {CONNECTIONS} and own[CONNECTIONS][ip] > 0
+    assert connections.ip_rate_bound("10.1.2.3") == 10  # alone: the whole quota
+    report = decode_report(encode_report("peer", 1000, {CONNECTIONS: {ip: 3.0}, "0": {KEY: 1.0}}), now)
+    assert [r.rates for r in report] == [{ip: 3.0}, {KEY: 1.0}]
+    exchange.inbox.extend(report)
+    cq.published = {CONNECTIONS: {ip: 3.0}}
+    cq.apply(now + 1000)
+    assert connections.ip_rate_bound("10.1.2.3") == pytest.approx(5.0)  # same demand: half of the IP quota
+    assert cq.live_participants == 1  # the peer's broker participant; connection participants are not counted
+    samples = {(s.group, s.name, s.tags): s.value for s in cq.metric_samples(now)}
+    assert samples[("socket-server-metrics", "ip-connection-cluster-share", (("ip", "10.1.2.3"),))] == 5.0
+    # the sensor enforces the share: Kafka's rate divides by at least (samples - 1) windows, 2 s here, so a burst
+    # admits about 2 × 5 connections (2 × 10 = all 21 under the configured quota)
+    for _ in range(20):
+        with contextlib.suppress(ConnectionThrottledError):
+            connections.inc("PLAINTEXT", "10.1.2.3", engine_now + 10)
+    assert 9 <= connections.get("10.1.2.3") <= 12

@@ -148,7 +148,7 @@ def test_replay_reads_a_cluster_store_as_a_snapshot(tansu: Tansu, tmp_path: Path
         result = runner.invoke(cli, ["replay", "--events", str(tmp_path / "events"), "--store", store, "--out",
                                      str(out)])
         assert result.exit_code == 0, result.output
-        outputs.append(pq.read_table(out / "decisions").sort_by([("ts_ms", "ascending"), ("client_id", "ascending")]))
+        outputs.append(pq.read_table(out / "decisions").sort_by([("broker", "ascending"), ("seq", "ascending")]))
     assert outputs[0].equals(outputs[1])
     assert sum(outputs[0].column("throttle_ms").to_pylist()) > 0  # the quotas did throttle: a real comparison
 

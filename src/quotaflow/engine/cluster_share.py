@@ -21,9 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypeAlias
+from enum import Enum
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from quotaflow.engine.quota_type import QuotaType
+
+if TYPE_CHECKING:
+    from quotaflow.engine.connection import ConnectionQuotas
 
 DEFAULT_FLOOR_FRACTION: Final = 0.1  # φ
 DEFAULT_EXPIRY_WINDOWS: Final = 3  # a peer silent for this many windows is gone
@@ -31,8 +35,24 @@ MAX_DECREASE_PER_WINDOW: Final = 2.0  # a share at most halves per window
 SMOOTHING: Final = 0.3  # weight of the newest window in a published rate (an exponential moving average)
 SHARED_TYPES: Final = (QuotaType.PRODUCE, QuotaType.FETCH, QuotaType.REQUEST)  # rates; not the token bucket
 
-# (quota type, user tag, client-id tag): one quota-id of one quota type, as Kafka's metric tags name it
-UsageKey: TypeAlias = tuple[QuotaType, str, str]
+
+
+class ConnectionRate(Enum):
+    """The KIP-612 connection quota shared with ``scope=cluster``: ``connection_creation_rate`` per client IP."""
+
+    IP_CONNECTION_CREATION = "connection_creation_rate"
+
+
+IP_CONNECTION_RATE: Final = ConnectionRate.IP_CONNECTION_CREATION
+CONNECTIONS: Final = "connections"  # the participant of a gateway's connection quotas (its acceptors)
+
+# (quota type, user tag, client-id tag): one quota-id of one quota type, as Kafka's metric tags name it; for the
+# per-IP connection rate (IP_CONNECTION_RATE, ip, "")
+UsageKey: TypeAlias = tuple[QuotaType | ConnectionRate, str, str]
+
+
+def ip_key(ip: str) -> UsageKey:
+    return (IP_CONNECTION_RATE, ip, "")
 
 
 def local_share(quota: float, participants: int, own_rate: float, total_rate: float,
@@ -146,3 +166,26 @@ class ShareTable:
                           for key, rate in rates.items() if key in quotas}
             for participant, rates in local.items()
         }
+
+
+def share_ip_connection_rates(table: ShareTable, connections: ConnectionQuotas, gateway: str,
+                              published: Mapping[UsageKey, float], now_ms: int, engine_now_ms: int,
+                              elapsed_ms: int) -> tuple[dict[UsageKey, float], dict[UsageKey, float]]:
+    """Bound every per-IP connection-rate sensor of one gateway to its share of the IP's quota, from the rates
+    everyone published (``published``: this gateway's own, as last published). ``now_ms`` is the clock reports are
+    judged by, ``engine_now_ms`` the connection quotas' clock. Returns the gateway's current per-IP accepted rates
+    (what it publishes next) and the bounds applied. The IP participants take part in ``table`` like any other:
+    N per IP is the live gateways that meter it."""
+    usage = connections.ip_quota_usage(engine_now_ms)
+    quotas = {ip_key(ip): quota for ip, (quota, _) in usage.items()}
+    rates = {ip_key(ip): rate for ip, (_, rate) in usage.items()}
+    participant = participant_id(gateway, CONNECTIONS)
+    targets = table.shares(quotas, {participant: {key: published.get(key) for key in rates}}, now_ms)
+    applied: dict[UsageKey, float] = {}
+    for key, target in targets[participant].items():
+        ip = key[1]
+        previous = connections.ip_rate_bound(ip) or 0.0
+        bound = applied[key] = limit_decrease(target, previous, elapsed_ms, table.window_ms)
+        if bound != previous:
+            connections.set_ip_rate_bound(ip, bound)
+    return rates, applied

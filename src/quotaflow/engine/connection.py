@@ -287,6 +287,28 @@ class ConnectionQuotas:
         sensor = self._ip_sensors.get(ip)
         return None if sensor is None else sensor.rate.bound
 
+    def ip_quota_usage(self, now_ms: int) -> dict[str, tuple[float, float]]:
+        """Per IP with a creation-rate quota that tried to connect within the rate's samples (``quota.window.num``
+        windows; throttled attempts count): (configured quota, accepted connections per second). With
+        ``quotaflow.quota.scope=cluster`` a gateway publishes the rates and bounds each sensor to its share; the
+        report grows with the recently active addresses, not with every sensor kept for an hour. Judged by the
+        last attempt, not by the rate: a flat-out IP's windowed rate reads 0 between bursts, and an IP left out of
+        the report makes the peers count this gateway out of its quota."""
+        recent_ms = self.samples * self.window_ms
+        out: dict[str, tuple[float, float]] = {}
+        for ip, sensor in self._ip_sensors.items():
+            quota = self.connection_rate_for_ip(ip)
+            if quota != INT_MAX and now_ms - sensor.last_record_ms <= recent_ms:
+                out[ip] = (float(quota), max(0.0, sensor.rate.measure(now_ms)))
+        return out
+
+    def set_ip_rate_bound(self, ip: str, bound: float) -> None:
+        """Bound an IP's rate sensor below its configured quota (its cluster-wide share); a store change of the ip
+        quota puts the configured value back until the next share is applied."""
+        sensor = self._ip_sensors.get(ip)
+        if sensor is not None:
+            sensor.rate.bound = bound
+
     def listener_rate_bound(self, listener: str) -> float | None:
         return self._listener(listener).rate.bound
 

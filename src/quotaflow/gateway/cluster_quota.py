@@ -2,8 +2,10 @@
 the local share with the unchanged engine.
 
 Every window each gateway publishes the rate per quota-id of each of its participants (the engine managers of each
-upstream broker, :mod:`quotaflow.gateway.broker_quotas`; produce, fetch and request quotas; the token-bucket
-controller-mutation quota and KIP-612 connection rates stay local, as in docs/cluster-quotas.md) to
+upstream broker, :mod:`quotaflow.gateway.broker_quotas`; produce, fetch and request quotas; and its connection
+quotas' accepted-connection rate per client IP with a ``connection_creation_rate`` quota; the token-bucket
+controller-mutation quota and the broker/listener ``max.connection.creation.rate`` stay local, as in
+docs/cluster-quotas.md) to
 ``__quotaflow_usage`` in the cluster it fronts, and reads every other gateway's reports from the end of that topic.
 Several times a window it turns the latest reports and its own rates into local shares
 (:mod:`quotaflow.engine.cluster_share`) and sets them as the bounds of its quota sensors: the Kafka-exact engine
@@ -28,19 +30,25 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaflow.core.errors import CommandError
 from quotaflow.engine.cluster_share import (
+    CONNECTIONS,
     DEFAULT_EXPIRY_WINDOWS,
     DEFAULT_FLOOR_FRACTION,
+    IP_CONNECTION_RATE,
     SHARED_TYPES,
     ShareTable,
     UsageKey,
     UsageReport,
     limit_decrease,
     participant_id,
+    share_ip_connection_rates,
     smooth,
 )
+from quotaflow.engine.connection import GROUP as SOCKET_SERVER_GROUP
 from quotaflow.engine.metrics import MetricSample
+from quotaflow.engine.quota_type import QuotaType
 
 if TYPE_CHECKING:
+    from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.engine.sensors import QuotaSensor
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.enforcement import Enforcement
@@ -59,7 +67,7 @@ CLUSTER_SCOPE: Final = "cluster"
 DEFAULT_USAGE_TOPIC: Final = "__quotaflow_usage"
 USAGE_RETENTION_MS: Final = 3_600_000  # reports are read from the end: an hour of history is plenty
 APPLY_PER_WINDOW: Final = 4  # shares are re-applied a few times a window (new sensors, quota changes)
-_TYPES: Final = {t.name: t for t in SHARED_TYPES}
+_TYPES: Final = {t.name: t for t in (*SHARED_TYPES, IP_CONNECTION_RATE)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,8 @@ def _number(props: Mapping[str, str], key: str, default: Any, kind: type) -> Any
 
 
 def encode_report(gateway: str, window_ms: int, participants: Mapping[str, Mapping[UsageKey, float]]) -> bytes:
-    """One record per gateway and window: every participant's (broker's) rates per quota-id."""
+    """One record per gateway and window: every participant's (broker's, and ``connections`` for the per-IP
+    connection rates) rates per quota-id."""
     doc = {"gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
            "participants": {broker: [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
                             for broker, rates in participants.items()}}
@@ -224,9 +233,11 @@ class ClusterQuotas:
     """Applies cluster-wide shares to one gateway's engine."""
 
     def __init__(self, settings: ClusterQuotaSettings, participants: Participants, bootstrap: str,
-                 window_ms: int, gateway_id: str | None = None) -> None:
+                 window_ms: int, gateway_id: str | None = None,
+                 connections: ConnectionQuotas | None = None) -> None:
         self.settings = settings
         self.participants = participants
+        self.connections = connections  # the gateway's KIP-612 quotas: per-IP creation rates are shared too
         self.window_ms = window_ms
         self.gateway_id = gateway_id or uuid.uuid4().hex[:16]
         self.table = ShareTable(self.gateway_id, window_ms, settings.expiry_windows, settings.floor_fraction)
@@ -297,10 +308,15 @@ class ClusterQuotas:
         divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
                    for broker, rates in own.items()}
         targets = self.table.shares(quotas, divided, now_ms)
-        self.live_participants = len(own) + len(self.table.live_peers(now_ms))
+        self.live_participants = len(own) + sum(1 for p in self.table.live_peers(now_ms)
+                                                if not p.participant.endswith("/" + CONNECTIONS))
         elapsed = self.window_ms if self._applied_ms is None else now_ms - self._applied_ms
         self._applied_ms = now_ms
         self.shares = {}
+        if self.connections is not None:
+            own[CONNECTIONS], self.shares[CONNECTIONS] = share_ip_connection_rates(
+                self.table, self.connections, self.gateway_id, self.published.get(CONNECTIONS, {}), now_ms,
+                engine_now, elapsed)
         for broker, shares in targets.items():
             applied = self.shares[broker] = {}
             for key, target in shares.items():
@@ -315,6 +331,11 @@ class ClusterQuotas:
         bound the engine enforces) and ``live-participants`` (``kafka_server_cluster_quota_live_participants``)."""
         for broker, shares in list(self.shares.items()):
             for (quota_type, user, client_id), share in shares.items():
+                if quota_type is IP_CONNECTION_RATE:
+                    yield MetricSample("ip-connection-cluster-share", SOCKET_SERVER_GROUP, (("ip", user),), share,
+                                       "This gateway's share of the cluster-wide connection creation rate per IP")
+                    continue
+                assert isinstance(quota_type, QuotaType)
                 yield MetricSample("cluster-share", quota_type.group,
                                    (("broker", broker), ("user", user), ("client-id", client_id)), share,
                                    "This gateway's share of the cluster-wide quota per user/client-id")
@@ -324,14 +345,16 @@ class ClusterQuotas:
 
 
 def cluster_quotas_for(props: Mapping[str, str], broker_quotas: BrokerQuotas, upstreams: Sequence[tuple[str, int]],
-                       window_seconds: int, name: str) -> ClusterQuotas | None:
+                       window_seconds: int, name: str,
+                       connections: ConnectionQuotas | None = None) -> ClusterQuotas | None:
     """The cluster-quota component a gateway's settings ask for (None with the default ``scope=broker``)."""
     settings = ClusterQuotaSettings.from_properties(props)
     if not settings.cluster:
         return None
     bootstrap = ",".join(f"{host}:{port}" for host, port in upstreams)
     gateway_id = f"{name}-{uuid.uuid4().hex[:12]}"
-    return ClusterQuotas(settings, lambda: broker_quotas.brokers, bootstrap, window_seconds * 1000, gateway_id)
+    return ClusterQuotas(settings, lambda: broker_quotas.brokers, bootstrap, window_seconds * 1000, gateway_id,
+                         connections)
 
 
 __all__ = ["QUOTA_SCOPE", "ClusterQuotaSettings", "ClusterQuotas", "cluster_quotas_for"]

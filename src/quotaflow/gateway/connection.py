@@ -1,4 +1,9 @@
-"""One client connection: framing, pipelining, SASL, local answers, forwarding, throttling, backpressure.
+"""One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding.
+
+What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
+and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.api_handlers`; the SASL
+exchange is :class:`~quotaflow.gateway.sasl_session.SaslSession`; a request on its way is a
+:class:`~quotaflow.gateway.pending.Pending`.
 
 Up to three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
 pipeline requests and match responses by order and correlation id):
@@ -26,59 +31,31 @@ import logging
 import time
 from collections import deque
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.errors import (
-    ConnectionClosed,
-    IllegalSaslStateError,
-    InvalidRequestError,
-    SaslAuthenticationFailedError,
-    UnsupportedSaslMechanismError,
-)
-from quotaflow.gateway import mutations, protocol, versions
-from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
+from quotaflow.gateway import protocol, versions
+from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.mutations import TopicQuotaDecision
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN, SaslAuthenticationError
-from quotaflow.gateway.sasl_passthrough import SaslPassthrough
-from quotaflow.gateway.scram import ScramServer
+from quotaflow.gateway.pending import RAW_SASL, Pending
+from quotaflow.gateway.sasl import ANONYMOUS
+from quotaflow.gateway.sasl_session import SaslSession
+from quotaflow.gateway.versions import SASL_APIS
 
 if TYPE_CHECKING:
+    from quotaflow.gateway.context import ConnectionContext
     from quotaflow.gateway.enforcement import Enforcement
-    from quotaflow.gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 
-_RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
-
-
-@dataclass(slots=True)
-class Pending:
-    """One request on its way through the gateway."""
-
-    header: protocol.RequestHeader
-    request_bytes: int
-    received_ms: int
-    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far ("io thread")
-    network_ns: int = 0  # CPU time spent in socket writes for it ("network thread")
-    acks: int | None = None
-    local: bytes | None = None  # a response the gateway made itself
-    upstream: asyncio.Future[bytes] | None = None
-    forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
-    local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
-    close_after: bool = False
-    holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
-    exempt: bool = False  # exempt from the request quota (SPEC §5): its thread time goes to exempt-request-time
-    mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
-    decisions: dict[str, int] = field(default_factory=dict)
-
 
 class ClientConnection:
-    def __init__(self, gateway: Gateway, listener: str, client_ip: str, client_port: int,
+    """One admitted client connection and, once a request must be forwarded, its upstream connection."""
+
+    def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
         self.gateway = gateway
         self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
@@ -102,12 +79,10 @@ class ClientConnection:
         self._awaiting: deque[Pending] = deque()
         self._upstream_reader: asyncio.StreamReader | None = None
         self._upstream_writer: asyncio.StreamWriter | None = None
-        self._sasl_state = "none"  # none | handshaken-v0 | handshaken | authenticated
-        self._scram: ScramServer | None = None  # SaslHandshake chose SCRAM-SHA-256/512 (else PLAIN)
-        # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
-        self._passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
+        self.sasl = SaslSession(gateway, client_ip,
+                                required=gateway.config.security_protocol(listener) in SASL_PROTOCOLS,
+                                on_authenticated=self._authenticated)
         self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
-        self.require_sasl = gateway.config.security_protocol(listener) in SASL_PROTOCOLS
         self._closing = False
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
@@ -195,7 +170,7 @@ class ClientConnection:
         """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
         authenticated, ``socket.request.max.bytes`` after."""
         config = self.gateway.config
-        if self.require_sasl and self._sasl_state != "authenticated":
+        if self.sasl.pending_auth:
             return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes), \
                 "sasl.server.max.receive.size"
         return config.socket_request_max_bytes, "socket.request.max.bytes"
@@ -248,9 +223,9 @@ class ClientConnection:
 
     def _will_forward(self, frame: bytes) -> bool:
         """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
-        if self._passthrough is not None and self._sasl_state != "authenticated":
+        if self.sasl.passthrough is not None and not self.sasl.authenticated:
             return True  # SASL passthrough: the exchange itself goes to the broker
-        if self._sasl_state == "handshaken-v0" or (self.require_sasl and self._sasl_state != "authenticated"):
+        if self.sasl.raw_tokens or self.sasl.pending_auth:
             return False
         try:
             header = protocol.parse_request_header(frame)
@@ -259,7 +234,7 @@ class ClientConnection:
         key, version = header.api_key, header.api_version
         if key == ApiKey.ApiVersions:
             return 0 <= version <= versions.APIVERSIONS_MAX
-        return key not in _LOCAL_APIS and _supported(key, version)
+        return key not in LOCAL_APIS and _supported(key, version)
 
     async def _ready_to_read(self) -> None:
         await self._unmuted()
@@ -292,16 +267,14 @@ class ClientConnection:
 
     def _on_request(self, frame: bytes) -> Pending:
         now_ms = time.time_ns() // 1_000_000
-        if self._sasl_state == "handshaken-v0":
-            header = protocol.RequestHeader(ApiKey.SaslAuthenticate, _RAW_SASL, -1, None, 0)
+        if self.sasl.raw_tokens:
+            header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
-        try:
+        with map_errors(CLOSE_ON_INVALID):
             header = protocol.parse_request_header(frame)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
         pending = Pending(header, len(frame), now_ms)
         key = header.api_key
-        if self.require_sasl and self._sasl_state != "authenticated" and key not in _BEFORE_AUTH:
+        if self.sasl.pending_auth and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
         if key == ApiKey.ApiVersions and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
@@ -311,68 +284,24 @@ class ClientConnection:
             # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
-        if key in _LOCAL_APIS and (self._passthrough is None or key not in _SASL_APIS):
+        passthrough = self.sasl.passthrough is not None
+        if key in LOCAL_APIS and (not passthrough or key not in SASL_APIS):
             return pending  # answered by _answer_locally
-        if self._passthrough is not None and key in _SASL_APIS:
-            self._passthrough.request(header, frame)  # SASL passthrough: read, then forwarded as it came
-        elif key == ApiKey.ApiVersions and self.require_sasl and self._sasl_state != "authenticated" \
-                and self._passthrough is None:
+        if passthrough and key in SASL_APIS:
+            self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
+        elif key == ApiKey.ApiVersions and self.sasl.pending_auth and not passthrough:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
-        if key == ApiKey.Produce:
-            try:
-                pending.acks = protocol.produce_acks(frame, header)
-            except InvalidRequestError as e:
-                raise ConnectionClosed(str(e)) from e
-            if self.enforcement.produce_limited(self.principal, header.client_id or ""):
-                # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
-                # until this response is decided and sent and its throttle has passed, so nothing slips past it
-                pending.holds_reading = True
-                self._held += 1
-            if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
-                pending.forward = frame
-                pending.local = b""
-                return pending
-        if key == ApiKey.Fetch and header.api_version >= 3:
-            frame = self._cap_fetch(frame, header)
-        elif key == ApiKey.CreateTopics:
-            forward = self._mutation_quota(frame, pending)
-            if forward is None:  # every topic refused: answered here
+        hook = HANDLERS.get(key, DEFAULT).request
+        if hook is not None:
+            forward = hook(self, pending, frame)
+            if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
                 return pending
             frame = forward
         pending.forward = frame
         pending.upstream = asyncio.get_running_loop().create_future()
         self._awaiting.append(pending)
         return pending
-
-    def _mutation_quota(self, frame: bytes, pending: Pending) -> bytes | None:
-        """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
-        header = pending.header
-        quota = self.enforcement.mutation_quota(self.principal, header.client_id or "", header.api_key,
-                                                        header.api_version, pending.received_ms)
-        if quota is None:
-            return frame
-        try:
-            pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
-        if pending.mutations.forward is None:
-            pending.local = mutations.local_response(header.api_version, header.correlation_id,
-                                                     pending.mutations.refused)
-        return pending.mutations.forward
-
-    def _cap_fetch(self, frame: bytes, header: protocol.RequestHeader) -> bytes:
-        """``max_bytes = min(request's, fetch.max.bytes, the consumer quota's window)``, as KafkaApis does: the
-        broker setting bounds one response's memory, and without the quota cap a response larger than the window
-        allows would be throttled, answered empty and re-fetched forever."""
-        cap = self.gateway.config.fetch_max_bytes
-        quota_cap = self.enforcement.fetch_max_bytes(self.principal, header.client_id or "")
-        if quota_cap is not None:
-            cap = min(cap, quota_cap)
-        try:
-            return protocol.cap_fetch_max_bytes(frame, header, cap)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
 
     def _forward(self, pending: Pending) -> None:
         assert self._upstream_writer is not None and pending.forward is not None
@@ -385,121 +314,13 @@ class ClientConnection:
 
     async def _answer_locally(self, frame: bytes, pending: Pending) -> Pending:
         header = pending.header
-        try:
-            if header.api_version == _RAW_SASL:
-                return await self._raw_sasl(frame, pending)
+        with map_errors(CLOSE_ON_INVALID):
+            if header.api_version == RAW_SASL:
+                return await self.sasl.raw_token(frame, pending)
             request = protocol.decode_request(frame, header)
-            if pending.local_api_versions:
-                return await self._api_versions_before_auth(pending)
-            if header.api_key == ApiKey.SaslHandshake:
-                return self._sasl_handshake(request, pending)
-            if header.api_key == ApiKey.SaslAuthenticate:
-                return await self._sasl_authenticate(request, pending)
-            response, executor_ns = await self.gateway.quota_admin.handle(header.api_key, header.api_version,
-                                                                           request, self.principal)
-            pending.thread_ns += executor_ns
-            pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
-        except InvalidRequestError as e:
-            raise ConnectionClosed(str(e)) from e
-        return pending
-
-    async def _api_versions_before_auth(self, pending: Pending) -> Pending:
-        """ApiVersions from a client that has not authenticated: the upstream's list (fetched once for everyone
-        by the gateway), merged with the gateway's own APIs, as the forwarded answer would be."""
-        try:
-            upstream = await self.gateway.upstream_api_versions()
-        except UpstreamUnavailableError as e:
-            raise ConnectionClosed(str(e)) from e
-        version = pending.header.api_version
-        cls = protocol.response_class(ApiKey.ApiVersions, version)
-        keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
-        pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
-                                                 pending.header.correlation_id)
-        return pending
-
-    def _sasl_handshake(self, request: Any, pending: Pending) -> Pending:
-        version = pending.header.api_version
-        cls = protocol.response_class(ApiKey.SaslHandshake, version)
-        if self._sasl_state != "none":
-            error = IllegalSaslStateError.errno
-            pending.close_after = True
-        elif request.mechanism not in self.gateway.sasl_mechanisms:
-            error = UnsupportedSaslMechanismError.errno
-        else:
-            error = 0
-            self._sasl_state = "handshaken-v0" if version == 0 else "handshaken"
-            if request.mechanism != PLAIN and self.gateway.scram_store is not None:
-                self._scram = ScramServer(request.mechanism, self.gateway.scram_store.get_scram_credential)
-        mechanisms = list(self.gateway.sasl_mechanisms)
-        pending.local = protocol.encode_response(cls(error_code=error, mechanisms=mechanisms), version,
-                                                 pending.header.correlation_id)
-        return pending
-
-    async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
-        """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is
-        answered only after ``connection.failed.authentication.delay.ms``, as Kafka delays it (KIP-306)."""
-        verdict = await self.gateway.sasl.verify(token, self.client_ip)
-        if verdict.principal is None:
-            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
-        return verdict.principal, verdict.error, verdict.cpu_ns
-
-    async def _sasl_step(self, token: bytes) -> tuple[str | None, bytes, str | None, int]:
-        """One client token through the chosen mechanism: (principal once complete, server token, error message,
-        CPU ns). PLAIN goes to the gateway's verifier; SCRAM needs no password hash (the stored keys are derived
-        already), only one store lookup, done in the default executor. Failures wait as PLAIN's do."""
-        scram = self._scram
-        if scram is None:
-            principal, error, ns = await self._check_plain(token)
-            return principal, b"", error, ns
-
-        def run() -> tuple[str | None, bytes, str | None, int]:
-            start = time.thread_time_ns()
-            try:
-                first = scram.user is None
-                answer = scram.first(token) if first else scram.final(token)
-                return (None if first else scram.user), answer, None, time.thread_time_ns() - start
-            except SaslAuthenticationError as e:
-                return None, b"", e.message or str(e), time.thread_time_ns() - start
-
-        result = await asyncio.get_running_loop().run_in_executor(None, run)
-        if result[2] is not None:
-            await asyncio.sleep(self.gateway.config.failed_authentication_delay_ms / 1000)
-        return result
-
-    async def _raw_sasl(self, token: bytes, pending: Pending) -> Pending:
-        principal, answer, error, ns = await self._sasl_step(token)
-        pending.thread_ns += ns
-        if error is not None:
-            raise ConnectionClosed(f"SASL authentication failed: {error}")  # v0 has no error response: close
-        if principal is not None:
-            self.principal = principal
-            self._sasl_state = "authenticated"
-        pending.local = protocol.SIZE.pack(len(answer)) + answer  # PLAIN's server token is empty
-        return pending
-
-    async def _sasl_authenticate(self, request: Any, pending: Pending) -> Pending:
-        version = pending.header.api_version
-        cls = protocol.response_class(ApiKey.SaslAuthenticate, version)
-        message: str | None
-        answer = b""
-        if self._sasl_state != "handshaken":
-            error, message = IllegalSaslStateError.errno, "Unexpected SaslAuthenticate request"
-        else:
-            principal, answer, message, ns = await self._sasl_step(bytes(request.auth_bytes))
-            pending.thread_ns += ns
-            if message is not None:
-                error = SaslAuthenticationFailedError.errno
-            else:
-                error = 0
-                if principal is not None:
-                    self.principal = principal
-                    self._sasl_state = "authenticated"
-        fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": answer}
-        if version >= 1:
-            fields["session_lifetime_ms"] = 0
-        pending.close_after = error != 0
-        pending.local = protocol.encode_response(cls(**fields), version, pending.header.correlation_id)
-        return pending
+            local = HANDLERS[header.api_key].local  # ApiVersions comes here only before authentication
+            assert local is not None
+            return await local(self, request, pending)
 
     # -- upstream -> gateway ----------------------------------------------------------------------------------
 
@@ -546,14 +367,14 @@ class ClientConnection:
         are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md)."""
         start = time.thread_time_ns()
         key = pending.header.api_key
-        sasl = pending.header.api_version == _RAW_SASL or key in _SASL_APIS
+        sasl = pending.header.api_version == RAW_SASL or key in SASL_APIS
         now_ms = self.gateway.decision_ms()
         throttle, measured = (0, start) if sasl else self._decide(pending, frame, start, now_ms)
         out = self._render(pending, frame, throttle)
         self._unsent -= len(frame)
         if pending.upstream is None:
             self._unsent_local -= len(frame)
-        if out is _PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
+        if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
             self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:
             self.writer.write(out)
@@ -585,26 +406,10 @@ class ClientConnection:
         user, client_id = self.principal, header.client_id or ""
         measured = time.thread_time_ns()
         pending.thread_ns += measured - start_ns
-        thread_ns = pending.thread_ns
-        d = pending.decisions
-        if key == ApiKey.Produce:
-            acks = -1 if pending.acks is None else pending.acks
-            pending.exempt = acks == 0
-            decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
-            d["throttle_ms_produce"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
-            throttle = decision.throttle_ms
-        elif key == ApiKey.Fetch and pending.upstream is not None:
-            decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
-            d["throttle_ms_fetch"], d["throttle_ms_request"] = decision.bandwidth_ms, decision.request_ms
-            throttle = decision.throttle_ms
-        elif pending.mutations is not None:
-            mutation, d["throttle_ms_request"] = enforcement.request_with_mutation(
-                user, client_id, thread_ns, pending.mutations.quota, now_ms)
-            throttle = max(mutation, d["throttle_ms_request"])
-        else:
-            pending.exempt = enforcement.is_exempt(key)
-            throttle = d["throttle_ms_request"] = enforcement.request(key, user, client_id, thread_ns, now_ms)
-        d["throttle_ms"] = throttle
+        decisions = HANDLERS.get(key, DEFAULT).decide(enforcement, pending, frame, user, client_id,
+                                                      pending.thread_ns, now_ms)
+        pending.decisions = decisions
+        throttle = decisions.throttle_ms
         if throttle > 0:
             self._mute(throttle)
         return throttle, measured
@@ -613,39 +418,26 @@ class ClientConnection:
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        if version == _RAW_SASL or key in _SASL_APIS:
-            if self._passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
-                principal = self._passthrough.response(key, version, frame)
-                if principal is not None:
-                    self.principal, self._sasl_state = principal, "authenticated"
-                return _PASS_THROUGH
-            return frame
-        if pending.mutations is not None:
-            if pending.upstream is None:
-                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
-            return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
+        hook = HANDLERS.get(key, DEFAULT).response
+        if hook is not None:
+            out = hook(self, pending, frame, throttle)
+            if out is not None:
+                return out
         if pending.upstream is None:  # made here: already framed; only the throttle field may change
             if throttle > 0 and frame:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame
             return frame
-        if key == ApiKey.Fetch and throttle > 0:
-            return protocol.empty_fetch_response(frame, version, throttle)
-        if key == ApiKey.ApiVersions:
-            return versions.rewrite_response(frame, version, throttle, sasl_passthrough=self._passthrough is not None)
-        if key in REWRITTEN_APIS or throttle > 0:
-            return self._rewrite(frame, key, version, throttle)
-        return _PASS_THROUGH
+        if throttle > 0:
+            return rewrite(self, frame, key, version, throttle)
+        return PASS_THROUGH
 
-    def _rewrite(self, frame: bytes, key: int, version: int, throttle: int) -> bytes:
-        known = protocol.max_known_version(key)
-        if known is None or version > known:  # forwarded undecoded: the client is muted, not told
-            return protocol.SIZE.pack(len(frame)) + frame
-        message = protocol.decode_response(frame, key, version)
-        if key in REWRITTEN_APIS:
-            rewrite_addresses(message, key, self.gateway.address_map(self.listener))
-        if throttle > 0 and protocol.has_throttle_field(message):
-            message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
-        return protocol.encode_response(message, version, protocol.response_correlation_id(frame))
+    def hold_reading(self, pending: Pending) -> None:
+        """A byte-rate-limited produce: no further reads until its response is sent and its throttle has passed."""
+        pending.holds_reading = True
+        self._held += 1
+
+    def _authenticated(self, principal: str) -> None:
+        self.principal = principal
 
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
@@ -658,15 +450,11 @@ def _supported(api_key: int, version: int) -> bool:
     are forwarded as bytes and the upstream judges their versions."""
     if version < 0:
         return False
-    if api_key not in versions.DECODED_APIS and api_key not in _LOCAL_APIS:
+    if api_key not in versions.DECODED_APIS and api_key not in LOCAL_APIS:
         return True
     cls = protocol.REQUESTS.get(api_key)
     known = protocol.max_known_version(api_key)
     return cls is not None and known is not None and int(cls.min_version) <= version <= known
 
 
-_PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
-
-_SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
-_BEFORE_AUTH: Final = _SASL_APIS | {ApiKey.ApiVersions}
-_LOCAL_APIS: Final = _SASL_APIS | {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas}
+_BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}

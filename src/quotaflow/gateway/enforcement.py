@@ -11,6 +11,8 @@ principal name (``ANONYMOUS`` on plaintext), client-ids by the request header's 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
 
 from quotaflow.core.keys import INT_MAX, UNLIMITED
 from quotaflow.engine import (
@@ -29,6 +31,21 @@ from quotaflow.engine import (
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.store.base import Change, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDecisions:
+    """One request's throttle decisions, named as the event log's columns (``REQUEST_DECISION_FIELDS``): the
+    bandwidth quota's (produce or fetch), the request quota's, and the throttle applied (the larger, KIP-219)."""
+
+    throttle_ms_produce: int = 0
+    throttle_ms_fetch: int = 0
+    throttle_ms_request: int = 0
+    throttle_ms: int = 0
+
+
+NO_DECISIONS: Final = RequestDecisions()
+"""A request no quota decided (SASL authentication, which Kafka's authenticator handles before KafkaApis)."""
 
 
 class Enforcement:

@@ -38,9 +38,11 @@ from quotaflow.gateway.brokers import (
 )
 from quotaflow.gateway.cluster_quota import cluster_quotas_for
 from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
-from quotaflow.gateway.connection import ClientConnection, Pending
+from quotaflow.gateway.connection import ClientConnection
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
+from quotaflow.gateway.context import ConnectionInfo
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
+from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.request_memory import RequestMemory
@@ -109,14 +111,16 @@ class Gateway:
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
-        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage (None: Kafka's per broker)
-        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.broker_quotas, self.upstreams,
-                                                 self.config.quota_window_size_seconds, broker)
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
                                  failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
+        # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage, per-IP
+        # connection rates included (None: Kafka's per broker)
+        self.cluster_quotas = cluster_quotas_for(self.config.extra, self.broker_quotas, self.upstreams,
+                                                 self.config.quota_window_size_seconds, broker,
+                                                 self.connection_quotas)
         self.addresses: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
         self.connections: set[ClientConnection] = set()
@@ -337,7 +341,7 @@ class Gateway:
         self._last_decision_ms = now
         return now
 
-    def on_request(self, conn: ClientConnection, pending: Pending, response_bytes: int, now_ms: int) -> None:
+    def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None:
         if self._event_log is None:
             return
         h = pending.header
@@ -348,8 +352,8 @@ class Gateway:
             "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
             "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,
             "network_thread_ns": pending.network_ns, "acks": pending.acks, "is_follower": False,
-            "throttle_ms_produce": d.get("throttle_ms_produce", 0), "throttle_ms_fetch": d.get("throttle_ms_fetch", 0),
-            "throttle_ms_request": d.get("throttle_ms_request", 0), "throttle_ms": d.get("throttle_ms", 0),
+            "throttle_ms_produce": d.throttle_ms_produce, "throttle_ms_fetch": d.throttle_ms_fetch,
+            "throttle_ms_request": d.throttle_ms_request, "throttle_ms": d.throttle_ms,
         })
 
     def _on_connection(self, row: dict[str, Any]) -> None:

@@ -33,21 +33,21 @@ GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
 APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
 # APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
 DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
-_SASL: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
 
 
 def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
     """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL APIs are the
     upstream's (read by the gateway, so capped to what it decodes, and SaslHandshake from v1: v0's raw tokens have no
     Kafka framing to forward)."""
-    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in _SASL)}
+    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in SASL_APIS)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
         if key in own or key in NEVER_OFFERED:
             continue
         if key == ApiKey.SaslHandshake:
             lo = max(lo, 1)
-        if key in DECODED_APIS or key in _SASL:
+        if key in DECODED_APIS or key in SASL_APIS:
             known = max_known_version(key)
             hi = min(hi, -1 if known is None else known)
         if key in ADDRESS_VERSION_CAPS:

@@ -1,0 +1,266 @@
+"""What the gateway does per API, as a table keyed by ApiKey instead of branches on the key in the connection.
+
+Each :class:`ApiHandler` has up to four hooks, all optional but ``decide``:
+
+* ``request``: the request before it is forwarded (Produce: acks and read-one-at-a-time; Fetch: ``max_bytes`` cap;
+  CreateTopics: the controller-mutation quota, KIP-599); returns the frame to forward, or None when nothing awaits
+  an upstream response;
+* ``decide``: the quota decisions when the response is ready (KIP-219): bandwidth and request quotas for Produce
+  and Fetch, request with controller mutation for CreateTopics, the request quota (or its exemption) for the rest;
+* ``response``: the response before it is sent (address rewrite for Metadata, FindCoordinator and DescribeCluster;
+  the ApiVersions merge; an empty throttled Fetch; SASL passthrough); None leaves it to the default (throttle field);
+* ``local``: the answer the gateway makes itself: ApiVersions (18) before authentication, SaslHandshake (17) and
+  SaslAuthenticate (36) in terminate mode, DescribeClientQuotas (48) and AlterClientQuotas (49).
+
+Hooks see the connection through :class:`HandlerScope`, never the connection class itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, QuotaflowError, map_errors
+from quotaflow.gateway import mutations, protocol, versions
+from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.gateway.brokers import UpstreamUnavailableError
+from quotaflow.gateway.enforcement import RequestDecisions
+from quotaflow.gateway.pending import Pending
+
+if TYPE_CHECKING:
+    from quotaflow.gateway.context import ConnectionContext
+    from quotaflow.gateway.enforcement import Enforcement
+    from quotaflow.gateway.sasl_session import SaslSession
+
+# a request Kafka cannot parse closes the connection
+CLOSE_ON_INVALID: Final[Mapping[type[BaseException], type[QuotaflowError]]] = {InvalidRequestError: ConnectionClosed}
+PASS_THROUGH: Final = b"<pass-through>"  # sentinel (identity-compared): send the upstream frame unchanged
+
+
+class HandlerScope(Protocol):
+    """What a hook may use of its connection."""
+
+    @property
+    def gateway(self) -> ConnectionContext: ...
+    @property
+    def listener(self) -> str: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def enforcement(self) -> Enforcement: ...
+    @property
+    def sasl(self) -> SaslSession: ...
+
+    def hold_reading(self, pending: Pending) -> None:
+        """Read nothing more until this request's response is sent and its throttle has passed."""
+
+
+RequestHook = Callable[[HandlerScope, Pending, bytes], bytes | None]
+DecideHook = Callable[["Enforcement", Pending, bytes, str, str, int, int], RequestDecisions]
+ResponseHook = Callable[[HandlerScope, Pending, bytes, int], bytes | None]
+LocalHook = Callable[[HandlerScope, Any, Pending], Awaitable[Pending]]
+
+
+# -- quota decisions (when the response is ready) ------------------------------------------------------------
+
+def decide_request(enforcement: Enforcement, pending: Pending, _frame: bytes, user: str, client_id: str,
+                   thread_ns: int, now_ms: int) -> RequestDecisions:
+    """The request quota, unless the API is exempt (KIP-124)."""
+    key = pending.header.api_key
+    pending.exempt = enforcement.is_exempt(key)
+    throttle = enforcement.request(key, user, client_id, thread_ns, now_ms)
+    return RequestDecisions(throttle_ms_request=throttle, throttle_ms=throttle)
+
+
+def _decide_produce(enforcement: Enforcement, pending: Pending, _frame: bytes, user: str, client_id: str,
+                    thread_ns: int, now_ms: int) -> RequestDecisions:
+    acks = -1 if pending.acks is None else pending.acks
+    pending.exempt = acks == 0
+    decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
+    return RequestDecisions(throttle_ms_produce=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
+                            throttle_ms=decision.throttle_ms)
+
+
+def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user: str, client_id: str,
+                  thread_ns: int, now_ms: int) -> RequestDecisions:
+    if pending.upstream is None:
+        return decide_request(enforcement, pending, frame, user, client_id, thread_ns, now_ms)
+    decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
+    return RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
+                            throttle_ms=decision.throttle_ms)
+
+
+def _decide_create_topics(enforcement: Enforcement, pending: Pending, frame: bytes, user: str, client_id: str,
+                          thread_ns: int, now_ms: int) -> RequestDecisions:
+    if pending.mutations is None:
+        return decide_request(enforcement, pending, frame, user, client_id, thread_ns, now_ms)
+    mutation, request = enforcement.request_with_mutation(user, client_id, thread_ns, pending.mutations.quota,
+                                                          now_ms)
+    return RequestDecisions(throttle_ms_request=request, throttle_ms=max(mutation, request))
+
+
+# -- requests on their way upstream ----------------------------------------------------------------------------
+
+def _produce_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
+    header = pending.header
+    with map_errors(CLOSE_ON_INVALID):
+        pending.acks = protocol.produce_acks(frame, header)
+    if scope.enforcement.produce_limited(scope.principal, header.client_id or ""):
+        # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
+        # until this response is decided and sent and its throttle has passed, so nothing slips past it
+        scope.hold_reading(pending)
+    if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
+        pending.forward = frame
+        pending.local = b""
+        return None
+    return frame
+
+
+def _fetch_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
+    """``max_bytes = min(request's, fetch.max.bytes, the consumer quota's window)``, as KafkaApis does: the
+    broker setting bounds one response's memory, and without the quota cap a response larger than the window
+    allows would be throttled, answered empty and re-fetched forever."""
+    header = pending.header
+    if header.api_version < 3:
+        return frame
+    cap = scope.gateway.config.fetch_max_bytes
+    quota_cap = scope.enforcement.fetch_max_bytes(scope.principal, header.client_id or "")
+    if quota_cap is not None:
+        cap = min(cap, quota_cap)
+    with map_errors(CLOSE_ON_INVALID):
+        return protocol.cap_fetch_max_bytes(frame, header, cap)
+
+
+def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
+    """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
+    header = pending.header
+    quota = scope.enforcement.mutation_quota(scope.principal, header.client_id or "", header.api_key,
+                                             header.api_version, pending.received_ms)
+    if quota is None:
+        return frame
+    with map_errors(CLOSE_ON_INVALID):
+        pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
+    if pending.mutations.forward is None:
+        pending.local = mutations.local_response(header.api_version, header.correlation_id,
+                                                 pending.mutations.refused)
+    return pending.mutations.forward
+
+
+# -- responses on their way to the client ----------------------------------------------------------------------
+
+def rewrite(scope: HandlerScope, frame: bytes, key: int, version: int, throttle: int) -> bytes:
+    """An upstream response re-encoded: addresses rewritten (for the APIs that name brokers), throttle attached."""
+    known = protocol.max_known_version(key)
+    if known is None or version > known:  # forwarded undecoded: the client is muted, not told
+        return protocol.SIZE.pack(len(frame)) + frame
+    message = protocol.decode_response(frame, key, version)
+    if key in REWRITTEN_APIS:
+        rewrite_addresses(message, key, scope.gateway.address_map(scope.listener))
+    if throttle > 0 and protocol.has_throttle_field(message):
+        message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
+    return protocol.encode_response(message, version, protocol.response_correlation_id(frame))
+
+
+def _address_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
+    if pending.upstream is None:
+        return None
+    header = pending.header
+    return rewrite(scope, frame, header.api_key, header.api_version, throttle)
+
+
+def _sasl_response(scope: HandlerScope, pending: Pending, frame: bytes, _throttle: int) -> bytes | None:
+    if scope.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
+        scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        return PASS_THROUGH
+    return frame
+
+
+def _create_topics_response(_scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
+    if pending.mutations is None:
+        return None
+    version = pending.header.api_version
+    if pending.upstream is None:
+        return protocol.set_throttle(frame[4:], pending.header.api_key, version, throttle) or frame
+    return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
+
+
+def _fetch_response(_scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
+    if pending.upstream is None or throttle <= 0:
+        return None
+    return protocol.empty_fetch_response(frame, pending.header.api_version, throttle)
+
+
+def _api_versions_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
+    if pending.upstream is None:
+        return None
+    passthrough = scope.sasl.passthrough is not None
+    return versions.rewrite_response(frame, pending.header.api_version, throttle, sasl_passthrough=passthrough)
+
+
+# -- answered by the gateway itself ----------------------------------------------------------------------------
+
+async def _api_versions_before_auth(scope: HandlerScope, _request: Any, pending: Pending) -> Pending:
+    """ApiVersions from a client that has not authenticated: the upstream's list (fetched once for everyone
+    by the gateway), merged with the gateway's own APIs, as the forwarded answer would be."""
+    try:
+        upstream = await scope.gateway.upstream_api_versions()
+    except UpstreamUnavailableError as e:
+        raise ConnectionClosed(str(e)) from e
+    version = pending.header.api_version
+    cls = protocol.response_class(ApiKey.ApiVersions, version)
+    keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
+    pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
+                                             pending.header.correlation_id)
+    return pending
+
+
+async def _sasl_handshake(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
+    return scope.sasl.handshake(request, pending)
+
+
+async def _sasl_authenticate(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
+    return await scope.sasl.authenticate(request, pending)
+
+
+async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
+    """DescribeClientQuotas and AlterClientQuotas against the store (KIP-546)."""
+    header = pending.header
+    response, executor_ns = await scope.gateway.quota_admin.handle(header.api_key, header.api_version, request,
+                                                                   scope.principal)
+    pending.thread_ns += executor_ns
+    pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+    return pending
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    """The hooks of one API (see the module docstring)."""
+
+    request: RequestHook | None = None
+    decide: DecideHook = decide_request
+    response: ResponseHook | None = None
+    local: LocalHook | None = None
+
+
+DEFAULT: Final = ApiHandler()
+"""Any other API: forwarded as bytes, the request quota decided, the throttle field set when throttled."""
+
+_ADDRESSES: Final = ApiHandler(response=_address_response)
+HANDLERS: Final[Mapping[int, ApiHandler]] = {
+    ApiKey.Produce: ApiHandler(request=_produce_request, decide=_decide_produce),
+    ApiKey.Fetch: ApiHandler(request=_fetch_request, decide=_decide_fetch, response=_fetch_response),
+    ApiKey.CreateTopics: ApiHandler(request=_create_topics_request, decide=_decide_create_topics,
+                                    response=_create_topics_response),
+    ApiKey.ApiVersions: ApiHandler(response=_api_versions_response, local=_api_versions_before_auth),
+    ApiKey.SaslHandshake: ApiHandler(response=_sasl_response, local=_sasl_handshake),
+    ApiKey.SaslAuthenticate: ApiHandler(response=_sasl_response, local=_sasl_authenticate),
+    ApiKey.DescribeClientQuotas: ApiHandler(local=_quota_admin),
+    ApiKey.AlterClientQuotas: ApiHandler(local=_quota_admin),
+    **{key: _ADDRESSES for key in REWRITTEN_APIS},
+}
+LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
+                               ApiKey.AlterClientQuotas})
+"""Answered by the gateway (SASL only when it terminates SASL); ApiVersions only before authentication."""

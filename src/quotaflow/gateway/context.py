@@ -1,0 +1,65 @@
+"""What a client connection needs from the gateway that serves it, as an interface (``Gateway`` satisfies it).
+
+The connection depends on this, never on :mod:`quotaflow.gateway.server`: settings, per-broker quota managers, the
+upstream, SASL verification, the local quota-admin answers, address rewriting and the event-log hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from quotaflow.gateway.addresses import AddressOf
+    from quotaflow.gateway.broker_quotas import BrokerQuotas
+    from quotaflow.gateway.config import GatewayConfig
+    from quotaflow.gateway.pending import Pending
+    from quotaflow.gateway.quota_admin import QuotaAdminHandler
+    from quotaflow.gateway.request_memory import RequestMemory
+    from quotaflow.gateway.sasl import SaslVerifier
+    from quotaflow.store.base import ScramStore
+
+
+class ConnectionInfo(Protocol):
+    """Who a request came from, as its event-log row names it."""
+
+    @property
+    def broker(self) -> str: ...
+    @property
+    def listener(self) -> str: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def client_ip(self) -> str: ...
+
+
+class ConnectionContext(Protocol):
+    """Everything a :class:`~quotaflow.gateway.connection.ClientConnection` uses of its gateway."""
+
+    @property
+    def config(self) -> GatewayConfig: ...
+    @property
+    def broker(self) -> str:
+        """The gateway's own name: the quota managers' key until a bootstrap connection's upstream is known."""
+    @property
+    def broker_quotas(self) -> BrokerQuotas: ...
+    @property
+    def request_memory(self) -> RequestMemory: ...
+    @property
+    def sasl_passthrough(self) -> bool:
+        """The upstream authenticates: clients' SASL goes to their broker."""
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]: ...
+    @property
+    def sasl(self) -> SaslVerifier: ...
+    @property
+    def scram_store(self) -> ScramStore | None: ...
+    @property
+    def quota_admin(self) -> QuotaAdminHandler: ...
+
+    async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
+                                                                int | None]: ...
+    async def upstream_api_versions(self) -> list[tuple[int, int, int]]: ...
+    def address_map(self, listener: str) -> AddressOf: ...
+    def decision_ms(self) -> int: ...
+    def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None: ...

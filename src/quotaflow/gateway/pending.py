@@ -1,0 +1,36 @@
+"""One request on its way through the gateway: what the connection, its API handlers and the event log share."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Final
+
+from quotaflow.gateway import protocol
+from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
+from quotaflow.gateway.mutations import TopicQuotaDecision
+
+RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
+
+
+@dataclass(slots=True)
+class Pending:
+    """One request on its way through the gateway."""
+
+    header: protocol.RequestHeader
+    request_bytes: int
+    received_ms: int
+    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far ("io thread")
+    network_ns: int = 0  # CPU time spent in socket writes for it ("network thread")
+    acks: int | None = None
+    local: bytes | None = None  # a response the gateway made itself
+    upstream: asyncio.Future[bytes] | None = None
+    forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
+    local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
+    close_after: bool = False
+    holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
+    # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
+    # to the exempt-request-time sensor
+    exempt: bool = False
+    mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
+    decisions: RequestDecisions = NO_DECISIONS
