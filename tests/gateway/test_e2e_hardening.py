@@ -265,8 +265,11 @@ def test_a_failed_login_flood_does_not_slow_real_clients(start_gateway: GatewayS
     try:
         _round_trips(address, producer, 3)  # warm up: topic created, alice's login cached
         baseline = _round_trips(address, producer, 15)
-        # the attackers run in their own process, so they do not take the measuring client's GIL
-        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(gw.port), "12"], stdout=subprocess.PIPE,
+        # the attackers run in their own process, so they do not take the measuring client's GIL, and at the lowest
+        # CPU priority: real attackers are other hosts, and on this 2-core machine their own client CPU would
+        # otherwise be charged to the gateway
+        flood = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", FLOOD, str(gw.port), "12"],
+                                 stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL)
         try:
             time.sleep(2.0)  # the flood is under way
@@ -279,5 +282,5 @@ def test_a_failed_login_flood_does_not_slow_real_clients(start_gateway: GatewayS
     ratio = flooded / baseline
     print(f"16-thread wrong-password flood ({attempts} failed logins): real round trip {baseline * 1000:.1f} ms "
           f"-> {flooded * 1000:.1f} ms ({ratio:.2f}x)")
-    assert attempts > 16
+    assert attempts > 16 * 12  # a real flood: more than one failed login per thread per second
     assert ratio <= 1.5
