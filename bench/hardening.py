@@ -50,28 +50,6 @@ from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
-FLOOD = """
-import sys, threading, time
-from quotaflow.admin.wire import KafkaWireConnection, SaslPlain
-from quotaflow.core.errors import SaslAuthenticationFailedError
-port, seconds = int(sys.argv[1]), float(sys.argv[2])
-deadline, failed = time.monotonic() + seconds, []
-def flood():
-    while time.monotonic() < deadline:
-        try:
-            KafkaWireConnection("127.0.0.1", port, sasl=SaslPlain("alice", "wrong-password"), timeout=10).close()
-        except SaslAuthenticationFailedError:
-            failed.append(1)
-        except OSError:
-            pass
-threads = [threading.Thread(target=flood) for _ in range(16)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-print(len(failed))
-"""
-
 
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -200,8 +178,8 @@ def probe_flood(run: Run) -> str:
     try:
         round_trips(3)
         baseline = round_trips(20)
-        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(gw.port), "10"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL)
+        flood = subprocess.Popen([sys.executable, "-m", "quotaflow.testing.sasl_flood", str(gw.port), "10"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         time.sleep(2.0)
         deadline = time.monotonic() + 6.0
         flooded: list[float] = []

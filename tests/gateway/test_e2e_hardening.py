@@ -220,29 +220,6 @@ def test_stalled_sockets_hold_no_upstream_and_are_counted(start_gateway: Gateway
     assert closed >= 140, closed  # the rest were refused at accept
 
 
-FLOOD = """
-import sys, threading, time
-from quotaflow.admin.wire import KafkaWireConnection, SaslPlain
-from quotaflow.core.errors import SaslAuthenticationFailedError
-port, seconds = int(sys.argv[1]), float(sys.argv[2])
-deadline, failed = time.monotonic() + seconds, []
-def flood():
-    while time.monotonic() < deadline:
-        try:
-            KafkaWireConnection("127.0.0.1", port, sasl=SaslPlain("alice", "wrong-password"), timeout=10).close()
-        except SaslAuthenticationFailedError:
-            failed.append(1)
-        except OSError:
-            pass
-threads = [threading.Thread(target=flood) for _ in range(16)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-print(len(failed))
-"""
-
-
 def _round_trips(address: str, producer: KafkaProducer, rounds: int) -> float:
     """Median seconds of one real-client round: a fresh SASL login with a describe, and 5 produces acked."""
     times = []
@@ -268,9 +245,8 @@ def test_a_failed_login_flood_does_not_slow_real_clients(start_gateway: GatewayS
         # the attackers run in their own process, so they do not take the measuring client's GIL, and at the lowest
         # CPU priority: real attackers are other hosts, and on this 2-core machine their own client CPU would
         # otherwise be charged to the gateway
-        flood = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", FLOOD, str(gw.port), "12"],
-                                 stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL)
+        flood = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "quotaflow.testing.sasl_flood",
+                                  str(gw.port), "12"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         try:
             time.sleep(2.0)  # the flood is under way
             flooded = _round_trips(address, producer, 15)
