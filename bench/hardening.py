@@ -42,12 +42,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 from kafka.protocol.consumer import FetchRequest
 
-from quotaflow.admin.wire import SaslPlain, WireAdmin
-from quotaflow.core.filters import QuotaFilter
 from quotaflow.events import CONNECTIONS_DIR, read_dataset
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.sasl_flood import round_trip
 from quotaflow.testing.tansu import Tansu
 
 
@@ -163,28 +162,16 @@ def probe_flood(run: Run) -> str:
     producer = KafkaProducer(bootstrap_servers=address, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                              sasl_plain_username="alice", sasl_plain_password="alice-secret", acks=1)
 
-    def round_trips(rounds: int) -> float:
-        times = []
-        for i in range(rounds):
-            t0 = time.perf_counter()
-            admin = WireAdmin(address, sasl=SaslPlain("alice", "alice-secret"))
-            admin.describe(QuotaFilter())
-            admin.close()
-            for j in range(5):
-                producer.send("bench-rt", b"%d-%d" % (i, j)).get(timeout=60)
-            times.append(time.perf_counter() - t0)
-        return median(times)
-
     try:
-        round_trips(3)
-        baseline = round_trips(20)
+        round_trip(address, producer, 3, "bench-rt")
+        baseline = round_trip(address, producer, 20, "bench-rt")
         flood = subprocess.Popen([sys.executable, "-m", "quotaflow.testing.sasl_flood", str(gw.port), "10"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         time.sleep(2.0)
         deadline = time.monotonic() + 6.0
         flooded: list[float] = []
         while time.monotonic() < deadline and len(flooded) < 20:
-            flooded.append(round_trips(1))
+            flooded.append(round_trip(address, producer, 1, "bench-rt"))
         out, _ = flood.communicate(timeout=120)
         during = median(flooded)
         return (f"{out.decode().strip()} failed logins in 10 s; real round trip {baseline * 1000:.1f} ms -> "

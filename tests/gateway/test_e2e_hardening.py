@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from statistics import median
 
 import pytest
 from confluent_kafka import Producer
@@ -29,6 +28,7 @@ from quotaflow.core.filters import QuotaFilter
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.sasl_flood import round_trip
 from quotaflow.testing.tansu import Tansu
 
 from .gateway_wire import Wire
@@ -220,28 +220,14 @@ def test_stalled_sockets_hold_no_upstream_and_are_counted(start_gateway: Gateway
     assert closed >= 140, closed  # the rest were refused at accept
 
 
-def _round_trips(address: str, producer: KafkaProducer, rounds: int) -> float:
-    """Median seconds of one real-client round: a fresh SASL login with a describe, and 5 produces acked."""
-    times = []
-    for i in range(rounds):
-        t0 = time.perf_counter()
-        admin = WireAdmin(address, sasl=SaslPlain("alice", "alice-secret"))
-        admin.describe(QuotaFilter())
-        admin.close()
-        for j in range(5):
-            producer.send("hardening-rt", b"rt-%d-%d" % (i, j)).get(timeout=30)
-        times.append(time.perf_counter() - t0)
-    return median(times)
-
-
 def test_a_failed_login_flood_does_not_slow_real_clients(start_gateway: GatewayStarter) -> None:
     gw = start_gateway(sasl=True, users={"alice": "alice-secret"})
     address = f"127.0.0.1:{gw.port}"
     producer = KafkaProducer(bootstrap_servers=address, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                              sasl_plain_username="alice", sasl_plain_password="alice-secret", acks=1)
     try:
-        _round_trips(address, producer, 3)  # warm up: topic created, alice's login cached
-        baseline = _round_trips(address, producer, 15)
+        round_trip(address, producer, 3)  # warm up: topic created, alice's login cached
+        baseline = round_trip(address, producer, 15)
         # the attackers run in their own process, so they do not take the measuring client's GIL, and at the lowest
         # CPU priority: real attackers are other hosts, and on this 2-core machine their own client CPU would
         # otherwise be charged to the gateway
@@ -249,7 +235,7 @@ def test_a_failed_login_flood_does_not_slow_real_clients(start_gateway: GatewayS
                                   str(gw.port), "12"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         try:
             time.sleep(2.0)  # the flood is under way
-            flooded = _round_trips(address, producer, 15)
+            flooded = round_trip(address, producer, 15)
         finally:
             out, _ = flood.communicate(timeout=60)
     finally:
