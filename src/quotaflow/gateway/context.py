@@ -10,6 +10,7 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from quotaflow.core.acl import Authorizer
     from quotaflow.gateway.addresses import AddressOf
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.config import GatewayConfig
@@ -56,6 +57,10 @@ class ConnectionContext(Protocol):
     def scram_store(self) -> ScramStore | None: ...
     @property
     def quota_admin(self) -> QuotaAdminHandler: ...
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """Kafka's authorizer at the gateway (``authorizer.class.name``); None: every request is allowed, as on a
+        broker without one (quotaflow's own topics stay hidden either way)."""
 
     async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
                                                                 int | None]: ...

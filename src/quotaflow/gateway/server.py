@@ -25,6 +25,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from quotaflow.admin import Admin
 from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
+from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressOf
@@ -77,6 +78,7 @@ class Gateway:
         broker: str = "gateway",
         broker_port_base: Mapping[str, int] | None = None,
         reuse_port: bool = False,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
@@ -113,6 +115,7 @@ class Gateway:
         self.brokers: BrokerRoutes | None = None  # after start
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
+        self.authorizer = authorizer
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
                                  failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
