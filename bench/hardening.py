@@ -1,6 +1,6 @@
 """Issue 10's hostile-client probes, at the issue's scale, against a `quotaflow gateway` process in front of tansu.
 
-    .venv/bin/python bench/hardening.py [--gateway-src DIR] [--only fetch,frames,flood,outage,stalled,headers] \
+    .venv/bin/python bench/hardening.py [--gateway-src DIR] [--only fetch,frames,flood,outage,stalled,headers,hostile] \
         [--out bench/results/hardening.md]
 
 ``--gateway-src`` runs the gateway from another source tree (e.g. ``git archive main src | tar -x -C /tmp/before``,
@@ -17,7 +17,11 @@ loopback and bounded in count and time:
   connections the gateway accepted during the outage (its connection event log), warning lines logged, and whether
   everything sent during the outage was acked after it;
 * stalled: 4,000 sockets from 127.0.0.1 each hold a partial frame; the gateway's extra open files;
-* headers: Metadata v-1 and ApiVersions v-1: what comes back (whole response, clean close, or a hang).
+* headers: Metadata v-1 and ApiVersions v-1: what comes back (whole response, clean close, or a hang);
+* hostile: with the default settings, 1,000 connections each announce a 100 MiB frame and send 1 MiB of it (as
+  fast as the gateway reads), then stall; the gateway's RSS (baseline, peak while they hold, and after the last is
+  gone) and a well-behaved kafka-python producer's round trips (1 KB, acks=1: median and worst of 40, before and
+  while they hold; then how long one 1 MiB produce takes while they hold), all in one run.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -260,9 +265,89 @@ def probe_headers(run: Run) -> str:
         gw.stop()
 
 
+def _hostile_senders(port: int, count: int, announce: int, send: int, stop: threading.Event,
+                     gateway_pid: int, peak: list[float]) -> None:
+    """``count`` sockets announce ``announce`` bytes and send ``send`` of them, as fast as the gateway takes them,
+    then hold until ``stop``; the gateway's peak RSS is sampled meanwhile."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(struct.pack(">i", announce))
+            s.setblocking(False)
+            socks.append(s)
+        chunk, sent = b"x" * 65536, [0] * count
+        while not stop.is_set():
+            progress = 0
+            for i, s in enumerate(socks):
+                if sent[i] < send:
+                    try:
+                        n = s.send(chunk[:send - sent[i]])
+                    except (BlockingIOError, ConnectionError):
+                        continue
+                    sent[i] += n
+                    progress += n
+            peak[0] = max(peak[0], rss_mb(gateway_pid))
+            if not progress:
+                stop.wait(0.05)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _round_trips(producer: KafkaProducer, topic: str, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        producer.send(topic, b"v" * 1024).get(timeout=60)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def probe_hostile(run: Run) -> str:
+    gw = run.gateway()
+    stop = threading.Event()
+    try:
+        assert gw.pid is not None
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{gw.port}", acks=1, linger_ms=0,
+                                 max_request_size=2 << 20, request_timeout_ms=120_000)
+        _round_trips(producer, topic, 5)  # topic created, connections warm
+        quiet = _round_trips(producer, topic, 40)
+        base = rss_mb(gw.pid)
+        peak = [base]
+        senders = threading.Thread(target=_hostile_senders,
+                                   args=(gw.port, 1000, 100 << 20, 1 << 20, stop, gw.pid, peak), daemon=True)
+        t0 = time.monotonic()
+        senders.start()
+        time.sleep(8.0)  # 1,000 connections open and sending
+        held = _round_trips(producer, topic, 40)
+        t1 = time.perf_counter()
+        producer.send(topic, b"L" * (1 << 20)).get(timeout=120)
+        large = time.perf_counter() - t1
+        during = time.monotonic() - t0
+        peak[0] = max(peak[0], rss_mb(gw.pid))
+        stop.set()
+        senders.join(30)
+        time.sleep(2.0)
+        after = rss_mb(gw.pid)
+        producer.close(5)
+
+        def ms(xs: list[float]) -> str:
+            return f"median {median(xs) * 1000:.1f} ms, worst {max(xs) * 1000:.1f} ms"
+
+        return (f"1,000 connections announcing 100 MiB, 1 MiB sent each: RSS {base:.0f} MB -> peak {peak[0]:.0f} MB "
+                f"(+{peak[0] - base:.0f} MB) -> {after:.0f} MB after; a producer's 1 KB round trip {ms(quiet)} "
+                f"before, {ms(held)} while they hold; one 1 MiB produce while they hold: {large:.1f} s "
+                f"(held {during:.0f} s in all)")
+    finally:
+        stop.set()
+        gw.stop()
+
+
 PROBES: dict[str, Callable[[Run], str]] = {
     "fetch": probe_fetch, "frames": probe_frames, "flood": probe_flood, "outage": probe_outage,
-    "stalled": probe_stalled, "headers": probe_headers,
+    "stalled": probe_stalled, "headers": probe_headers, "hostile": probe_hostile,
 }
 
 

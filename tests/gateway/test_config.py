@@ -33,7 +33,12 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_hardening_settings_have_kafkas_names_and_defaults() -> None:
     default = GatewayConfig.from_properties({})
     assert (default.sasl_server_max_receive_size, default.failed_authentication_delay_ms,
-            default.fetch_max_bytes, default.queued_max_request_bytes) == (524_288, 100, 57_671_680, -1)
+            default.fetch_max_bytes) == (524_288, 100, 57_671_680)
+    # queued.max.request.bytes is bounded by default (Kafka's -1 let one announced frame hold every client): one
+    # socket.request.max.bytes, and the frames before authentication have a pool of their own
+    assert (default.queued_max_request_bytes, default.request_pool_bytes) == (None, 104_857_600)
+    assert (default.sasl_queued_max_request_bytes, default.request_body_timeout_ms) == (8 << 20, 30_000)
+    assert GatewayConfig.from_properties({"queued.max.request.bytes": "-1"}).request_pool_bytes == -1
     tuned = GatewayConfig.from_properties({"connection.failed.authentication.delay.ms": "0",
                                            "quotaflow.max.unsent.response.bytes": "1048576",
                                            "queued.max.request.bytes": "209715200"})
@@ -45,22 +50,22 @@ def test_hardening_settings_have_kafkas_names_and_defaults() -> None:
 
 
 def test_request_memory_holds_readers_while_the_pool_is_full() -> None:
-    import asyncio
-
     from quotaflow.gateway.request_memory import RequestMemory
 
-    async def run() -> list[str]:
-        pool, order = RequestMemory(100), []
-
-        async def reader(name: str, size: int, hold: float) -> None:
-            await pool.acquire(size)
-            order.append(f"{name}+")
-            await asyncio.sleep(hold)
-            pool.release(size)
-
-        await asyncio.gather(reader("a", 80, 0.05), reader("b", 80, 0.0), reader("huge", 500, 0.0))
-        assert pool.used == 0
-        return order
-
-    order = asyncio.run(run())
-    assert order[0] == "a+" and set(order) == {"a+", "b+", "huge+"}  # b and huge waited for a's bytes
+    pool, woken = RequestMemory(100), []
+    a, b, c = object(), object(), object()
+    assert pool.reserve(a, 60, lambda: None)
+    assert pool.reserve(b, 30, lambda: None)
+    # b's next chunk does not fit: it waits; a, the oldest holder, may always go on (two half-read frames
+    # must never wait on each other for ever), which bounds the pool at capacity + one frame
+    assert not pool.reserve(b, 20, lambda: woken.append("b"))
+    assert not pool.reserve(c, 20, lambda: woken.append("c") or pool.reserve(c, 20, lambda: None))
+    assert pool.reserve(a, 50, lambda: None) and pool.used == 140
+    assert woken == []
+    pool.release(a)  # a's frame passed on: the waiters are woken in order while there is room
+    assert woken == ["b", "c"] and pool.used == 50 and pool.held(c) == 20
+    pool.release(b)
+    pool.release(c)
+    assert pool.used == 0
+    unbounded = RequestMemory(-1)
+    assert unbounded.reserve(a, 1 << 40, lambda: None)

@@ -24,6 +24,8 @@ QUOTA_POLL_MS: Final = "quotaflow.store.poll.ms"
 MAX_IN_FLIGHT: Final = "quotaflow.max.in.flight.requests"
 FETCH_MAX_BYTES: Final = "fetch.max.bytes"
 QUEUED_MAX_REQUEST_BYTES: Final = "queued.max.request.bytes"
+SASL_QUEUED_MAX_REQUEST_BYTES: Final = "quotaflow.sasl.queued.max.request.bytes"
+REQUEST_BODY_TIMEOUT_MS: Final = "quotaflow.request.body.timeout.ms"
 SASL_SERVER_MAX_RECEIVE_SIZE: Final = "sasl.server.max.receive.size"
 FAILED_AUTHENTICATION_DELAY_MS: Final = "connection.failed.authentication.delay.ms"
 MAX_UNSENT_RESPONSE_BYTES: Final = "quotaflow.max.unsent.response.bytes"
@@ -53,7 +55,12 @@ class GatewayConfig:
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # unanswered requests read per connection; 1 = Kafka's one-at-a-time reading
     fetch_max_bytes: int = 57_671_680  # Kafka's broker default (55 MB): Fetch max_bytes is capped to it
-    queued_max_request_bytes: int = -1  # Kafka's default: request bytes read and not yet passed on, all connections
+    # the pool for request frames larger than a connection's receive buffer, all connections (gateway.request_memory);
+    # None: socket.request.max.bytes (Kafka's default is -1, unbounded: one announced frame could hold it all)
+    queued_max_request_bytes: int | None = None
+    # the same, for frames before SASL authentication (each at most sasl.server.max.receive.size)
+    sasl_queued_max_request_bytes: int = 8 * 1024 * 1024
+    request_body_timeout_ms: int = 30_000  # a frame begun must be whole within this (the client's request.timeout.ms)
     # responses read from the upstream (or made here) but not yet taken by the client's socket: above this, the
     # gateway stops reading both the client and its upstream connection (docs/gateway.md: memory bound)
     max_unsent_response_bytes: int = 4 * 1024 * 1024
@@ -82,6 +89,8 @@ class GatewayConfig:
             MAX_IN_FLIGHT: "max_in_flight",
             FETCH_MAX_BYTES: "fetch_max_bytes",
             QUEUED_MAX_REQUEST_BYTES: "queued_max_request_bytes",
+            SASL_QUEUED_MAX_REQUEST_BYTES: "sasl_queued_max_request_bytes",
+            REQUEST_BODY_TIMEOUT_MS: "request_body_timeout_ms",
             MAX_UNSENT_RESPONSE_BYTES: "max_unsent_response_bytes",
             SASL_SERVER_MAX_RECEIVE_SIZE: "sasl_server_max_receive_size",
             FAILED_AUTHENTICATION_DELAY_MS: "failed_authentication_delay_ms",
@@ -111,10 +120,15 @@ class GatewayConfig:
         values["extra"] = extra
         values.update(overrides)
         config = cls(**values)  # type: ignore[arg-type]
-        if 0 < config.queued_max_request_bytes < config.socket_request_max_bytes:
+        if 0 < (config.queued_max_request_bytes or 0) < config.socket_request_max_bytes:
             raise CommandError(f"{QUEUED_MAX_REQUEST_BYTES} must be larger or equal to {SOCKET_REQUEST_MAX_BYTES}")
         return config
 
+    @property
+    def request_pool_bytes(self) -> int:
+        """``queued.max.request.bytes`` in force: its value, else ``socket.request.max.bytes`` (-1: unbounded)."""
+        q = self.queued_max_request_bytes
+        return self.socket_request_max_bytes if q is None else q
 
     def security_protocol(self, listener: str) -> str:
         default = listener if listener in SECURITY_PROTOCOLS else PLAINTEXT

@@ -1,23 +1,37 @@
-"""One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding.
+"""One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding, on callbacks.
 
 What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
 and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.api_handlers`; the SASL
 exchange is :class:`~quotaflow.gateway.sasl_session.SaslSession`; a request on its way is a
 :class:`~quotaflow.gateway.pending.Pending`.
 
-Up to three tasks per connection, joined by one ordered queue so responses leave in request order (Kafka clients
-pipeline requests and match responses by order and correlation id):
+Two asyncio protocols per connection and no task of their own: :class:`ClientConnection` on the client's socket
+and :class:`UpstreamProtocol` on the upstream's (opened with the first request to forward, so a client that never
+sends a whole request holds no upstream socket). Both cut frames from a receive buffer
+(:class:`~quotaflow.gateway.framing.FrameBuffer`) in ``buffer_updated``; everything else happens in one step,
+:meth:`ClientConnection._pump`, run whenever something changes (bytes arrive on either side, a mute ends, the
+client's socket drains, memory is released, an async step ends):
 
-* ``_read_client``: reads a frame, decides (forward raw / answer locally / fail), queues a ``Pending``; forwarded
-  frames are written to the upstream unchanged, so correlation ids are preserved. It reads the next request only
-  when fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's rule, one request at a time), the
-  connection is not muted, and the client has taken its responses (``quotaflow.max.unsent.response.bytes``). A
-  byte-rate-limited producer is read one produce at a time, so nothing it pipelines slips past its throttle.
-* ``_read_upstream`` (started with the upstream connection, which opens with the first request to forward): reads
-  upstream responses and completes the oldest forwarded ``Pending``; it too pauses while the client does not drain.
-* ``_write_client``: takes each ``Pending`` in order and, in one synchronous step, decides its quotas (KIP-219:
-  answer at once with ``throttle_time_ms``, then stop reading this connection for that long), rewrites what must be
-  rewritten, writes, and logs the event row, so the log's order is the decisions' order.
+* upstream responses are matched to the oldest forwarded request (order and correlation id checked);
+* responses leave in request order (Kafka clients pipeline requests and match responses by order and correlation
+  id); each is decided (KIP-219: answered at once with ``throttle_time_ms``, then the connection is not read for
+  that long), rewritten where it must be, written with one call, and logged, in one synchronous step, so the event
+  log's order is the decisions' order. Forwarded frames and unchanged responses are written as they came
+  (``writelines`` of the size prefix and the frame: no copy into a new buffer);
+* the next request is taken only while fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's
+  rule), the connection is not muted, no byte-rate-limited produce is waiting for its response and throttle (such a
+  producer is read one produce at a time, so nothing it pipelines slips past its throttle), the upstream socket is
+  not backed up, and the client has taken its responses (``quotaflow.max.unsent.response.bytes``); otherwise the
+  socket is not read (``pause_reading``) and TCP holds the rest in the client. The upstream socket is not read
+  either while the client has not taken its responses.
+
+Two steps may wait: connecting the upstream and the answers the gateway makes itself (the handler table's async
+``local`` hooks: SASL, DescribeClientQuotas/AlterClientQuotas, ApiVersions before authentication). Each runs as a
+task while the connection takes no further request, which keeps responses in order.
+
+Frames larger than the receive buffer draw on a memory pool as their bodies arrive (``gateway.request_memory``);
+a frame begun must be finished within ``quotaflow.request.body.timeout.ms`` (the gateway's housekeeping closes the
+connection otherwise).
 
 Thread time (``time.thread_time_ns``) up to a request's quota decision is its io-thread time, checked against the
 request quota; after it (rewrite, encode, write) its network-thread time, recorded unchecked (docs/gateway.md).
@@ -26,12 +40,11 @@ request quota; after it (rewrite, encode, write) its network-thread time, record
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from kafka.protocol.api_key import ApiKey
 
@@ -40,23 +53,32 @@ from quotaflow.gateway import protocol, versions
 from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
+from quotaflow.gateway.framing import FrameBuffer
 from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
 from quotaflow.gateway.sasl_session import SaslSession
+from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.versions import SASL_APIS
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext
     from quotaflow.gateway.enforcement import Enforcement
+    from quotaflow.gateway.request_memory import RequestMemory
+    from quotaflow.gateway.tls import ListenerTls
 
 log = logging.getLogger(__name__)
 
+UPSTREAM_BUFFER: Final = 64 * 1024  # responses are larger than requests; larger ones are read into chunks
+UPSTREAM_FRAME_LIMIT: Final = (1 << 31) - 1
+_EXPECTED: Final = (ConnectionClosed, ConnectionError, asyncio.CancelledError)
 
-class ClientConnection:
-    """One admitted client connection and, once a request must be forwarded, its upstream connection."""
 
-    def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: int | None = None) -> None:
+class ClientConnection(asyncio.BufferedProtocol):
+    """One admitted client connection (the protocol on its socket) and, once a request must be forwarded, its
+    upstream connection."""
+
+    def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int, *,
+                 node: int | None = None, tls: ListenerTls | None = None) -> None:
         self.gateway = gateway
         self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
         # whose quotas apply: the node's, else the gateway's own name until a bootstrap connection's upstream is known
@@ -65,106 +87,218 @@ class ClientConnection:
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
-        self.reader = reader
-        self.writer = writer
         self.principal = ANONYMOUS
+        self._tls = tls  # an SSL listener: the principal is the client certificate's mapped DN
         self.last_active = time.monotonic()
         self.muted_until = 0.0  # monotonic seconds; reading resumes after this
-        self._queue: asyncio.Queue[Pending | None] = asyncio.Queue()
-        # requests read but not yet answered; 1 = Kafka's rule: the next request is read only after the previous
-        # response has been sent (and its throttle mute has passed)
-        self._slots = asyncio.Semaphore(gateway.config.max_in_flight)
-        self._held = 0  # throttled produce requests whose responses are not sent yet: reading waits for them
-        self._released = asyncio.Event()
-        self._awaiting: deque[Pending] = deque()
-        self._upstream_reader: asyncio.StreamReader | None = None
-        self._upstream_writer: asyncio.StreamWriter | None = None
-        self.sasl = SaslSession(gateway, client_ip,
-                                required=gateway.config.security_protocol(listener) in SASL_PROTOCOLS,
+        config = gateway.config
+        self._max_in_flight = config.max_in_flight
+        self._max_unsent = config.max_unsent_response_bytes
+        self.sasl = SaslSession(gateway, client_ip, required=config.security_protocol(listener) in SASL_PROTOCOLS,
                                 on_authenticated=self._authenticated)
-        self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._frames = FrameBuffer()
+        self._upstream: UpstreamProtocol | None = None
+        self._queue: deque[Pending] = deque()  # taken, response not sent yet: in request order
+        self._awaiting: deque[Pending] = deque()  # forwarded, upstream response not read yet
+        self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
+        self._busy: asyncio.Task[None] | None = None  # an async step of the request being taken
+        self._pool: RequestMemory | None = None  # the pool the large frame being read draws on
+        self._waiting_memory = False
+        self._stopped = False  # close_after: read nothing more
         self._closing = False
+        self._reading = True
+        self._upstream_reading = True
+        self._upstream_blocked = False  # the upstream socket's write buffer is full
+        self._mute_timer: asyncio.TimerHandle | None = None
+        self._pumping = False
+        self._again = False
+        self._cut = False  # a frame was cut since the body clock last started
+        self.frame_since = 0.0  # monotonic: when the partial frame being read began (0: none)
+        self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
         self._unsent_local = 0  # the part of it the gateway made itself
-        self._drained = asyncio.Event()
-        self._tasks: list[asyncio.Future[None]] = []
-        self._ended: asyncio.Future[None] | None = None
+        self._closed: asyncio.Future[None] = self._loop.create_future()
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
-    async def serve(self) -> None:
-        """Read and write the client until either side ends. The upstream connection is opened lazily, by the
-        first request that must be forwarded (after authentication on SASL listeners), so a client that never
-        sends a whole request holds no upstream socket."""
-        self._ended = asyncio.get_running_loop().create_future()
-        try:
-            self._spawn(self._read_client())
-            self._spawn(self._write_client())
-            await self._ended
-        finally:
-            for task in self._tasks:
-                task.cancel()
-            results = await asyncio.gather(*self._tasks, return_exceptions=True)
-            for exc in results:
-                if isinstance(exc, Exception) and not isinstance(
-                        exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
-                    log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
-            self._fail_awaiting()
-            self.close()
-            await self._wait_closed()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
+        # over the unsent bound with nothing left to send, only the socket's draining can wake the connection:
+        # resume_writing comes once its buffer falls from the bound
+        transport.set_write_buffer_limits(high=self._max_unsent)
+        if self._tls is not None:
+            try:  # an SSL listener's principal is the client certificate's mapped DN (SASL_SSL: the SASL identity)
+                self.principal = self._tls.principal(transport.get_extra_info("peercert"))
+            except SslPrincipalMappingError as e:
+                log.info("closing TLS connection from %s: %s", self.client_ip, e)
+                self.close()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.append(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, _task: asyncio.Future[None]) -> None:
-        if self._ended is not None and not self._ended.done():
-            self._ended.set_result(None)
-
-    async def _ensure_upstream(self) -> None:
-        """Connect the upstream on first use; while it is down the client is held (the gateway retries with
-        backoff up to its bound), then the connection is closed."""
-        if self._upstream_writer is not None:
-            return
-        try:
-            self._upstream_reader, self._upstream_writer, node = await self.gateway.connect_upstream(self.node)
-        except UpstreamUnavailableError as e:
-            raise ConnectionClosed(str(e)) from e
-        if self._closing:
-            self._upstream_writer.close()
-            raise ConnectionClosed("closed while connecting upstream")
-        self.broker = broker_key(node, self.gateway.broker)
-        self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
-        self._spawn(self._read_upstream())
-
-    def close(self) -> None:
-        """Close both sockets now (idempotent; safe from other tasks, e.g. the idle reaper)."""
+    def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self.writer.close()
-        if self._upstream_writer is not None:
-            self._upstream_writer.close()
-
-    async def _wait_closed(self) -> None:
-        for w in (self.writer, self._upstream_writer):
-            if w is not None:
-                with contextlib.suppress(Exception):
-                    await w.wait_closed()
-
-    def _fail_awaiting(self) -> None:
+        if self._upstream is not None:
+            self._upstream.close()
+        if self._busy is not None:
+            self._busy.cancel()
+        if self._mute_timer is not None:
+            self._mute_timer.cancel()
         while self._awaiting:
             fut = self._awaiting.popleft().upstream
             if fut is not None and not fut.done():
-                fut.cancel()  # the writer is cancelled too; nobody is left to read an exception
+                fut.cancel()
+        self._release_memory()
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        return False  # a client that stops sending is done (Kafka closes the channel too)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    def close(self) -> None:
+        """Close both sockets (idempotent; responses already written are still delivered)."""
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+        if self._upstream is not None:
+            self._upstream.close()
+
+    def abort(self) -> None:
+        """Close both sockets now, dropping what is unsent."""
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
+        if self._upstream is not None:
+            self._upstream.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        if not isinstance(exc, _EXPECTED):
+            log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
+        else:
+            log.debug("closing connection from %s:%s: %s", self.client_ip, self.client_port, exc)
+        self.close()
+
+    def body_overdue(self, now: float, timeout_s: float) -> bool:
+        """A frame begun more than ``timeout_s`` ago (while the gateway was reading) is still not complete."""
+        return bool(self.frame_since) and now - self.frame_since > timeout_s
+
+    def _release_memory(self) -> None:
+        if self._pool is not None:
+            self._pool.release(self)
+            self._pool = None
+        self._waiting_memory = False
+
+    # -- flow control callbacks -----------------------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._frames.updated(nbytes)
+        self._pump()
+
+    def pause_writing(self) -> None:
+        pass  # the unsent-bytes bound reads the client's write buffer itself
+
+    def resume_writing(self) -> None:
+        self._pump()
+
+    def _memory_freed(self) -> None:
+        """The pool has room again: take the chunk now (or queue again) and go on reading."""
+        pool = self._pool
+        need = self._frames.wants()
+        if self._closing or pool is None or not need:
+            self._waiting_memory = False
+            return
+        if pool.reserve(self, need, self._memory_freed):
+            self._frames.grant(need)
+            self._waiting_memory = False
+            self._loop.call_soon(self._pump)
+
+    # -- the one step ---------------------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Do everything that can be done now: read upstream responses, send what is ready in order, take
+        requests, and set which sockets are read."""
+        if self._pumping:
+            self._again = True
+            return
+        if self._closing:
+            return
+        self._pumping = True
+        try:
+            again = True
+            while again and not self._closing:
+                self._again = False
+                self._read_upstream()
+                self._flush()
+                self._take()
+                again = self._again
+            if not self._closing:
+                self._set_reading()
+        except BaseException as e:  # closes the connection; logged unless expected
+            self._fail(e)
+        finally:
+            self._pumping = False
+
+    def _set_reading(self) -> None:
+        want = self._may_take() and not self._waiting_memory
+        assert self.transport is not None
+        if want != self._reading:
+            self._reading = want
+            if want:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+        # the body clock runs while the gateway reads (or waits for pool memory): a frame must be finished in time
+        if self._frames.partial and (want or self._waiting_memory):
+            if self._cut or not self.frame_since:
+                self.frame_since = time.monotonic()
+        else:
+            self.frame_since = 0.0
+        self._cut = False
+        upstream = self._upstream
+        if upstream is not None:
+            want = not self._over_unsent_bound(upstream=True)
+            if want != self._upstream_reading:
+                self._upstream_reading = want
+                if want:
+                    upstream.transport.resume_reading()
+                else:
+                    upstream.transport.pause_reading()
+
+    def _may_take(self) -> bool:
+        """Whether the next request may be taken now (see the module docstring)."""
+        if self._closing or self._stopped or self._busy is not None or self._held or self._upstream_blocked:
+            return False
+        if len(self._queue) >= self._max_in_flight:
+            return False
+        if self.muted_until:
+            wait = self.muted_until - time.monotonic()
+            if wait > 0:
+                if self._mute_timer is None:  # one that ends early (the mute grew) just looks again
+                    self._mute_timer = self._loop.call_later(wait, self._unmute)
+                return False
+            self.muted_until = 0.0
+        return not self._over_unsent_bound(upstream=False)
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._pump()
+
+    def _over_unsent_bound(self, upstream: bool) -> bool:
+        """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
+        not taken, read neither its requests nor its upstream's responses. The upstream side does not count
+        responses made here: one of those queued behind a forwarded request must never stop the response it waits
+        for from being read."""
+        unsent = self._unsent - self._unsent_local if upstream else self._unsent
+        assert self.transport is not None
+        return unsent + self.transport.get_write_buffer_size() > self._max_unsent
 
     # -- client -> gateway ----------------------------------------------------------------------------------
-
-    async def _read_frame(self, reader: asyncio.StreamReader, limit: int, setting: str) -> bytes:
-        size = protocol.SIZE.unpack(await reader.readexactly(4))[0]
-        if size < 0 or size > limit:
-            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
-        return await reader.readexactly(size)
 
     def _frame_limit(self) -> tuple[int, str]:
         """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
@@ -175,51 +309,93 @@ class ClientConnection:
                 "sasl.server.max.receive.size"
         return config.socket_request_max_bytes, "socket.request.max.bytes"
 
-    async def _read_client(self) -> None:
-        while not self._closing:
-            await self._slots.acquire()
-            await self._ready_to_read()
-            size = await self._read_size(*self._frame_limit())
-            memory = self.gateway.request_memory
-            await memory.acquire(size)  # queued.max.request.bytes, over all connections
-            try:
-                frame = await self.reader.readexactly(size)
-                await self._ready_to_read()  # a mute set while this read was pending holds the request back too
-                pending = await self._take_request(frame)
-            finally:
-                memory.release(size)
-            if pending.local:
-                self._unsent += len(pending.local)
-                self._unsent_local += len(pending.local)
-            await self._queue.put(pending)
-            if pending.close_after:
-                # read no more; the writer sends this last response and then ends the connection
-                await asyncio.get_running_loop().create_future()
+    def _take(self) -> None:
+        frames = self._frames
+        while self._may_take():
+            frame = frames.pop(*self._frame_limit())
+            if frame is None:
+                need = frames.wants()
+                if not need or self._waiting_memory:
+                    return
+                if self._pool is None:  # a large frame begins: before authentication it has a pool of its own
+                    self._pool = self.gateway.preauth_memory if self.sasl.pending_auth \
+                        else self.gateway.request_memory
+                if not self._pool.reserve(self, need, self._memory_freed):
+                    self._waiting_memory = True
+                    return
+                frames.grant(need)
+                continue
+            self._cut = True
+            pool, self._pool = self._pool, None
+            rest: Coroutine[Any, Any, None] | None
+            if self._upstream is None and self._will_forward(frame):
+                # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
+                rest = self._connect_then_take(frame)
+            else:
+                rest = self._take_request(frame)
+            if rest is not None:
+                self._run_async(rest, pool)
+            elif pool is not None:
+                pool.release(self)
 
-    async def _read_size(self, limit: int, setting: str) -> int:
-        size: int = protocol.SIZE.unpack(await self.reader.readexactly(4))[0]
-        if size < 0 or size > limit:
-            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
-        return size
+    def _run_async(self, step: Coroutine[Any, Any, None], pool: RequestMemory | None) -> None:
+        """A step that waits (upstream connect, local answer): no further request is taken until it ends; the
+        frame's pool memory is held until then."""
+        task = self._loop.create_task(step)
+        self._busy = task
 
-    async def _take_request(self, frame: bytes) -> Pending:
-        """Decide one request and pass it on: forwarded (its bytes leave when the upstream socket drains) or
-        answered here."""
-        if self._upstream_writer is None and self._will_forward(frame):
-            # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
-            await self._ensure_upstream()
+        def done(_task: asyncio.Task[None]) -> None:
+            self._busy = None
+            if pool is not None:
+                pool.release(self)
+            if task.cancelled():
+                return
+            exc = task.exception()
+            if exc is not None:
+                self._fail(exc)
+            else:
+                self._pump()
+
+        task.add_done_callback(done)
+
+    async def _connect_then_take(self, frame: bytes) -> None:
+        await self._ensure_upstream()
+        rest = self._take_request(frame)
+        if rest is not None:
+            await rest
+
+    def _take_request(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
+        """Decide one request and pass it on: forwarded (its bytes go to the upstream socket now) or answered here.
+        Returns what is left to do when that must wait (an upstream connect, a local answer)."""
         start = time.thread_time_ns()
         self.last_active = time.monotonic()
         pending = self._on_request(frame)
         pending.thread_ns += time.thread_time_ns() - start
         if pending.forward is not None:
-            await self._ensure_upstream()
+            if self._upstream is None:
+                return self._forward_later(pending)
             self._forward(pending)
-            assert self._upstream_writer is not None
-            await self._upstream_writer.drain()  # a slow upstream: stop reading the client, do not buffer
         elif pending.upstream is None and pending.local is None:
-            pending = await self._answer_locally(frame, pending)
-        return pending
+            return self._answer_later(frame, pending)
+        self._enqueue(pending)
+        return None
+
+    async def _forward_later(self, pending: Pending) -> None:
+        await self._ensure_upstream()
+        self._forward(pending)
+        self._enqueue(pending)
+
+    async def _answer_later(self, frame: bytes, pending: Pending) -> None:
+        self._enqueue(await self._answer_locally(frame, pending))
+
+    def _enqueue(self, pending: Pending) -> None:
+        if pending.local:
+            self._unsent += len(pending.local)
+            self._unsent_local += len(pending.local)
+        self._queue.append(pending)
+        if pending.close_after:
+            self._stopped = True  # read no more; this last response is sent and then the connection ends
+        self._again = True
 
     def _will_forward(self, frame: bytes) -> bool:
         """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
@@ -235,35 +411,6 @@ class ClientConnection:
         if key == ApiKey.ApiVersions:
             return 0 <= version <= versions.APIVERSIONS_MAX
         return key not in LOCAL_APIS and _supported(key, version)
-
-    async def _ready_to_read(self) -> None:
-        await self._unmuted()
-        await self._below_unsent_bound()
-
-    def _over_unsent_bound(self, upstream: bool) -> bool:
-        # the upstream reader does not count responses made here: one of those queued behind a forwarded request
-        # must never stop the response the writer is waiting for from being read
-        unsent = self._unsent - self._unsent_local if upstream else self._unsent
-        buffered = self.writer.transport.get_write_buffer_size()
-        return unsent + buffered > self.gateway.config.max_unsent_response_bytes
-
-    async def _below_unsent_bound(self, *, upstream: bool = False) -> None:
-        """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
-        not taken, read neither its requests nor its upstream's responses (the writer wakes this after each drain)."""
-        while self._over_unsent_bound(upstream) and not self._closing:
-            self._drained.clear()
-            await self._drained.wait()
-
-    async def _unmuted(self) -> None:
-        while True:
-            if self._held:
-                self._released.clear()
-                await self._released.wait()
-                continue
-            wait = self.muted_until - time.monotonic()
-            if wait <= 0:
-                return
-            await asyncio.sleep(wait)
 
     def _on_request(self, frame: bytes) -> Pending:
         now_ms = time.time_ns() // 1_000_000
@@ -299,15 +446,15 @@ class ClientConnection:
                 return pending
             frame = forward
         pending.forward = frame
-        pending.upstream = asyncio.get_running_loop().create_future()
+        pending.upstream = self._loop.create_future()
         self._awaiting.append(pending)
         return pending
 
     def _forward(self, pending: Pending) -> None:
-        assert self._upstream_writer is not None and pending.forward is not None
+        assert self._upstream is not None and pending.forward is not None
         frame, pending.forward = pending.forward, None
         start = time.thread_time_ns()
-        self._upstream_writer.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
+        self._upstream.transport.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
         pending.network_ns += time.thread_time_ns() - start
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
@@ -324,38 +471,76 @@ class ClientConnection:
 
     # -- upstream -> gateway ----------------------------------------------------------------------------------
 
-    async def _read_upstream(self) -> None:
-        assert self._upstream_reader is not None
-        while True:
-            await self._below_unsent_bound(upstream=True)
-            frame = await self._read_frame(self._upstream_reader, 1 << 31, "upstream")
+    async def _ensure_upstream(self) -> None:
+        """Connect the upstream on first use; while it is down the client is held (the gateway retries with
+        backoff up to its bound), then the connection is closed."""
+        if self._upstream is not None:
+            return
+        try:
+            reader, writer, node = await self.gateway.connect_upstream(self.node)
+        except UpstreamUnavailableError as e:
+            raise ConnectionClosed(str(e)) from e
+        if self._closing:
+            writer.close()
+            raise ConnectionClosed("closed while connecting upstream")
+        self._upstream = UpstreamProtocol.take_over(self, reader, writer)
+        self.broker = broker_key(node, self.gateway.broker)
+        self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
+
+    def _read_upstream(self) -> None:
+        upstream = self._upstream
+        if upstream is None:
+            return
+        frames = upstream.frames
+        while not self._over_unsent_bound(upstream=True):
+            frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream")
+            if frame is None:
+                need = frames.wants()
+                if not need:
+                    return
+                frames.grant(need)  # responses are bounded by the unsent bound and fetch.max.bytes, not a pool
+                continue
             self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
             pending = self._awaiting.popleft()
-            if protocol.response_correlation_id(frame) != pending.header.correlation_id:
+            if len(frame) < 4 or protocol.response_correlation_id(frame) != pending.header.correlation_id:
                 raise ConnectionClosed("upstream response out of order")
             assert pending.upstream is not None
             pending.upstream.set_result(frame)
+            self._again = True
+
+    def _upstream_lost(self) -> None:
+        self.close()  # the client reconnects; its requests in flight have no answer to wait for
+
+    def _upstream_writing(self, blocked: bool) -> None:
+        """A slow upstream: stop taking requests rather than buffer them."""
+        self._upstream_blocked = blocked
+        if not blocked:
+            self._pump()
 
     # -- gateway -> client ------------------------------------------------------------------------------------
 
-    async def _write_client(self) -> None:
-        while True:
-            pending = await self._queue.get()
-            if pending is None:
-                return
-            frame = await pending.upstream if pending.upstream is not None else pending.local
-            assert frame is not None
+    def _flush(self) -> None:
+        """Send every response that is ready, in request order."""
+        queue = self._queue
+        while queue and not self._closing:
+            pending = queue[0]
+            upstream = pending.upstream
+            if upstream is not None:
+                if not upstream.done():
+                    return
+                frame = upstream.result()
+            else:
+                assert pending.local is not None
+                frame = pending.local
+            queue.popleft()
             self._send(pending, frame)
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
-                self._released.set()
-            await self.writer.drain()
-            self._drained.set()
-            self._slots.release()
             if pending.close_after:
-                raise ConnectionClosed("closing after the response, as Kafka does")
+                self.close()  # closing after the response, as Kafka does
+                return
 
     def _send(self, pending: Pending, frame: bytes) -> None:
         """Decide, render and write one response, and log it: all in one synchronous step, so no other request's
@@ -374,10 +559,11 @@ class ClientConnection:
         self._unsent -= len(frame)
         if pending.upstream is None:
             self._unsent_local -= len(frame)
+        assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
-            self.writer.writelines((protocol.SIZE.pack(len(frame)), frame))
+            self.transport.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:
-            self.writer.write(out)
+            self.transport.write(out)
         self.last_active = time.monotonic()
         pending.network_ns += time.thread_time_ns() - measured
         if sasl:
@@ -442,6 +628,55 @@ class ClientConnection:
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
+
+
+class UpstreamProtocol(asyncio.BufferedProtocol):
+    """The protocol on a client's upstream socket: frames cut here, everything else done by its connection."""
+
+    def __init__(self, conn: ClientConnection, transport: asyncio.Transport,
+                 writer: asyncio.StreamWriter | None = None) -> None:
+        self.conn = conn
+        self.transport = transport
+        self.frames = FrameBuffer(UPSTREAM_BUFFER)
+        self._writer = writer  # kept: a StreamWriter closes its transport when it is collected
+
+    @classmethod
+    def take_over(cls, conn: ClientConnection, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> UpstreamProtocol:
+        """Move a freshly opened (and, when the gateway has an upstream identity, authenticated) stream connection
+        onto this protocol. Nothing has been asked on it for the client yet, so its reader holds nothing."""
+        transport = cast(asyncio.Transport, writer.transport)
+        upstream = cls(conn, transport, writer)
+        transport.set_protocol(upstream)
+        leftover = bytes(getattr(reader, "_buffer", b""))
+        if leftover:
+            upstream.frames.feed(leftover)  # answered before it was asked: _read_upstream refuses it
+        if transport.is_closing() or reader.exception() is not None or reader.at_eof():
+            transport.close()
+            raise ConnectionClosed("the upstream closed the connection as it was opened")
+        return upstream
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.frames.updated(nbytes)
+        self.conn._pump()
+
+    def eof_received(self) -> bool | None:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._upstream_lost()
+
+    def pause_writing(self) -> None:
+        self.conn._upstream_writing(True)
+
+    def resume_writing(self) -> None:
+        self.conn._upstream_writing(False)
 
 
 def _supported(api_key: int, version: int) -> bool:

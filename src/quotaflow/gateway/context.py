@@ -45,7 +45,11 @@ class ConnectionContext(Protocol):
     @property
     def broker_quotas(self) -> BrokerQuotas: ...
     @property
-    def request_memory(self) -> RequestMemory: ...
+    def request_memory(self) -> RequestMemory:
+        """``queued.max.request.bytes``: large request frames of authenticated (or non-SASL) connections."""
+    @property
+    def preauth_memory(self) -> RequestMemory:
+        """``quotaflow.sasl.queued.max.request.bytes``: large frames before SASL authentication."""
     @property
     def sasl_passthrough(self) -> bool:
         """The upstream authenticates: clients' SASL goes to their broker."""

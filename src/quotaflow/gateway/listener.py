@@ -54,6 +54,8 @@ class AcceptedConnection:
 
 
 Handler: TypeAlias = Callable[[asyncio.StreamReader, asyncio.StreamWriter, AcceptedConnection], Awaitable[None]]
+# takes the accepted socket itself (and its TLS, if any) and serves it until it closes: the gateway's protocols
+SocketHandler: TypeAlias = Callable[[socket.socket, AcceptedConnection], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -73,8 +75,9 @@ class QuotaListener:
         self,
         listeners: dict[str, tuple[str, int]],
         quotas: ConnectionQuotas,
-        handler: Handler,
+        handler: Handler | None,
         *,
+        socket_handler: SocketHandler | None = None,
         inter_broker_listener: str | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         backlog: int = DEFAULT_BACKLOG,
@@ -85,7 +88,10 @@ class QuotaListener:
             raise ValueError("at least one listener is required")
         self._bind = dict(listeners)
         self.quotas = quotas
+        if (handler is None) == (socket_handler is None):
+            raise ValueError("one of handler (streams) or socket_handler is required")
         self._handler = handler
+        self._socket_handler = socket_handler
         self._clock_ms = clock_ms
         self._backlog = backlog
         self._tls = dict(tls or {})  # listener -> server context: TLS handshake before the handler (gateway.tls)
@@ -233,6 +239,16 @@ class QuotaListener:
         self._held[conn] = asyncio.get_running_loop().call_later(throttle_ms / 1000, close)
 
     async def _serve(self, conn: socket.socket, accepted: AcceptedConnection) -> None:
+        if self._socket_handler is not None:
+            try:
+                await self._socket_handler(conn, accepted)
+            except Exception:
+                log.exception("handler failed for %s:%d on %s", accepted.client_ip, accepted.client_port,
+                              accepted.listener)
+            finally:
+                self._release(accepted)
+            return
+        assert self._handler is not None
         try:
             context = self._tls.get(accepted.listener)
             if context is None:

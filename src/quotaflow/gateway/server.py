@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +39,7 @@ from quotaflow.gateway.brokers import (
     parse_upstreams,
 )
 from quotaflow.gateway.cluster_quota import cluster_quotas_for
-from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
+from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.connection import ClientConnection
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.context import ConnectionInfo
@@ -49,8 +50,13 @@ from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.request_memory import RequestMemory
 from quotaflow.gateway.sasl import PLAIN, SaslVerifier
 from quotaflow.gateway.scram import MECHANISMS
-from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
-from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
+from quotaflow.gateway.tls import (
+    HANDSHAKE_TIMEOUT_S,
+    listener_tls,
+    open_upstream,
+    upstream_security_protocol,
+    upstream_tls,
+)
 from quotaflow.gateway.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
 from quotaflow.store import open_store
 from quotaflow.store.base import QuotaStore, ScramStore
@@ -135,7 +141,8 @@ class Gateway:
         self._store_seq = 0
         self._last_decision_ms = 0
         self.upstream_warnings = RateLimitedLog(log)
-        self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
+        self.request_memory = RequestMemory(self.config.request_pool_bytes)
+        self.preauth_memory = RequestMemory(self.config.sasl_queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
         self._api_versions_lock: asyncio.Lock | None = None
 
@@ -156,9 +163,8 @@ class Gateway:
                                                  config_path=self.config_path,
                                                  interval_s=self.config.store_poll_ms / 1000)
         await self._reloader.start()
-        self._listener = QuotaListener(self.listen, self.connection_quotas, self.handle,
+        self._listener = QuotaListener(self.listen, self.connection_quotas, None, socket_handler=self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
-                                       tls={name: t.context for name, t in self.listener_tls.items()},
                                        reuse_port=self.reuse_port)
         await self._listener.start()
         self.addresses = dict(self._listener.addresses)
@@ -218,22 +224,26 @@ class Gateway:
 
     # -- connections ----------------------------------------------------------------------------------------
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     accepted: AcceptedConnection) -> None:
-        """Serve one admitted connection until it closes (the listener's handler)."""
-        conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port, reader, writer,
-                                node=accepted.node)
+    async def handle(self, sock: socket.socket, accepted: AcceptedConnection) -> None:
+        """Serve one admitted socket until it closes (the listener's handler): TLS first on SSL and SASL_SSL
+        listeners, then the connection's protocol (:class:`~quotaflow.gateway.connection.ClientConnection`)."""
         tls = self.listener_tls.get(accepted.listener)
-        if tls is not None and self.config.security_protocol(accepted.listener) == SSL:
-            try:  # an SSL listener's principal is the client certificate's mapped DN (SASL_SSL: the SASL identity)
-                conn.principal = tls.principal(writer.get_extra_info("peercert"))
-            except SslPrincipalMappingError as e:
-                log.info("closing TLS connection from %s: %s", accepted.client_ip, e)
-                return
+        ssl_principal = tls is not None and self.config.security_protocol(accepted.listener) == SSL
+        conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port,
+                                node=accepted.node, tls=tls if ssl_principal else None)
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: conn, sock, ssl=None if tls is None else tls.context,
+                ssl_handshake_timeout=None if tls is None else HANDSHAKE_TIMEOUT_S)
+        except OSError as e:
+            log.info("connection from %s closed before it was served: %s", accepted.client_ip, e)
+            sock.close()
+            return
         self.connections.add(conn)
         try:
-            await conn.serve()
+            await conn.wait_closed()
         finally:
+            conn.close()
             self.connections.discard(conn)
 
     async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
@@ -380,10 +390,12 @@ class Gateway:
                 self._store_seq = changes[-1].seq
 
     async def _housekeeping(self) -> None:
-        """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does); end elapsed
-        throttles and expire idle sensors (Kafka's reaper threads)."""
+        """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does) and those that
+        began a frame and did not finish it within quotaflow.request.body.timeout.ms (the memory it holds is
+        released); end elapsed throttles and expire idle sensors (Kafka's reaper threads)."""
         idle_s = self.config.connections_max_idle_ms / 1000
-        period = min(1.0, max(idle_s / 10, 0.01))
+        body_s = self.config.request_body_timeout_ms / 1000
+        period = min(1.0, max(min(idle_s, body_s) / 10, 0.01))
         last_tick = 0.0
         while True:
             await asyncio.sleep(period)
@@ -393,6 +405,11 @@ class Gateway:
                 if conn.last_active < cutoff:
                     log.info("closing idle connection from %s:%s", conn.client_ip, conn.client_port)
                     conn.close()
+                elif conn.body_overdue(now, body_s):
+                    log.info("closing connection from %s:%s: a request begun %d ms ago is still incomplete (%s)",
+                             conn.client_ip, conn.client_port, self.config.request_body_timeout_ms,
+                             REQUEST_BODY_TIMEOUT_MS)
+                    conn.abort()
             if now - last_tick >= 1.0:
                 self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now

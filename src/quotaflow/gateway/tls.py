@@ -51,6 +51,7 @@ SECURITY_PROTOCOL: Final = "security.protocol"
 UPSTREAM_PREFIX: Final = "quotaflow.upstream."
 PEM: Final = "PEM"
 
+HANDSHAKE_TIMEOUT_S: Final = 10.0  # a client that has not finished its TLS handshake by then is closed
 _CLIENT_AUTH: Final = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 _PROTOCOLS: Final = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _PEM_BLOCK: Final = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
@@ -219,8 +220,8 @@ def pem_text(value: str) -> str:
 # -- connections --------------------------------------------------------------------------------------------
 
 
-async def accept_tls(sock: socket.socket, context: ssl.SSLContext, limit: int,
-                     handshake_timeout_s: float = 10.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def accept_tls(sock: socket.socket, context: ssl.SSLContext, limit: int, handshake_timeout_s: float =
+                     HANDSHAKE_TIMEOUT_S) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Streams over an accepted socket after the server-side TLS handshake."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=limit)
