@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 UPSTREAM_BUFFER: Final = 64 * 1024  # responses are larger than requests; larger ones are read into chunks
 UPSTREAM_FRAME_LIMIT: Final = (1 << 31) - 1
 _EXPECTED: Final = (ConnectionClosed, ConnectionError, asyncio.CancelledError)
+_STOP, _BUFFER, _TAKE = 0, 1, 2  # ClientConnection._gate
 
 
 class ClientConnection(asyncio.BufferedProtocol):
@@ -247,7 +248,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._pumping = False
 
     def _set_reading(self) -> None:
-        want = self._may_take() and not self._waiting_memory
+        gate = self._gate()
+        # waiting only for a response (its own, or one in flight): bytes may still come into the receive buffer,
+        # taken when the gate opens (Kafka mutes the channel; the small buffer only extends the kernel's), which
+        # spares a pause and a resume per request for a producer read one produce at a time
+        want = (gate == _TAKE or (gate == _BUFFER and self._frames.has_room)) and not self._waiting_memory
         assert self.transport is not None
         if want != self._reading:
             self._reading = want
@@ -256,7 +261,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             else:
                 self.transport.pause_reading()
         # the body clock runs while the gateway reads (or waits for pool memory): a frame must be finished in time
-        if self._frames.partial and (want or self._waiting_memory):
+        if self._frames.partial and (gate == _TAKE or self._waiting_memory):
             if self._cut or not self.frame_since:
                 self.frame_since = time.monotonic()
         else:
@@ -272,20 +277,23 @@ class ClientConnection(asyncio.BufferedProtocol):
                 else:
                     upstream.transport.pause_reading()
 
-    def _may_take(self) -> bool:
-        """Whether the next request may be taken now (see the module docstring)."""
-        if self._closing or self._stopped or self._busy is not None or self._held or self._upstream_blocked:
-            return False
-        if len(self._queue) >= self._max_in_flight:
-            return False
+    def _gate(self) -> int:
+        """Whether the next request may be taken now (``_TAKE``), only read into the receive buffer (``_BUFFER``),
+        or not read at all (``_STOP``); see the module docstring."""
+        if self._closing or self._stopped or self._upstream_blocked:
+            return _STOP
         if self.muted_until:
             wait = self.muted_until - time.monotonic()
             if wait > 0:
                 if self._mute_timer is None:  # one that ends early (the mute grew) just looks again
                     self._mute_timer = self._loop.call_later(wait, self._unmute)
-                return False
+                return _STOP
             self.muted_until = 0.0
-        return not self._over_unsent_bound(upstream=False)
+        if self._over_unsent_bound(upstream=False):
+            return _STOP
+        if self._busy is not None or self._held or len(self._queue) >= self._max_in_flight:
+            return _BUFFER
+        return _TAKE
 
     def _unmute(self) -> None:
         self._mute_timer = None
@@ -316,7 +324,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if not frames.partial:
             return
         limit, setting = self._frame_limit()  # authentication only changes in an async step, which ends this loop
-        while self._may_take():
+        while self._gate() == _TAKE:
             frame = frames.pop(limit, setting)
             if frame is None:
                 need = frames.wants()

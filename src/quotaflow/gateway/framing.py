@@ -42,6 +42,11 @@ class FrameBuffer:
         return self._size > 0 or self._end > self._start
 
     @property
+    def has_room(self) -> bool:
+        """More bytes fit in the receive buffer (no large frame is being assembled)."""
+        return not self._size and self._end - self._start < len(self._buf)
+
+    @property
     def large(self) -> bool:
         """A frame larger than the receive buffer is being assembled."""
         return self._size > 0
