@@ -27,6 +27,7 @@ from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
+from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressOf
 from quotaflow.gateway.broker_quotas import BrokerQuotas
@@ -130,6 +131,7 @@ class Gateway:
         self._listener: QuotaListener | None = None
         self._reloader: ConnectionQuotaReloader | None = None
         self._metrics: Any = None
+        self._metric_sources: list[MetricSource] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: Any = None
         self._store_seq = 0
@@ -179,10 +181,18 @@ class Gateway:
                                       sources=[self.broker_quotas, self.connection_quotas])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
+        for source in self._metric_sources:
+            self._metrics.add_source(source)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
         self.metrics_address = self._metrics.address
+
+    def add_metric_source(self, source: MetricSource) -> None:
+        """One more source for ``/metrics`` (the ``--workers`` supervisor's slot board); before or after start."""
+        self._metric_sources.append(source)
+        if self._metrics is not None:
+            self._metrics.add_source(source)
 
     async def stop(self) -> None:
         for task in self._tasks:
