@@ -5,7 +5,8 @@ re-exported here for existing callers.
 
 The hash is slow on purpose (~130 ms of CPU per check), which makes wrong passwords an attack surface, so the
 gateway checks through :class:`SaslVerifier`: PBKDF2 in a small bounded thread pool off the event loop, no hash for
-an IP that keeps failing (a token bucket of hashes per IP), and successful logins remembered as a cheap keyed
+an IP that keeps failing (a token bucket of hashes per IP, :mod:`quotaflow.engine.failed_logins`, shared with the
+console), and successful logins remembered as a cheap keyed
 digest, so a good client reconnecting is verified without PBKDF2 even while its IP is being throttled.
 """
 
@@ -18,12 +19,12 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
 from quotaflow.core.errors import SaslAuthenticationFailedError
+from quotaflow.engine.failed_logins import FailureBuckets
 from quotaflow.store.base import Credential, QuotaStore
 from quotaflow.store.credentials import (
     DEFAULT_ITERATIONS,
@@ -97,7 +98,6 @@ def authenticate_plain(store: QuotaStore, data: bytes) -> str:
 INVALID_CREDENTIALS: Final = "Authentication failed: Invalid username or password"
 _UNKNOWN_USER: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
 LOGIN_CACHE_SIZE: Final = 10_000
-_IP_BUCKETS_MAX: Final = 100_000
 
 
 class LoginCache:
@@ -130,38 +130,6 @@ class LoginCache:
             self._entries.move_to_end(credential.user)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
-
-
-class FailureBuckets:
-    """Password hashes per client IP as token buckets (``rate`` per second, burst ``3 × rate``): a check takes a token
-    before it hashes and a successful one gives it back, so only failed logins use them up. An IP without a token
-    gets no hash, only the failure. Bounded: the least recently used IPs are forgotten first."""
-
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = rate
-        self.burst = 3 * rate  # a user who mistypes twice can still log in at once
-        self._clock = clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # ip -> (tokens, at)
-
-    def _put(self, ip: str, delta: float) -> float:
-        now = self._clock()
-        tokens, at = self._buckets.get(ip, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate) + delta
-        self._buckets[ip] = (tokens, now)
-        self._buckets.move_to_end(ip)
-        while len(self._buckets) > _IP_BUCKETS_MAX:
-            self._buckets.popitem(last=False)
-        return tokens
-
-    def take(self, ip: str) -> bool:
-        """Take a token for one hash; False (nothing taken) when the IP has none left."""
-        if self._put(ip, 0.0) < 1.0:
-            return False
-        self._put(ip, -1.0)
-        return True
-
-    def give_back(self, ip: str) -> None:
-        self._put(ip, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
