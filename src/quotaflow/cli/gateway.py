@@ -99,6 +99,10 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
                          broker=broker_name, broker_port_base=bases, reuse_port=worker is not None)
         except (QuotaflowError, ValueError) as e:
             raise click.ClickException(str(e)) from e
+        if getattr(gw.store, "signed", True) is False:
+            logging.getLogger("quotaflow.gateway").warning(
+                "quota store %s: records are not signed (quotaflow.store.signing.key.file is not set): anyone who "
+                "can write its topic can forge quotas and credentials (docs/gateway.md)", gw.store)
         loop = new_event_loop()
         try:
             if board is not None:

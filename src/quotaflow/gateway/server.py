@@ -181,6 +181,8 @@ class Gateway:
                                       sources=[self.broker_quotas, self.connection_quotas])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
+        if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
+            self._metrics.add_source(self.store)
         for source in self._metric_sources:
             self._metrics.add_source(source)
         self._metrics.add_json_route("/resolve", self._resolve_route)

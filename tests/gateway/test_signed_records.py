@@ -1,0 +1,192 @@
+"""Signed records of quotaflow's own topics against a real broker (issue 22.8): records written straight to the
+store topic and to ``__quotaflow_usage`` with confluent-kafka by someone without the fleet key are ignored and
+counted; records signed with the key apply; key rotation; ``store copy`` re-signs with the destination's key."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from quotaflow.cli.main import cli
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.gateway.cluster_quota import UsageExchange, encode_report
+from quotaflow.gateway.sasl import hash_password, verify_password
+from quotaflow.store import open_store
+from quotaflow.store.kafka import KafkaStore
+from quotaflow.store.records import credential_record, credential_tombstones, quota_record
+from quotaflow.store.signing import RecordSigner
+from quotaflow.testing.tansu import Tansu
+
+pytestmark = pytest.mark.broker
+
+ALICE = QuotaEntity(user="alice")
+K1 = "fleet-key-one-0123456789abcdef0123456789"
+K2 = "fleet-key-two-0123456789abcdef0123456789"
+
+
+def _keys(tmp_path: Path, *keys: str) -> Path:
+    path = tmp_path / f"keys-{uuid.uuid4().hex[:6]}"
+    path.write_text("".join(f"{k}\n" for k in keys))
+    return path
+
+
+def _url(tansu: Tansu, topic: str, keys: Path | None) -> str:
+    url = f"kafka://{tansu.bootstrap}/{topic}"
+    return url if keys is None else f"{url}?quotaflow.store.signing.key.file={keys}"
+
+
+def _produce(tansu: Tansu, topic: str, records: list[tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]]
+             ) -> None:
+    """Straight to the topic, as anyone with write access to it could (no quotaflow code involved)."""
+    producer = Producer({"bootstrap.servers": tansu.bootstrap})
+    for key, value, headers in records:
+        producer.produce(topic, key=key, value=value, partition=0, headers=headers)
+    assert producer.flush(20) == 0
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_forged_store_records_are_ignored_and_signed_ones_apply(tansu: Tansu, tmp_path: Path) -> None:
+    topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    keys = _keys(tmp_path, K1)
+    admin = hash_password("admin", "admin-secret", iterations=1000)
+    with KafkaStore(_url(tansu, topic, keys)) as store:
+        assert store.signed
+        store.alter([(ALICE, {"producer_byte_rate": 2000.0})])
+        store.put_credential(admin)
+        # bob can write the topic but has no key: his quota raised, admin's password replaced, then admin deleted
+        bob_admin = hash_password("admin", "bobs-password", iterations=1000)
+        _produce(tansu, topic, [(*quota_record(ALICE, {"producer_byte_rate": 2e9}, 1), None),
+                                (*credential_record(bob_admin), None),
+                                *((k, v, None) for k, v in credential_tombstones("admin")),
+                                # a signature made up without the key
+                                (*quota_record(ALICE, {"producer_byte_rate": 3e9}, 2),
+                                 [("quotaflow.signature", b"\0" * 32), ("quotaflow.timestamp", b"\0" * 8)])])
+        _eventually(lambda: store.rejected_records >= 6)
+        assert store.get(ALICE) == {"producer_byte_rate": 2000.0}
+        credential = store.get_credential("admin")
+        assert credential is not None and verify_password(credential, "admin-secret")
+        assert not verify_password(credential, "bobs-password")
+        samples = list(store.metric_samples(0))
+        assert [(s.name, s.value) for s in samples] == [("rejected-records", 6.0)]
+        # a signed write still applies after all that
+        store.alter([(ALICE, {"producer_byte_rate": 4000.0})])
+        assert store.get(ALICE) == {"producer_byte_rate": 4000.0}
+    # a new reader (a restarted gateway) builds the same view from the log
+    with KafkaStore(_url(tansu, topic, keys)) as again:
+        assert again.get(ALICE) == {"producer_byte_rate": 4000.0} and again.rejected_records == 6
+    # and without a key (today's behaviour) the forgeries would have applied: that is the risk signing removes
+    with KafkaStore(_url(tansu, topic, None)) as unsigned:
+        assert unsigned.get(ALICE) == {"producer_byte_rate": 4000.0}  # the last record wins either way ...
+        assert unsigned.get_credential("admin") is None  # ... but bob's tombstone deleted the admin here
+
+
+def test_a_replayed_signed_record_is_refused(tansu: Tansu, tmp_path: Path) -> None:
+    """A validly signed record copied from the topic and written again after a later change (an hour later, by a
+    writer's clock) does not bring the old value back."""
+    topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    keys = _keys(tmp_path, K1)
+    now = [time.time_ns() // 1_000_000]
+    with KafkaStore(_url(tansu, topic, keys), clock_ms=lambda: now[0]) as store:
+        store.alter([(ALICE, {"producer_byte_rate": 9e9})])
+        consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": topic, "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        old = None
+        deadline = time.monotonic() + 20
+        while old is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                old = message
+        consumer.close()
+        assert old is not None and old.headers()
+        now[0] += 3_600_000
+        store.alter([(ALICE, {"producer_byte_rate": 1000.0})])
+        _produce(tansu, topic, [(old.key(), old.value(), old.headers())])
+        _eventually(lambda: store.rejected_records == 1)
+        assert store.get(ALICE) == {"producer_byte_rate": 1000.0}
+
+
+def test_key_rotation(tansu: Tansu, tmp_path: Path) -> None:
+    """Step 1: every reader gets [K1, K2]; records signed with K1 or K2 apply. Step 2: writers sign with K2 first.
+    Step 3: K1 removed: K2's records apply, a record signed with K1 alone no longer does."""
+    topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    with KafkaStore(_url(tansu, topic, _keys(tmp_path, K1))) as before:
+        before.alter([(ALICE, {"producer_byte_rate": 1000.0})])
+    with KafkaStore(_url(tansu, topic, _keys(tmp_path, K1, K2))) as step1:
+        assert step1.get(ALICE) == {"producer_byte_rate": 1000.0}
+        with KafkaStore(_url(tansu, topic, _keys(tmp_path, K2, K1))) as step2:
+            step2.alter([(QuotaEntity(user="bob"), {"consumer_byte_rate": 500.0})])
+            _eventually(lambda: step1.get(QuotaEntity(user="bob")) == {"consumer_byte_rate": 500.0})
+            assert step1.rejected_records == 0
+    with KafkaStore(_url(tansu, topic, _keys(tmp_path, K2))) as step3:
+        assert step3.get(QuotaEntity(user="bob")) == {"consumer_byte_rate": 500.0}
+        assert step3.get(ALICE) == {} and step3.rejected_records == 1  # K1's record: re-sign it (store copy)
+
+
+def test_store_copy_re_signs_with_the_destination_key(tansu: Tansu, tmp_path: Path) -> None:
+    src_topic, dst_topic = f"quotas-{uuid.uuid4().hex[:8]}", f"quotas-{uuid.uuid4().hex[:8]}"
+    with KafkaStore(_url(tansu, src_topic, _keys(tmp_path, K1))) as src:
+        src.alter([(ALICE, {"producer_byte_rate": 1000.0})])
+        src.put_credential(hash_password("dave", "pw-d", iterations=1000))
+    result = CliRunner().invoke(cli, ["store", "copy", _url(tansu, src_topic, _keys(tmp_path, K1)),
+                                      _url(tansu, dst_topic, _keys(tmp_path, K2))])
+    assert result.exit_code == 0, result.output
+    with open_store(_url(tansu, dst_topic, _keys(tmp_path, K2))) as dst:
+        assert dst.get(ALICE) == {"producer_byte_rate": 1000.0} and dst.rejected_records == 0
+        assert dst.get_credential("dave") is not None
+    with open_store(_url(tansu, dst_topic, _keys(tmp_path, K1))) as wrong_key:
+        assert wrong_key.get(ALICE) == {} and wrong_key.rejected_records == 2
+
+
+def test_forged_and_replayed_usage_reports_are_ignored(tansu: Tansu, tmp_path: Path) -> None:
+    """``__quotaflow_usage``: a report claiming huge usage written without the key would shrink every gateway's
+    share; a peer's old report written again would bring back stale usage. Neither counts."""
+    topic = f"usage-{uuid.uuid4().hex[:8]}"
+    signer = RecordSigner.from_file(_keys(tmp_path, K1))
+    writer = UsageExchange(tansu.bootstrap, topic, signer)
+    reader = UsageExchange(tansu.bootstrap, topic, signer)
+    writer.start()
+    reader.start()
+    try:
+        # the reader starts at the end of the topic, resolved on its first poll: publish until it sees one, as a
+        # gateway publishes every window
+        deadline = time.monotonic() + 30
+        while not reader.take():
+            assert time.monotonic() < deadline
+            writer.publish("gw-a", encode_report("gw-a", 1000, {"broker-1": {}}))
+            time.sleep(0.3)
+        forged = encode_report("gw-evil", 1000, {"broker-1": {}})
+        _produce(tansu, topic, [(b"gw-evil", forged, None)])
+        # gw-a's signed report, copied and written again
+        consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": topic, "enable.auto.commit": False})
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        first = None
+        deadline = time.monotonic() + 20
+        while first is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                first = message
+        consumer.close()
+        assert first is not None and first.key() == b"gw-a"
+        time.sleep(0.5)
+        reader.take()  # gw-a's later reports, if any were still on their way
+        _produce(tansu, topic, [(first.key(), first.value(), first.headers())])
+        _eventually(lambda: reader.rejected == 2)
+        assert reader.take() == []
+        writer.publish("gw-a", encode_report("gw-a", 1000, {"broker-1": {}}))  # the next window's report counts
+        _eventually(lambda: bool(reader.take()))
+        assert reader.rejected == 2
+    finally:
+        writer.close()
+        reader.close()
