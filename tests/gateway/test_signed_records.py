@@ -4,7 +4,9 @@ counted; records signed with the key apply; key rotation; ``store copy`` re-sign
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +15,10 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from quotaflow.admin.wire import WireAdmin
 from quotaflow.cli.main import cli
 from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.filters import QuotaFilter
 from quotaflow.gateway.cluster_quota import UsageExchange, encode_report
 from quotaflow.gateway.sasl import hash_password, verify_password
 from quotaflow.store import open_store
@@ -190,3 +194,30 @@ def test_forged_and_replayed_usage_reports_are_ignored(tansu: Tansu, tmp_path: P
     finally:
         writer.close()
         reader.close()
+
+
+def test_the_gateway_counts_refused_store_records_in_metrics(tansu: Tansu, tmp_path: Path) -> None:
+    from quotaflow.gateway.server import GatewayThread
+
+    topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    url = _url(tansu, topic, _keys(tmp_path, K1))
+    with KafkaStore(url) as store:
+        store.alter([(ALICE, {"producer_byte_rate": 2000.0})])
+    with GatewayThread(tansu.bootstrap, {"PLAINTEXT": "127.0.0.1:0"}, url, metrics_port=0) as gw:
+        assert gw.gateway.metrics_address is not None
+        host, port = gw.gateway.metrics_address
+        _produce(tansu, topic, [(*quota_record(ALICE, {"producer_byte_rate": 2e9}, 1), None)])
+
+        def rejected() -> float:
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+                text = response.read().decode()
+            found = re.search(rf'^kafka_server_quota_store_rejected_records{{topic="{topic}"}} (\S+)$', text, re.M)
+            return float(found.group(1)) if found else -1.0
+
+        _eventually(lambda: rejected() == 1.0)
+        wire = WireAdmin(gw.bootstrap())
+        try:
+            assert {d.entity: d.values for d in wire.describe(QuotaFilter())} == {
+                ALICE: {"producer_byte_rate": 2000.0}}
+        finally:
+            wire.close()
