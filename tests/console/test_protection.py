@@ -60,8 +60,7 @@ def test_an_ip_out_of_failed_login_tokens_gets_no_check_even_with_the_right_pass
 
 @pytest.fixture
 def live_console(store: SqliteStore) -> Iterator[tuple[str, Console]]:
-    app = create_app(store, ConsoleConfig(admins=frozenset({"admin"}), failed_authentication_delay_ms=DELAY_MS,
-                                          failed_rate_per_ip=1))
+    app = create_app(store, ConsoleConfig(admins=frozenset({"admin"})))  # the defaults: Kafka's delay, 1 check/s
     with serve(app) as url:
         yield url, app.state.console
 
@@ -70,6 +69,7 @@ def test_a_password_guessing_flood_is_delayed_and_limited_per_ip(live_console: t
     """Issue 22.5's attack over real sockets: 8 threads guessing Basic passwords from one IP. Every failure is
     answered after the delay, only the bucket's checks are hashed, and a user on another IP signs in at once."""
     url, console = live_console
+    assert console.config.failed_authentication_delay_ms == DELAY_MS
     timings: list[tuple[int, float]] = []
     lock = threading.Lock()
 
@@ -91,6 +91,7 @@ def test_a_password_guessing_flood_is_delayed_and_limited_per_ip(live_console: t
     elapsed = time.monotonic() - started
     assert len(timings) == 40 and {status for status, _ in timings} == {401}
     assert min(took for _, took in timings) >= DELAY_MS / 1000  # every failure waits (a lower bound: load-safe)
+    assert console.access.failures.rate == 1
     # checks the bucket allows: the burst (3) plus one per second of the flood, and one for a refill in flight
     assert console.access.hashed <= 3 + elapsed + 1, (console.access.hashed, elapsed)
     assert console.access.refused >= 40 - console.access.hashed
