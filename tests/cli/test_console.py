@@ -31,18 +31,25 @@ def store_path(tmp_path: Path) -> Path:
     return path
 
 
-def test_serves_on_a_free_port_until_sigterm(store_path: Path) -> None:
+def _start_console(store_path: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``quotaflow console`` as a process on a free loopback port; it and the URL of its ready line."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "quotaflow.cli.main", "console", "--store", str(store_path), "--listen",
-         "127.0.0.1:0", "--read-only"],
+         "127.0.0.1:0", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith(READY):
+        stop_process(proc, timeout=15)
+        raise AssertionError((line, proc.stderr.read() if proc.stderr else ""))
+    return proc, line[len(READY):].strip()
+
+
+def test_serves_on_a_free_port_until_sigterm(store_path: Path) -> None:
+    proc, url = _start_console(store_path, "--read-only")
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith(READY), (line, proc.stderr.read() if proc.poll() is not None else "")
-        url = line[len(READY):].strip()
         assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
         assert httpx2.get(f"{url}/api/quotas").json() == [
             {"entity": {"user": "alice"}, "values": {"producer_byte_rate": 1024.0}}
@@ -145,18 +152,9 @@ def test_serves_https_with_security_headers(store_path: Path, tmp_path: Path) ->
         s.put_credential(hash_password("admin", "s3cret", iterations=1_000))
     config = tmp_path / "server.properties"
     config.write_text("connection.failed.authentication.delay.ms=300\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "quotaflow.cli.main", "console", "--store", str(store_path), "--listen",
-         "127.0.0.1:0", "--certfile", str(tmp_path / "cert.pem"), "--keyfile", str(tmp_path / "key.pem"),
-         "--config", str(config)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
+    proc, url = _start_console(store_path, "--certfile", str(tmp_path / "cert.pem"), "--keyfile",
+                               str(tmp_path / "key.pem"), "--config", str(config))
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith(READY), (line, proc.stderr.read() if proc.poll() is not None else "")
-        url = line[len(READY):].strip()
         assert url.startswith("https://127.0.0.1:")
         trust = ssl.create_default_context()
         ca.configure_trust(trust)

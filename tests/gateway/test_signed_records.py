@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from quotaflow.admin.wire import WireAdmin
 from quotaflow.cli.main import cli
@@ -52,6 +52,21 @@ def _produce(tansu: Tansu, topic: str, records: list[tuple[bytes, bytes | None, 
     for key, value, headers in records:
         producer.produce(topic, key=key, value=value, partition=0, headers=headers)
     assert producer.flush(20) == 0
+
+
+def _first_record(tansu: Tansu, topic: str) -> Message:
+    """The topic's first record as any client reads it (key, value, headers)."""
+    consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": topic, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                return message
+    finally:
+        consumer.close()
+    raise AssertionError(f"nothing to read in {topic}")
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -104,16 +119,8 @@ def test_a_replayed_signed_record_is_refused(tansu: Tansu, tmp_path: Path) -> No
     now = [time.time_ns() // 1_000_000]
     with KafkaStore(_url(tansu, topic, keys), clock_ms=lambda: now[0]) as store:
         store.alter([(ALICE, {"producer_byte_rate": 9e9})])
-        consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": topic, "enable.auto.commit": False})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        old = None
-        deadline = time.monotonic() + 20
-        while old is None and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                old = message
-        consumer.close()
-        assert old is not None and old.headers()
+        old = _first_record(tansu, topic)
+        assert old.headers()
         now[0] += 3_600_000
         store.alter([(ALICE, {"producer_byte_rate": 1000.0})])
         _produce(tansu, topic, [(old.key(), old.value(), old.headers())])
@@ -173,16 +180,8 @@ def test_forged_and_replayed_usage_reports_are_ignored(tansu: Tansu, tmp_path: P
         forged = encode_report("gw-evil", 1000, {"broker-1": {}})
         _produce(tansu, topic, [(b"gw-evil", forged, None)])
         # gw-a's signed report, copied and written again
-        consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": topic, "enable.auto.commit": False})
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        first = None
-        deadline = time.monotonic() + 20
-        while first is None and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                first = message
-        consumer.close()
-        assert first is not None and first.key() == b"gw-a"
+        first = _first_record(tansu, topic)
+        assert first.key() == b"gw-a"
         time.sleep(0.5)
         reader.take()  # gw-a's later reports, if any were still on their way
         _produce(tansu, topic, [(first.key(), first.value(), first.headers())])
