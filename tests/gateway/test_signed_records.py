@@ -220,3 +220,13 @@ def test_the_gateway_counts_refused_store_records_in_metrics(tansu: Tansu, tmp_p
                 ALICE: {"producer_byte_rate": 2000.0}}
         finally:
             wire.close()
+
+
+def test_the_gateway_warns_at_startup_about_an_unsigned_store(tansu: Tansu, tmp_path: Path) -> None:
+    from quotaflow.testing.gateway_process import GatewayProcess
+
+    topic = f"quotas-{uuid.uuid4().hex[:8]}"
+    with GatewayProcess(tansu.bootstrap, _url(tansu, topic, None), tmp_path / "unsigned") as gw:
+        assert "records are not signed (quotaflow.store.signing.key.file is not set)" in gw.log_path.read_text()
+    with GatewayProcess(tansu.bootstrap, _url(tansu, topic + "-s", _keys(tmp_path, K1)), tmp_path / "signed") as gw:
+        assert "not signed" not in gw.log_path.read_text()
