@@ -230,3 +230,50 @@ def test_the_gateway_warns_at_startup_about_an_unsigned_store(tansu: Tansu, tmp_
         assert "records are not signed (quotaflow.store.signing.key.file is not set)" in gw.log_path.read_text()
     with GatewayProcess(tansu.bootstrap, _url(tansu, topic + "-s", _keys(tmp_path, K1)), tmp_path / "signed") as gw:
         assert "not signed" not in gw.log_path.read_text()
+
+
+def test_two_signing_gateways_share_usage_and_ignore_a_forged_report(tansu: Tansu, tmp_path: Path) -> None:
+    """``quotaflow.quota.scope=cluster`` with signed reports between two gateway processes: each counts the other
+    (their reports verify with the shared key), and a forged report written straight to the usage topic is refused
+    by both."""
+    from contextlib import ExitStack
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from quotaflow.testing.gateway_process import GatewayProcess
+
+    keys = _keys(tmp_path, K1)
+    topic, usage = f"t-{uuid.uuid4().hex[:8]}", f"usage-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": tansu.bootstrap})  # kept alive until the topic exists
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+    store = _url(tansu, f"quotas-{topic}", keys)
+    with KafkaStore(store) as s:
+        s.alter([(QuotaEntity(client_id="shared"), {"producer_byte_rate": 1e6})])
+    config = tmp_path / "gateway.properties"
+    config.write_text(f"quota.window.size.seconds=1\nquota.window.num=3\nquotaflow.quota.cluster.expiry.windows=3\n"
+                      f"quotaflow.quota.scope=cluster\nquotaflow.quota.cluster.usage.topic={usage}\n"
+                      f"quotaflow.quota.cluster.signing.key.file={keys}\n")
+
+    def metric(gw: GatewayProcess, name: str) -> float:
+        with urllib.request.urlopen(f"{gw.http_url}/metrics", timeout=10) as response:
+            found = re.search(rf"^{name} (\S+)$", response.read().decode(), re.M)
+        return float(found.group(1)) if found else -1.0
+
+    with ExitStack() as stack:
+        gateways = [stack.enter_context(GatewayProcess(tansu.bootstrap, store, tmp_path / name, metrics=True,
+                                                       extra_args=("--config", str(config))))
+                    for name in ("a", "b")]
+        for gw in gateways:
+            assert "reports are not signed" not in gw.log_path.read_text()
+        deadline = time.monotonic() + 60
+        while not all(metric(gw, "kafka_server_cluster_quota_live_participants") >= 2 for gw in gateways):
+            assert time.monotonic() < deadline, [gw.log_path.read_text()[-1500:] for gw in gateways]
+            for gw in gateways:  # traffic under the quota: each gateway has a participant to report
+                producer = Producer({"bootstrap.servers": gw.bootstrap, "client.id": "shared"})
+                producer.produce(topic, b"x" * 100)
+                producer.flush(10)
+            time.sleep(0.5)
+        assert all(metric(gw, "kafka_server_cluster_quota_rejected_reports") == 0 for gw in gateways)
+        forged = encode_report("evil", 1000, {"broker-1": {}})
+        _produce(tansu, usage, [(b"evil", forged, None)])
+        _eventually(lambda: all(metric(gw, "kafka_server_cluster_quota_rejected_reports") == 1 for gw in gateways))
