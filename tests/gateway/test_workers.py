@@ -157,3 +157,20 @@ def test_a_worker_killed_again_and_again_comes_back_and_the_healthy_one_keeps_se
         assert f'kafka_server_gateway_workers_ready{{worker="{slot}"}} 1.0' in text
     finally:
         gw.stop()
+
+
+def test_a_configuration_no_worker_can_start_with_stops_the_supervisor(tmp_path: Path) -> None:
+    """Every worker fails before it is ready (an SSL listener without a keystore): the supervisor gives up after
+    each slot failed twice, with exit status 1 and a line saying why, instead of restarting them forever."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "gateway.properties"
+    config.write_text("listener.security.protocol.map=PLAINTEXT:SSL\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "quotaflow.cli.main", "gateway", "--upstream", f"{LOOPBACK}:1", "--listen",
+         f"PLAINTEXT={LOOPBACK}:0", "--store", str(tmp_path / "q.db"), "--workers", "2", "--config", str(config)],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "no worker became ready; every slot failed 2 times: stopping" in result.stderr
+    assert result.stderr.count("restarting it in") >= 2  # each slot was restarted once before giving up
