@@ -9,9 +9,9 @@ import pytest
 
 from quotaflow.core.acl import (
     AccessControlEntry,
+    AccessControlEntryFilter,
     AclBinding,
     AclBindingFilter,
-    AccessControlEntryFilter,
     AclOperation,
     AclPermissionType,
     PatternType,
@@ -84,7 +84,7 @@ def test_default_result_and_configure() -> None:
                                    admin_principals=["admin", "User:root"])
     assert b is not None and not b.allow_everyone_if_no_acl_found
     assert b.super_users == {"User:admin", "User:root"}
-    with pytest.raises(CommandError, match="authorizer.class.name"):
+    with pytest.raises(CommandError, match=r"authorizer\.class\.name"):
         authorizer_from_properties({"authorizer.class.name": "com.example.MyAuthorizer"})
 
 
