@@ -272,3 +272,34 @@ def binding_filter(binding: AclBinding) -> AclBindingFilter:
     p, e = binding.pattern, binding.entry
     return AclBindingFilter(ResourcePatternFilter(p.resource_type, p.name, p.pattern_type),
                             AccessControlEntryFilter(e.principal, e.host, e.operation, e.permission_type))
+
+
+def from_code(enum: type[_E], code: int, unknown: _E) -> _E:
+    """A wire code as its enum member; a code Kafka does not define is UNKNOWN (Kafka's ``fromCode``)."""
+    try:
+        return enum(code)
+    except ValueError:
+        return unknown
+
+
+def binding_problem(binding: AclBinding) -> str | None:
+    """Why a binding cannot be stored, in Kafka's words (``AclControlManager.validateNewAcl``, and ``AclApis``'
+    CLUSTER name and empty-name checks); None when it can. A principal must be ``Type:name`` (Kafka stores one
+    without a colon and then fails every decision on that resource; refusing it up front keeps the set usable)."""
+    p, e = binding.pattern, binding.entry
+    if p.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
+        return f"Invalid resourceType {p.resource_type.name}"
+    if p.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+        return f"Invalid patternType {p.pattern_type.name}"
+    if e.operation in (AclOperation.UNKNOWN, AclOperation.ANY):
+        return f"Invalid operation {e.operation.name}"
+    if e.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+        return f"Invalid permissionType {e.permission_type.name}"
+    if not p.name:
+        return "Resource name should not be empty"
+    if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if ":" not in e.principal:
+        return (f"Could not parse principal from `{e.principal}` (no colon is present separating the principal type "
+                f"from the principal name)")
+    return None
