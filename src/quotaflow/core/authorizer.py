@@ -230,19 +230,25 @@ class AclIndex:
 
 class StandardAuthorizer:
     """:class:`quotaflow.core.acl.Authorizer` with Kafka's StandardAuthorizer semantics. ``load`` replaces the ACL
-    set (the gateway calls it when the store's ACLs change); every other method only reads."""
+    set (the gateway calls it when the store's ACLs change); every other method only reads. ``store_backed``: the
+    gateway loads and refreshes its ACLs from the store (the default when no ``bindings`` are given; an authorizer
+    built with fixed bindings keeps them)."""
 
     def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False,
-                 bindings: Iterable[AclBinding] = ()) -> None:
+                 bindings: Iterable[AclBinding] = (), *, store_backed: bool | None = None) -> None:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._default = Decision(allow_everyone_if_no_acl_found,
                                  "DefaultAllow" if allow_everyone_if_no_acl_found else "DefaultDeny")
         self.index = AclIndex(bindings)
+        self.store_backed = not self.index.bindings if store_backed is None else store_backed
         self.version = 0  # the store's ACL version the index was built from
 
     def load(self, bindings: Iterable[AclBinding] | AclIndex, version: int = 0) -> None:
-        """Replace every ACL (an :class:`AclIndex` may be built elsewhere, off the event loop)."""
+        """Replace every ACL (an :class:`AclIndex` may be built elsewhere, off the event loop). A load of an older
+        store version than the current one is ignored (two loaders raced)."""
+        if version and version < self.version:
+            return
         self.index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
         self.version = version
 

@@ -2,10 +2,11 @@
 
 The advertised set is every API the upstream offers (forwarded as bytes, whether or not kafka-python models it),
 with the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
-store, and SaslHandshake (17) / SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway
-must decode: the address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's
-``max_bytes`` cap and empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what
-kafka-python 3.0.12 decodes; address-bearing versions it does not rewrite are capped below them
+store, DescribeAcls / CreateAcls / DeleteAcls (29–31) v1–3, answered from the store's ACLs, and SaslHandshake (17) /
+SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway must decode: the
+address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's ``max_bytes`` cap and
+empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what kafka-python 3.0.12
+decodes; address-bearing versions it does not rewrite are capped below them
 (``addresses.ADDRESS_VERSION_CAPS``); an API with no version free of broker addresses is not offered.
 
 KIP-511: a client asking for a newer ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body
@@ -27,6 +28,10 @@ from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_ver
 GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DescribeClientQuotas: (0, 1),
     ApiKey.AlterClientQuotas: (0, 1),
+    # the ACL APIs, answered from the store: v1-3, what kafka-python encodes (v0 left Kafka in 4.0)
+    ApiKey.DescribeAcls: (1, 3),
+    ApiKey.CreateAcls: (1, 3),
+    ApiKey.DeleteAcls: (1, 3),
     ApiKey.SaslHandshake: (0, 1),
     ApiKey.SaslAuthenticate: (0, 2),
 }
