@@ -43,6 +43,7 @@ SUPER_USERS: Final = "super.users"
 ALLOW_EVERYONE_IF_NO_ACL_FOUND: Final = "allow.everyone.if.no.acl.found"
 AUTHORIZER_CLASSES: Final = frozenset({STANDARD_AUTHORIZER, ACL_AUTHORIZER})
 
+PATTERN_CACHE_NAMES: Final = 16_384  # resource names whose applicable patterns one index remembers, per type
 _IMPLIES_DESCRIBE: Final = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
                                       AclOperation.DELETE, AclOperation.ALTER})
 _IMPLIES_DESCRIBE_CONFIGS: Final = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
@@ -80,52 +81,88 @@ _SUPER_USER: Final = Decision(True, "SuperUser")
 _NO_MATCH: Final = Decision(False, "NoMatchingAcl")  # the resource has ACLs, none for this request: DENIED
 
 
+# (host, operations it matches, is DENY, the entry): an entry with its operation rule precomputed, so matching is a
+# set lookup
+_Entry = tuple[str, frozenset[AclOperation], bool, AccessControlEntry]
 # principal -> entries, per resource pattern
-_Bucket = Mapping[str, tuple[AccessControlEntry, ...]]
+_Bucket = Mapping[str, tuple[_Entry, ...]]
+
+_EVERY_OPERATION: Final = frozenset(AclOperation)
+_NO_RESOURCE_ACL, _NO_MATCH_STATE, _ALLOWED, _DENIED = 0, 1, 2, 3
+
+
+def _covers(entry: AccessControlEntry) -> frozenset[AclOperation]:
+    """Every requested operation ``entry`` matches (:func:`operation_matches`, precomputed)."""
+    return frozenset(op for op in _EVERY_OPERATION if operation_matches(op, entry))
 
 
 class _TypeIndex:
     """The ACLs of one resource type."""
 
-    __slots__ = ("by_principal", "literal", "prefix_lengths", "prefixed", "wildcard")
+    __slots__ = ("_patterns", "by_principal", "literal", "prefix_lengths", "prefixed", "wildcard")
 
     def __init__(self, bindings: Iterable[AclBinding]) -> None:
-        literal: dict[str, dict[str, list[AccessControlEntry]]] = {}
-        prefixed: dict[str, dict[str, list[AccessControlEntry]]] = {}
+        literal: dict[str, dict[str, list[_Entry]]] = {}
+        prefixed: dict[str, dict[str, list[_Entry]]] = {}
         by_principal: dict[str, list[AclBinding]] = {}
+        covers: dict[tuple[AclOperation, AclPermissionType], frozenset[AclOperation]] = {}
         for b in bindings:
+            e = b.entry
             table = prefixed if b.pattern.pattern_type == PatternType.PREFIXED else literal
-            table.setdefault(b.pattern.name, {}).setdefault(b.entry.principal, []).append(b.entry)
-            by_principal.setdefault(b.entry.principal, []).append(b)
-        freeze = _freeze
-        self.literal: dict[str, _Bucket] = {name: freeze(v) for name, v in literal.items() if name != WILDCARD}
-        self.wildcard: _Bucket | None = freeze(literal[WILDCARD]) if WILDCARD in literal else None
-        self.prefixed: dict[str, _Bucket] = {name: freeze(v) for name, v in prefixed.items()}
+            key = (e.operation, e.permission_type)
+            if key not in covers:
+                covers[key] = _covers(e)
+            item = (e.host, covers[key], e.permission_type == AclPermissionType.DENY, e)
+            table.setdefault(b.pattern.name, {}).setdefault(e.principal, []).append(item)
+            by_principal.setdefault(e.principal, []).append(b)
+        self.literal: dict[str, _Bucket] = {name: _freeze(v) for name, v in literal.items() if name != WILDCARD}
+        self.wildcard: _Bucket | None = _freeze(literal[WILDCARD]) if WILDCARD in literal else None
+        self.prefixed: dict[str, _Bucket] = {name: _freeze(v) for name, v in prefixed.items()}
         self.prefix_lengths = tuple(sorted({len(name) for name in prefixed}))
         self.by_principal = {p: tuple(v) for p, v in by_principal.items()}
+        # name -> its applicable patterns: a gateway asks about the same few names over and over, so the prefix
+        # lookups are done once per name and index (bounded; the index is replaced whole when ACLs change)
+        self._patterns: dict[str, list[tuple[ResourcePattern | None, _Bucket]]] = {}
 
-    def patterns(self, name: str) -> list[_Bucket]:
-        """The entries of every pattern that applies to the literal ``name``: the equal LITERAL, the LITERAL ``*``,
-        then the PREFIXED ones, shortest first (the patterns themselves are rebuilt only to name a deciding ACL)."""
-        out: list[_Bucket] = []
+    def patterns(self, name: str) -> list[tuple[ResourcePattern | None, _Bucket]]:
+        """Every pattern that applies to the literal ``name`` with its entries: the equal LITERAL, the LITERAL
+        ``*``, then the PREFIXED ones, shortest first (the pattern objects are made only to name a deciding ACL, so
+        they are None here; :meth:`pattern_at` makes them)."""
+        cached = self._patterns.get(name)
+        if cached is not None:
+            return cached
+        if len(self._patterns) >= PATTERN_CACHE_NAMES:
+            self._patterns.clear()
+        out: list[tuple[ResourcePattern | None, _Bucket]] = []
         bucket = self.literal.get(name)
         if bucket is not None:
-            out.append(bucket)
+            out.append((None, bucket))
         if self.wildcard is not None:
-            out.append(self.wildcard)
-        prefixed = self.prefixed
-        if prefixed:
+            out.append((None, self.wildcard))
+        if self.prefixed:
             size = len(name)
             for length in self.prefix_lengths:
                 if length > size:
                     break
-                bucket = prefixed.get(name[:length])
+                bucket = self.prefixed.get(name[:length])
                 if bucket is not None:
-                    out.append(bucket)
+                    out.append((None, bucket))
+        self._patterns[name] = out
         return out
 
+    def pattern_at(self, resource_type: ResourceType, name: str, position: int) -> ResourcePattern:
+        """The ``position``-th pattern :meth:`patterns` yields for ``name``."""
+        candidates: list[ResourcePattern] = []
+        if name in self.literal:
+            candidates.append(ResourcePattern(resource_type, name, PatternType.LITERAL))
+        if self.wildcard is not None:
+            candidates.append(ResourcePattern(resource_type, WILDCARD, PatternType.LITERAL))
+        candidates += [ResourcePattern(resource_type, name[:n], PatternType.PREFIXED) for n in self.prefix_lengths
+                       if n <= len(name) and name[:n] in self.prefixed]
+        return candidates[position]
 
-def _freeze(v: dict[str, list[AccessControlEntry]]) -> dict[str, tuple[AccessControlEntry, ...]]:
+
+def _freeze(v: dict[str, list[_Entry]]) -> dict[str, tuple[_Entry, ...]]:
     return {p: tuple(entries) for p, entries in v.items()}
 
 
@@ -144,49 +181,46 @@ class AclIndex:
     def __len__(self) -> int:
         return len(self.bindings)
 
-    def decide(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str,
-               default: Decision) -> Decision:
-        """The decision for a non-super user (``default``: the rule when the resource has no ACL at all)."""
+    def find(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
+             name: str) -> tuple[int, int, AccessControlEntry | None]:
+        """(state, pattern position, entry): no ACL on the resource, ACLs but none matching, ALLOWED by the entry,
+        or DENIED by it (the first DENY found; any DENY wins, as in Kafka)."""
         index = self._types.get(resource_type)
         if index is None:
-            return default
-        allow: AccessControlEntry | None = None
-        allow_pattern = -1
+            return _NO_RESOURCE_ACL, -1, None
         patterns = index.patterns(name)
         if not patterns:
-            return default
-        for position, bucket in enumerate(patterns):
+            return _NO_RESOURCE_ACL, -1, None
+        allow: AccessControlEntry | None = None
+        allow_at = -1
+        position = 0
+        for _pattern, bucket in patterns:
             for who in (principal, WILDCARD_PRINCIPAL):
                 entries = bucket.get(who)
                 if entries is None:
                     continue
-                for entry in entries:
-                    if entry.host != WILDCARD and entry.host != host:
+                for entry_host, covers, deny, entry in entries:
+                    if operation not in covers or (entry_host != WILDCARD and entry_host != host):
                         continue
-                    if not operation_matches(operation, entry):
-                        continue
-                    if entry.permission_type == AclPermissionType.DENY:
-                        return Decision(False, "MatchingAcl", self._binding(index, resource_type, name, position,
-                                                                            entry))
+                    if deny:
+                        return _DENIED, position, entry
                     if allow is None:
-                        allow, allow_pattern = entry, position
+                        allow, allow_at = entry, position
+            position += 1
         if allow is not None:
-            return Decision(True, "MatchingAcl", self._binding(index, resource_type, name, allow_pattern, allow))
-        return _NO_MATCH
+            return _ALLOWED, allow_at, allow
+        return _NO_MATCH_STATE, -1, None
 
-    @staticmethod
-    def _binding(index: _TypeIndex, resource_type: ResourceType, name: str, position: int,
-                 entry: AccessControlEntry) -> AclBinding:
-        """The binding the ``position``-th applicable pattern holds (in :meth:`_TypeIndex.patterns` order)."""
-        candidates: list[ResourcePattern] = []
-        if name in index.literal:
-            candidates.append(ResourcePattern(resource_type, name, PatternType.LITERAL))
-        if index.wildcard is not None:
-            candidates.append(ResourcePattern(resource_type, WILDCARD, PatternType.LITERAL))
-        for length in index.prefix_lengths:
-            if length <= len(name) and name[:length] in index.prefixed:
-                candidates.append(ResourcePattern(resource_type, name[:length], PatternType.PREFIXED))
-        return AclBinding(candidates[position], entry)
+    def decide(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str,
+               default: Decision) -> Decision:
+        """The decision for a non-super user with its rule (``default``: when the resource has no ACL at all)."""
+        state, position, entry = self.find(principal, host, operation, resource_type, name)
+        if state == _NO_RESOURCE_ACL:
+            return default
+        if entry is None:
+            return _NO_MATCH
+        binding = AclBinding(self._types[resource_type].pattern_at(resource_type, name, position), entry)
+        return Decision(state == _ALLOWED, "MatchingAcl", binding)
 
     def by_resource_type(self, principal: str, host: str, operation: AclOperation,
                          resource_type: ResourceType) -> bool:
@@ -263,7 +297,8 @@ class StandardAuthorizer:
                   name: str) -> bool:
         if principal in self.super_users:
             return True
-        return self.index.decide(principal, host, operation, resource_type, name, self._default).allowed
+        state = self.index.find(principal, host, operation, resource_type, name)[0]
+        return state == _ALLOWED or (state == _NO_RESOURCE_ACL and self.allow_everyone_if_no_acl_found)
 
     def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
                                    resource_type: ResourceType) -> bool:
