@@ -249,3 +249,24 @@ def test_two_gateways_share_acls_through_a_kafka_store(kafka_store_gateways: tup
     assert _wait(lambda: not a.gateway.authorizer.authorize("User:bob", "127.0.0.1", qacl.AclOperation.READ,
                                                            qacl.ResourceType.TOPIC, topic))
     print(f"ACL propagated between gateways in {took:.2f} s")
+
+
+def test_store_copy_carries_acls_to_a_kafka_store_and_back(tansu: Tansu, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    src, back = tmp_path / "src.db", tmp_path / "back.db"
+    url = f"kafka://{tansu.bootstrap}/copy-{uuid.uuid4().hex[:8]}"
+    runner = CliRunner()
+    added = runner.invoke(cli, ["acls", "--store", str(src), "--add", "--allow-principal", "User:app", "--producer",
+                                "--topic", "orders-", "--resource-pattern-type", "prefixed"])
+    assert added.exit_code == 0, added.output
+    there = runner.invoke(cli, ["store", "copy", str(src), url])
+    assert there.exit_code == 0 and "3 ACLs" in there.output, there.output
+    listed = runner.invoke(cli, ["acls", "--store", url, "--list"])
+    assert listed.output.count("principal=User:app") == 3, listed.output
+    again = runner.invoke(cli, ["store", "copy", url, str(back)])
+    assert again.exit_code == 0, again.output
+    with open_store(src) as a, open_store(back) as b:
+        assert a.acls().bindings == b.acls().bindings and len(a.acls().bindings) == 3
