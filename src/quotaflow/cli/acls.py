@@ -43,7 +43,7 @@ from quotaflow.core.acl import (
     pascal_name,
     pattern_type_from_name,
 )
-from quotaflow.core.authorizer import ALLOW_EVERYONE_IF_NO_ACL_FOUND, parse_super_users
+from quotaflow.core.authorizer import authorizer_settings
 from quotaflow.core.errors import ApiError, CommandError, StoreError, for_code
 from quotaflow.core.properties import parse_properties
 from quotaflow.store import open_store
@@ -340,8 +340,7 @@ def _authorize(store: AclStore, opts: Options, principals: tuple[str, ...], host
     opts.pattern_type = PatternType.LITERAL
     resources = _resource_filters(opts)
     props = parse_properties(config_path.read_text(encoding="utf-8")) if config_path is not None else {}
-    supers = parse_super_users(props.get("super.users"))
-    allow = props.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND, "false").strip().lower() == "true"
+    supers, allow = authorizer_settings(props)
     for f in resources:
         name = f.name or ""
         decision = resolve(store, principal, host, operation, f.resource_type, name, super_users=supers,

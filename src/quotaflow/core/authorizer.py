@@ -329,6 +329,15 @@ def parse_super_users(value: str | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def authorizer_settings(props: Mapping[str, str], admin_principals: Iterable[str] = ()
+                        ) -> tuple[frozenset[str], bool]:
+    """(super users, allow.everyone.if.no.acl.found) from server.properties; ``admin_principals`` (the gateway's
+    ``--admin-principal``) are super users too."""
+    supers = parse_super_users(props.get(SUPER_USERS)) | {kafka_principal(p) for p in admin_principals}
+    # Kafka's Boolean.parseBoolean: "true" in any case is true, anything else false
+    return supers, props.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND, "false").strip().lower() == "true"
+
+
 def authorizer_from_properties(props: Mapping[str, str], admin_principals: Iterable[str] = ()
                                ) -> StandardAuthorizer | None:
     """The authorizer ``authorizer.class.name`` names (None when unset or empty: every request is allowed, as on a
@@ -339,7 +348,4 @@ def authorizer_from_properties(props: Mapping[str, str], admin_principals: Itera
     if class_name not in AUTHORIZER_CLASSES:
         raise CommandError(f"Invalid value {class_name} for configuration {AUTHORIZER_CLASS_NAME}: the gateway "
                            f"implements {STANDARD_AUTHORIZER} (and {ACL_AUTHORIZER}, the same decision) only")
-    supers = parse_super_users(props.get(SUPER_USERS)) | {kafka_principal(p) for p in admin_principals}
-    # Kafka's Boolean.parseBoolean: "true" in any case is true, anything else false
-    allow = props.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND, "false").strip().lower() == "true"
-    return StandardAuthorizer(supers, allow)
+    return StandardAuthorizer(*authorizer_settings(props, admin_principals))
