@@ -66,5 +66,6 @@ def test_decision_names_the_acl(client: TestClient) -> None:
     # the console's admin principals are super users
     su = client.get("/api/acls/authorize", params={**q, "principal": "User:admin", "name": "pay-eu"}).json()
     assert su["allowed"] and su["rule"] == "SuperUser"
-    page = client.get("/acls", params={**q, "name": "pay-eu", "check": "1"})
+    asked = {"check": "1", **{f"check_{k}": v for k, v in q.items()}, "check_name": "pay-eu"}
+    page = client.get("/acls", params=asked)
     assert 'id="acl-verdict"' in page.text and "DENIED" in page.text

@@ -134,8 +134,9 @@ async def page(request: Request) -> Response:
         admin = acl_admin(request)
         found = await run_in_threadpool(admin.describe, filter_from_query(q))
         total, rows = len(found), [binding_to_json(b) for b in found[:PAGE_ROWS]]
-        if q.get("check"):
-            verdict = decision_to_json(*await run_in_threadpool(decide, request, q))
+        if q.get("check"):  # the decision form's fields are check_*, so the listing's filter stays as it was
+            asked = {k.removeprefix("check_"): v for k, v in q.items() if k.startswith("check_")}
+            verdict = decision_to_json(*await run_in_threadpool(decide, request, asked))
     except KafkaError as e:
         error = f"{e.name}: {e}"
     context = {"rows": rows, "total": total, "error": error, "q": dict(q), "verdict": verdict,
