@@ -8,7 +8,8 @@ authorizer, or without one the ``--admin-principal`` list); then, with no author
 ``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's ``AclBinding`` refuses to build) fails
 whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides. After a change the gateway's own
 authorizer is reloaded at once (the others follow within ``quotaflow.store.poll.ms``). Store work runs in an
-executor thread; its CPU time is returned so the request quota can charge it.
+executor thread; its CPU time is returned so the request quota can charge it. With SASL passthrough the cluster
+authenticates and authorizes, so these APIs are forwarded to it instead (``versions.PASSTHROUGH_APIS``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from quotaflow.core.errors import (
 from quotaflow.gateway.protocol import response_class
 from quotaflow.gateway.quota_admin import principal_allowed
 
-ACL_APIS = frozenset({ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
 _NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
 _NO_AUTHORIZER = "No Authorizer is configured."
 

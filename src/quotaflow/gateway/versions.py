@@ -39,20 +39,23 @@ APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
 # APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
 DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
 SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+ACL_APIS: Final = frozenset({ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
+# with SASL passthrough the cluster authenticates and authorizes: its SASL and its ACL APIs answer, not the gateway's
+PASSTHROUGH_APIS: Final = SASL_APIS | ACL_APIS
 
 
 def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
-    """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL APIs are the
-    upstream's (read by the gateway, so capped to what it decodes, and SaslHandshake from v1: v0's raw tokens have no
-    Kafka framing to forward)."""
-    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in SASL_APIS)}
+    """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL and ACL APIs are the
+    upstream's (capped to what the gateway decodes, and SaslHandshake from v1: v0's raw tokens have no Kafka framing
+    to forward)."""
+    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in PASSTHROUGH_APIS)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
         if key in own or key in NEVER_OFFERED:
             continue
         if key == ApiKey.SaslHandshake:
             lo = max(lo, 1)
-        if key in DECODED_APIS or key in SASL_APIS:
+        if key in DECODED_APIS or key in PASSTHROUGH_APIS:
             known = max_known_version(key)
             hi = min(hi, -1 if known is None else known)
         if key in ADDRESS_VERSION_CAPS:
