@@ -131,3 +131,25 @@ def test_gateway_refuses_an_unknown_authorizer_class(tmp_path: Path) -> None:
     assert r.exit_code == 1
     assert "Invalid value com.example.Nope for configuration authorizer.class.name" in r.output
 
+
+
+def test_import_reads_the_zookeeper_era_listing(tmp_path: Path) -> None:
+    dump = tmp_path / "zk-acls.txt"
+    dump.write_text(
+        "Current ACLs for resource `Topic:LITERAL:orders`: \n"
+        " \tUser:alice has Allow permission for operations: Read from hosts: * \n"
+        "\tUser:mallory has Deny permission for operations: All from hosts: 10.0.0.66 \n\n"
+        "Current ACLs for resource `Group:PREFIXED:app-`: \n"
+        " \tUser:alice has Allow permission for operations: Read,Describe from hosts: * \n\n"
+        "Current ACLs for resource `Cluster:kafka-cluster`: \n"
+        " \tUser:ops has Allow permission for operations: IdempotentWrite from hosts: * \n\n")
+    db = tmp_path / "q.db"
+    r = run(db, "--import", str(dump))
+    assert r.exit_code == 0 and "Imported 5 ACLs" in r.output, r.output
+    assert bindings(db) == {
+        ("TOPIC", "orders", "LITERAL", "User:alice", "*", "READ", "ALLOW"),
+        ("TOPIC", "orders", "LITERAL", "User:mallory", "10.0.0.66", "ALL", "DENY"),
+        ("GROUP", "app-", "PREFIXED", "User:alice", "*", "READ", "ALLOW"),
+        ("GROUP", "app-", "PREFIXED", "User:alice", "*", "DESCRIBE", "ALLOW"),
+        ("CLUSTER", "kafka-cluster", "LITERAL", "User:ops", "*", "IDEMPOTENT_WRITE", "ALLOW"),
+    }

@@ -3,7 +3,10 @@ the parser that reads a cluster's ``kafka-acls --list`` output so its ACLs can b
 
 Kafka prints a resource's entries as ``Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=t,
 patternType=LITERAL)`: `` followed by one tab-indented ``(principal=User:alice, host=*, operation=READ,
-permissionType=ALLOW)`` per entry (the ``toString`` of ``ResourcePattern`` and ``AccessControlEntry``).
+permissionType=ALLOW)`` per entry (the ``toString`` of ``ResourcePattern`` and ``AccessControlEntry``). The import
+also reads what ``kafka-acls --authorizer-properties zookeeper.connect=...`` printed on ZooKeeper-era clusters:
+``Current ACLs for resource `Topic:LITERAL:t`: `` (``Topic:t`` before prefixed ACLs) and ``User:alice has Allow
+permission for operations: Read from hosts: *``.
 """
 
 from __future__ import annotations
@@ -21,12 +24,17 @@ from quotaflow.core.acl import (
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
+    operation_from_name,
+    permission_from_name,
+    resource_type_from_name,
 )
 from quotaflow.core.errors import CommandError
 
 _PATTERN: Final = re.compile(r"ResourcePattern\(resourceType=(\w+), name=(.*), patternType=(\w+)\)`?:?\s*$")
 _ENTRY: Final = re.compile(r"^\s*\(principal=(.*), host=(.*), operation=(\w+), permissionType=(\w+)\)\s*$")
 _HEADER: Final = re.compile(r"^\s*(?:Current ACLs|Adding ACLs) for resource `")
+_OLD_PATTERN: Final = re.compile(r"for resource `([^`]*)`")
+_OLD_ENTRY: Final = re.compile(r"^\s*(.*) has (\w+) permission for operations: (.*) from hosts: (.*?)\s*$")
 
 
 def resource_lines(verb: str, resource: ResourcePattern | ResourcePatternFilter,
@@ -72,11 +80,15 @@ def parse_listing(text: str) -> list[AclBinding]:
     for number, line in enumerate(text.splitlines(), start=1):
         if _HEADER.match(line):
             found = _PATTERN.search(line)
-            if found is None:
-                raise CommandError(f"line {number}: not a ResourcePattern(...) header: {line.strip()}")
-            rt, name, pt = found.groups()
-            pattern = ResourcePattern(ResourceType(_enum(ResourceType, rt, number)), name,
-                                      PatternType(_enum(PatternType, pt, number)))
+            pattern = (ResourcePattern(ResourceType(_enum(ResourceType, found[1], number)), found[2],
+                                       PatternType(_enum(PatternType, found[3], number))) if found is not None
+                       else _old_pattern(line, number))
+            continue
+        old = _OLD_ENTRY.match(line)
+        if old is not None:
+            if pattern is None:
+                raise CommandError(f"line {number}: an ACL entry outside a resource block: {line.strip()}")
+            out += _old_entries(pattern, old.groups(), number)
             continue
         entry = _ENTRY.match(line)
         if entry is None:
@@ -89,6 +101,36 @@ def parse_listing(text: str) -> list[AclBinding]:
         out.append(AclBinding(pattern, AccessControlEntry(principal, host,
                                                           AclOperation(_enum(AclOperation, op, number)),
                                                           AclPermissionType(_enum(AclPermissionType, perm, number)))))
+    return out
+
+
+def _old_pattern(line: str, number: int) -> ResourcePattern:
+    """A ZooKeeper-era ``Resource`` string: ``Topic:LITERAL:name``, or ``Topic:name`` (literal)."""
+    found = _OLD_PATTERN.search(line)
+    if found is None:
+        raise CommandError(f"line {number}: not a resource header: {line.strip()}")
+    kind, _, rest = found[1].partition(":")
+    rt = resource_type_from_name(kind)
+    if rt in (ResourceType.UNKNOWN, ResourceType.ANY) or not rest:
+        raise CommandError(f"line {number}: unknown resource {found[1]!r}")
+    pt_name, sep, name = rest.partition(":")
+    if sep and pt_name in ("LITERAL", "PREFIXED"):
+        return ResourcePattern(rt, name, PatternType[pt_name])
+    return ResourcePattern(rt, rest, PatternType.LITERAL)
+
+
+def _old_entries(pattern: ResourcePattern, fields: Sequence[str], number: int) -> list[AclBinding]:
+    """``User:alice has Allow permission for operations: Read,Write from hosts: *``: one binding per operation."""
+    principal, perm_name, ops, host = fields
+    perm = permission_from_name(perm_name)
+    if perm not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
+        raise CommandError(f"line {number}: unknown permission {perm_name!r}")
+    out: list[AclBinding] = []
+    for op_name in ops.split(","):
+        op = operation_from_name(op_name)
+        if op in (AclOperation.UNKNOWN, AclOperation.ANY):
+            raise CommandError(f"line {number}: unknown operation {op_name.strip()!r}")
+        out.append(AclBinding(pattern, AccessControlEntry(principal.strip(), host, op, perm)))
     return out
 
 
