@@ -113,10 +113,19 @@ def test_describe_with_match_and_any_filters(admin: AclAdmin) -> None:
 
 
 def test_delete_is_bounded_per_request(admin: AclAdmin) -> None:
-    admin.create([binding(TOPIC, f"t{i}", LITERAL) for i in range(MAX_RECORDS_PER_USER_OP + 1)])
+    admin.create([binding(TOPIC, f"t{i}", LITERAL) for i in range(MAX_RECORDS_PER_USER_OP)])
+    admin.create([binding(GROUP, "one-more", LITERAL)])
     [result] = admin.delete([ANY_FILTER])
     assert result.error.code == -1 and result.deleted == ()
     assert len(admin.describe(ANY_FILTER)) == MAX_RECORDS_PER_USER_OP + 1  # nothing removed
+
+
+def test_create_is_bounded_per_request(admin: AclAdmin) -> None:
+    many = [binding(TOPIC, f"t{i}", LITERAL) for i in range(MAX_RECORDS_PER_USER_OP + 1)]
+    assert {r.code for r in admin.create(many)} == {-1}
+    assert admin.describe(ANY_FILTER) == []  # nothing stored
+    assert admin.create(many[:-1]) == [SUCCESS] * MAX_RECORDS_PER_USER_OP
+    assert admin.create(many) == [SUCCESS] * len(many)  # only one of them is new now
 
 
 def test_resolve_names_the_deciding_acl(admin: AclAdmin) -> None:

@@ -3,7 +3,9 @@
 
 * :meth:`AclAdmin.create`: per binding, Kafka's validation and messages (``AclApis`` and
   ``AclControlManager.validateNewAcl``: INVALID_REQUEST "Invalid resourceType ANY", "Resource name should not be
-  empty", ...); the valid ones are stored in one call; an existing binding succeeds and changes nothing.
+  empty", ...); the valid ones are stored in one call; an existing binding succeeds and changes nothing. More than
+  10,000 new bindings in one request fail it whole (UNKNOWN_SERVER_ERROR, nothing stored), as Kafka's bounded
+  record list does.
 * :meth:`AclAdmin.describe`: every binding an :class:`~quotaflow.core.acl.AclBindingFilter` matches (ANY and MATCH
   pattern filters included).
 * :meth:`AclAdmin.delete`: per filter, every binding it matches is removed and returned; a filter with an UNKNOWN
@@ -61,6 +63,9 @@ class AclAdmin:
             else:
                 results.append(ApiError(InvalidRequestError.errno, problem))
         if valid:
+            existing = self.store.acls().bindings
+            if len({b for b in valid if b not in existing}) > MAX_RECORDS_PER_USER_OP:
+                return [ApiError(UnknownServerError.errno, None)] * len(bindings)
             self.store.add_acls(valid)
         return results
 
