@@ -270,3 +270,34 @@ def test_store_copy_carries_acls_to_a_kafka_store_and_back(tansu: Tansu, tmp_pat
     assert again.exit_code == 0, again.output
     with open_store(src) as a, open_store(back) as b:
         assert a.acls().bindings == b.acls().bindings and len(a.acls().bindings) == 3
+
+
+def test_quotaflow_acls_through_the_gateway(authz_gateway: RunningGateway, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    def client_config(user: str) -> str:
+        path = tmp_path / f"{user}.properties"
+        path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka."
+                        f'common.security.plain.PlainLoginModule required username="{user}" '
+                        f'password="{USERS[user]}";\n')
+        return str(path)
+
+    def acls(user: str, *args: str) -> Any:
+        return CliRunner().invoke(cli, ["acls", "--bootstrap-server", authz_gateway.bootstrap, "--command-config",
+                                        client_config(user), *args])
+
+    added = acls("admin", "--add", "--consumer", "--allow-principal", "User:bob", "--topic", "events",
+                 "--group", "readers")
+    assert added.exit_code == 0, added.output
+    listed = acls("admin", "--list", "--principal", "User:bob")
+    assert listed.exit_code == 0 and listed.output.count("principal=User:bob") == 3, listed.output
+    decided = acls("admin", "--authorize", "--principal", "User:bob", "--operation", "Describe", "--topic", "events")
+    assert "ALLOWED by ResourcePattern(resourceType=TOPIC, name=events" in decided.output, decided.output
+    refused = acls("bob", "--add", "--allow-principal", "User:bob", "--topic", "anything")
+    assert refused.exit_code == 1
+    assert "org.apache.kafka.common.errors.ClusterAuthorizationException" in refused.output, refused.output
+    removed = acls("admin", "--remove", "--topic", "events", "--force")
+    assert removed.exit_code == 0, removed.output
+    assert acls("admin", "--list").output.count("principal=User:bob") == 1  # the group's READ is left

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
-from quotaflow.core.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType, binding_problem
+from quotaflow.core.acl import ANY_FILTER, AclBinding, AclBindingFilter, AclOperation, ResourceType, binding_problem
 from quotaflow.core.authorizer import Decision, StandardAuthorizer
 from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, UnknownServerError
 from quotaflow.store.base import AclStore
@@ -43,6 +43,17 @@ class AclDeleteResult:
 def sort_bindings(bindings: Iterable[AclBinding]) -> list[AclBinding]:
     """A stable order for answers and listings (resource type, name, pattern type, then the entry)."""
     return sorted(bindings, key=AclBinding.sort_key)
+
+
+class AclBackend(Protocol):
+    """What the CLI manages ACLs through: a store (:class:`AclAdmin`) or the Kafka protocol
+    (:class:`~quotaflow.admin.acl_wire.WireAclAdmin`)."""
+
+    def create(self, bindings: Sequence[AclBinding]) -> list[ApiError]: ...
+
+    def describe(self, acl_filter: AclBindingFilter) -> list[AclBinding]: ...
+
+    def delete(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]: ...
 
 
 class AclAdmin:
@@ -97,10 +108,13 @@ class AclAdmin:
         return results
 
 
-def resolve(store: AclStore, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
-            name: str, *, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False) -> Decision:
-    """The decision the gateway's authorizer makes for this request, with the rule (the deciding ACL) behind it."""
-    authorizer = StandardAuthorizer(super_users, allow_everyone_if_no_acl_found, store.acls().bindings)
+def resolve(source: AclStore | AclBackend, principal: str, host: str, operation: AclOperation,
+            resource_type: ResourceType, name: str, *, super_users: Iterable[str] = (),
+            allow_everyone_if_no_acl_found: bool = False) -> Decision:
+    """The decision the gateway's authorizer makes for this request, with the rule (the deciding ACL) behind it, over
+    a store's ACLs or every ACL a backend describes."""
+    bindings = source.acls().bindings if isinstance(source, AclStore) else source.describe(ANY_FILTER)
+    authorizer = StandardAuthorizer(super_users, allow_everyone_if_no_acl_found, bindings)
     return authorizer.explain(principal, host, operation, resource_type, name)
 
 

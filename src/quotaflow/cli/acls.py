@@ -1,4 +1,5 @@
-"""``quotaflow acls``: ``kafka-acls.sh`` over the quota store (the ACLs every gateway on it enforces).
+"""``quotaflow acls``: ``kafka-acls.sh`` over the quota store (the ACLs every gateway on it enforces), or, with
+``--bootstrap-server`` (and ``--command-config``), over the Kafka ACL APIs of a gateway or a broker.
 
 Same options, same expansion and the same lines as Kafka's ``AclCommand``: ``--add`` / ``--remove`` / ``--list``;
 principals and hosts (``--allow-host`` / ``--deny-host`` default to ``*`` when a principal is given); ``--operation``
@@ -15,7 +16,8 @@ groups) shortcuts; ``--force`` skips the removal prompt. Two additions: ``--auth
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from quotaflow.admin.acl_listing import grouped_lines, listing, parse_listing, resource_lines
-from quotaflow.admin.acls import AclAdmin, explain, resolve
+from quotaflow.admin.acls import AclAdmin, AclBackend, explain, resolve
 from quotaflow.cli.common import java_exception_line, store_failure, store_option
 from quotaflow.core.acl import (
     CLUSTER_NAME,
@@ -44,7 +46,7 @@ from quotaflow.core.acl import (
     pattern_type_from_name,
 )
 from quotaflow.core.authorizer import authorizer_settings
-from quotaflow.core.errors import ApiError, CommandError, StoreError, for_code
+from quotaflow.core.errors import ApiError, BrokerConnectionError, CommandError, KafkaError, StoreError, for_code
 from quotaflow.core.properties import parse_properties
 from quotaflow.store import open_store
 from quotaflow.store.base import AclStore
@@ -202,6 +204,11 @@ def _confirm(force: bool, message: str) -> bool:
 
 @click.command("acls")
 @store_option
+@click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT", default=None,
+              help="Manage the ACLs of a quotaflow gateway or a Kafka broker through the Kafka ACL APIs instead.")
+@click.option("--command-config", "command_config", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              default=None, help="With --bootstrap-server: client properties (security.protocol=SASL_PLAINTEXT, "
+                                 "sasl.mechanism=PLAIN, sasl.jaas.config=...).")
 @click.option("--add", "add", is_flag=True, help="Indicates you are trying to add ACLs.")
 @click.option("--remove", "remove", is_flag=True, help="Indicates you are trying to remove ACLs.")
 @click.option("--list", "list_", is_flag=True, help="List ACLs for the specified resource (all without one).")
@@ -234,11 +241,11 @@ def _confirm(force: bool, message: str) -> bool:
               default=None, help="--authorize: the gateway's server.properties (super.users, "
                                  "allow.everyone.if.no.acl.found).")
 @click.pass_context
-def acls(ctx: click.Context, /, store: str | None, add: bool, remove: bool, list_: bool, authorize: bool,
-         import_file: Path | None, pattern_name: str, force: bool, principals: tuple[str, ...], host: str,
-         config_path: Path | None, **kw: object) -> None:
-    """kafka-acls.sh against the quota store: add, remove, list ACLs; --authorize explains a decision;
-    --import migrates a cluster's `kafka-acls --list` output."""
+def acls(ctx: click.Context, /, store: str | None, bootstrap_server: str | None, command_config: Path | None,
+         add: bool, remove: bool, list_: bool, authorize: bool, import_file: Path | None, pattern_name: str,
+         force: bool, principals: tuple[str, ...], host: str, config_path: Path | None, **kw: object) -> None:
+    """kafka-acls.sh against the quota store (or, with --bootstrap-server, a gateway or broker): add, remove, list
+    ACLs; --authorize explains a decision; --import migrates a cluster's `kafka-acls --list` output."""
     pattern_type = pattern_type_from_name(pattern_name)
     if pattern_type == PatternType.UNKNOWN:
         _usage(f"Unknown resource-pattern-type: {pattern_name}")
@@ -248,36 +255,51 @@ def acls(ctx: click.Context, /, store: str | None, add: bool, remove: bool, list
     was_given = {name for name, value in kw.items()
                  if value and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
     try:
-        if import_file is not None or authorize:
-            with open_store(store, create=import_file is not None) as st:
-                acl_store = _acl_store(st)
-                if import_file is not None:
-                    _import(AclAdmin(acl_store), import_file)
-                else:
-                    _authorize(acl_store, opts, principals, host, config_path)
-            return
-        _check_args(opts, {"add": add, "remove": remove, "list": list_}, principals, was_given)
-        with open_store(store, create=add) as st:
-            admin = AclAdmin(_acl_store(st))
-            if add:
-                _add(admin, opts)
+        if bootstrap_server is not None and store is not None:
+            raise CommandError("--store and --bootstrap-server cannot be used together")
+        if import_file is None and not authorize:
+            _check_args(opts, {"add": add, "remove": remove, "list": list_}, principals, was_given)
+        with _backend(store, bootstrap_server, command_config, create=add or import_file is not None) as backend:
+            if import_file is not None:
+                _import(backend, import_file)
+            elif authorize:
+                _authorize(backend, opts, principals, host, config_path)
+            elif add:
+                _add(backend, opts)
             elif remove:
-                _remove(admin, opts, force)
+                _remove(backend, opts, force)
             else:
-                _list(admin, opts, principals)
+                _list(backend, opts, principals)
     except StoreError as e:
         store_failure(e)
     except CommandError as e:
         _usage(str(e))
+    except (KafkaError, BrokerConnectionError) as e:
+        click.echo(f"Error while executing ACL command: {java_exception_line(e)}")
+        sys.exit(1)
 
 
-def _acl_store(store: object) -> AclStore:
-    if not isinstance(store, AclStore):
-        raise StoreError("this store keeps no ACLs")
-    return store
+@contextmanager
+def _backend(store: str | None, bootstrap_server: str | None, command_config: Path | None, *,
+             create: bool) -> Iterator[AclBackend]:
+    """The store's ACLs, or (``--bootstrap-server``) a gateway's or broker's ACL APIs."""
+    if bootstrap_server is not None:
+        from quotaflow.admin.acl_wire import WireAclAdmin  # kafka-python only when talking to a server
+
+        props = parse_properties(command_config.read_text(encoding="utf-8")) if command_config is not None else {}
+        wire = WireAclAdmin(bootstrap_server, props)
+        try:
+            yield wire
+        finally:
+            wire.close()
+        return
+    with open_store(store, create=create) as st:
+        if not isinstance(st, AclStore):
+            raise StoreError("this store keeps no ACLs")
+        yield AclAdmin(st)
 
 
-def _add(admin: AclAdmin, opts: Options) -> None:
+def _add(admin: AclBackend, opts: Options) -> None:
     if opts.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
         _usage(f"A '--resource-pattern-type' value of '{opts.pattern_type.name}' is not valid when adding acls.")
     resource_to_acls = {ResourcePattern(f.resource_type, f.name or "", f.pattern_type): entries
@@ -289,7 +311,7 @@ def _add(admin: AclAdmin, opts: Options) -> None:
         _raise(admin.create([AclBinding(resource, e) for e in sorted(entries, key=str)]))
 
 
-def _remove(admin: AclAdmin, opts: Options, force: bool) -> None:
+def _remove(admin: AclBackend, opts: Options, force: bool) -> None:
     for f, entries in _filter_to_acls(opts).items():
         if not entries:
             if _confirm(force, f"Are you sure you want to delete all ACLs for resource filter `{f}`? (y/n)"):
@@ -301,11 +323,11 @@ def _remove(admin: AclAdmin, opts: Options, force: bool) -> None:
                     e.principal, e.host, e.operation, e.permission_type)) for e in sorted(entries, key=str)])
 
 
-def _raise_delete(admin: AclAdmin, filters: list[AclBindingFilter]) -> None:
+def _raise_delete(admin: AclBackend, filters: list[AclBindingFilter]) -> None:
     _raise([r.error for r in admin.delete(filters)])
 
 
-def _list(admin: AclAdmin, opts: Options, principals: tuple[str, ...]) -> None:
+def _list(admin: AclBackend, opts: Options, principals: tuple[str, ...]) -> None:
     filters = _resource_filters(opts, die_if_none=False)
     found: set[AclBinding] = set()
     for f in filters or [ResourcePatternFilter()]:
@@ -318,7 +340,7 @@ def _list(admin: AclAdmin, opts: Options, principals: tuple[str, ...]) -> None:
         click.echo(listing(b for b in found if b.entry.principal == principal), nl=False)
 
 
-def _import(admin: AclAdmin, path: Path) -> None:
+def _import(admin: AclBackend, path: Path) -> None:
     bindings = parse_listing(path.read_text(encoding="utf-8"))
     groups: dict[ResourcePattern, list[AccessControlEntry]] = {}
     for b in bindings:
@@ -328,7 +350,7 @@ def _import(admin: AclAdmin, path: Path) -> None:
     click.echo(f"Imported {len(bindings)} ACLs from {path}")
 
 
-def _authorize(store: AclStore, opts: Options, principals: tuple[str, ...], host: str,
+def _authorize(backend: AclBackend, opts: Options, principals: tuple[str, ...], host: str,
                config_path: Path | None) -> None:
     if len(principals) != 1:
         _usage("--authorize needs exactly one --principal")
@@ -343,6 +365,6 @@ def _authorize(store: AclStore, opts: Options, principals: tuple[str, ...], host
     supers, allow = authorizer_settings(props)
     for f in resources:
         name = f.name or ""
-        decision = resolve(store, principal, host, operation, f.resource_type, name, super_users=supers,
+        decision = resolve(backend, principal, host, operation, f.resource_type, name, super_users=supers,
                            allow_everyone_if_no_acl_found=allow)
         click.echo(explain(decision, principal, operation, f.resource_type, name))
