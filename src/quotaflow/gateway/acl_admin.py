@@ -78,21 +78,22 @@ class AclAdminHandler:
         self.admins = admins
         self.reload = reload
 
-    def decode(self, api_key: int, request: Any) -> list[AclBindingFilter] | list[tuple[AclBinding | None]]:
-        """Raise :class:`InvalidRequestError` (the connection closes) for what Kafka cannot parse."""
+    def decode(self, api_key: int, request: Any) -> list[AclBindingFilter] | list[AclBinding | None]:
+        """The filters (describe, delete) or bindings (create; None where Kafka cannot build the binding). Raise
+        :class:`InvalidRequestError` (the connection closes) for what Kafka cannot parse."""
         if api_key == ApiKey.DescribeAcls:
             return [_filter(request, request.pattern_type_filter)]
         if api_key == ApiKey.DeleteAcls:
             return [_filter(f, f.pattern_type_filter) for f in request.filters]
-        out: list[tuple[AclBinding | None]] = []
+        out: list[AclBinding | None] = []
         for c in request.creations:
             rt, pt, op, perm = _codes(c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
             if rt == ResourceType.ANY or pt in (PatternType.ANY, PatternType.MATCH) or op == AclOperation.ANY \
                     or perm == AclPermissionType.ANY:
-                out.append((None,))  # Kafka's AclBinding constructor throws: the whole request fails
+                out.append(None)  # Kafka's AclBinding constructor throws: the whole request fails
             else:
-                out.append((AclBinding(ResourcePattern(rt, c.resource_name, pt),
-                                       AccessControlEntry(c.principal, c.host, op, perm)),))
+                out.append(AclBinding(ResourcePattern(rt, c.resource_name, pt),
+                                      AccessControlEntry(c.principal, c.host, op, perm)))
         return out
 
     def cluster_allowed(self, principal: str, host: str, operation: AclOperation) -> bool:
@@ -123,15 +124,18 @@ class AclAdminHandler:
             message = _NO_AUTHORIZER_DESCRIBE if api_key == ApiKey.DescribeAcls else _NO_AUTHORIZER
             return self._error(api_key, cls, decoded, SecurityDisabledError.errno, message)
         if api_key == ApiKey.DescribeAcls:
-            return self._describe(cls, decoded[0])
+            [acl_filter] = decoded
+            assert isinstance(acl_filter, AclBindingFilter)
+            return self._describe(cls, acl_filter)
         if api_key == ApiKey.CreateAcls:
-            if any(b is None for (b,) in decoded):
+            bindings = [b for b in decoded if isinstance(b, AclBinding)]
+            if len(bindings) != len(decoded):
                 return self._error(api_key, cls, decoded, UnknownServerError.errno, None)
-            results = self.admin.create([b for (b,) in decoded])
+            results = self.admin.create(bindings)
             self._reload(any(r.is_success for r in results))
             return cls(throttle_time_ms=0, results=[cls.AclCreationResult(error_code=r.code, error_message=r.message)
                                                     for r in results])
-        deleted = self.admin.delete(list(decoded))
+        deleted = self.admin.delete([f for f in decoded if isinstance(f, AclBindingFilter)])
         self._reload(any(r.deleted for r in deleted))
         result = cls.DeleteAclsFilterResult
         return cls(throttle_time_ms=0, filter_results=[
