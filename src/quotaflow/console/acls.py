@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from quotaflow.admin.acls import AclAdmin, explain, resolve
-from quotaflow.console.api import MAX_BODY_BYTES, PAGE_HEADER, error_response, same_origin
+from quotaflow.console.api import MAX_BODY_BYTES, PAGE_HEADER, _same_origin, error_response
 from quotaflow.console.state import console_of
 from quotaflow.console.views import render
 from quotaflow.core.acl import (
@@ -158,7 +158,7 @@ async def acls_get(request: Request) -> Response:
 
 async def acls_post(request: Request) -> Response:
     console = console_of(request)
-    if not same_origin(request):
+    if not _same_origin(request):
         return error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return error_response(InvalidRequestError("POST /api/acls takes application/json"))

@@ -71,7 +71,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
                                    f"{exc.detail}"}}, exc.status_code, headers=exc.headers)
 
 
-def same_origin(request: Request) -> bool:
+def _same_origin(request: Request) -> bool:
     """Writes from another site's page are refused: a browser always sends Origin on a cross-site POST."""
     origin = request.headers.get("origin")
     return origin is None or urlsplit(origin).netloc == request.headers.get("host")
@@ -89,7 +89,7 @@ async def quotas_get(request: Request) -> Response:
 
 async def quotas_post(request: Request) -> Response:
     console = console_of(request)
-    if not same_origin(request):
+    if not _same_origin(request):
         return error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return error_response(InvalidRequestError("POST /api/quotas takes application/json"))
