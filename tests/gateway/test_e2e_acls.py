@@ -5,6 +5,9 @@ gateways on one ``kafka://`` store seeing each other's ACLs within a second or t
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from kafka.admin import (
     ACL,
     ACLFilter,
@@ -301,3 +306,50 @@ def test_quotaflow_acls_through_the_gateway(authz_gateway: RunningGateway, tmp_p
     removed = acls("admin", "--remove", "--topic", "events", "--force")
     assert removed.exit_code == 0, removed.output
     assert acls("admin", "--list").output.count("principal=User:bob") == 1  # the group's READ is left
+
+
+# -- hostile input: the ACL APIs fuzzed against a gateway with an authorizer ----------------------------------------
+
+_codes = st.integers(-1, 9)
+_text = st.text(max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(creations=st.lists(st.tuples(_codes, _text, _codes, st.one_of(_text, st.just("User:x")), _text, _codes,
+                                    _codes), max_size=6),
+       garbage=st.binary(max_size=80), version=st.integers(1, 3))
+@example(creations=[(2, "t", 3, "User:x", "*", 3, 3), (4, "c", 3, "User:x", "*", 7, 3), (1, "t", 3, "User:x", "*",
+                                                                                           3, 3)],
+         garbage=b"", version=3)  # one stored, one refused with 42, and ANY failing the whole request
+def test_fuzzed_acl_requests_leave_only_valid_acls_and_a_serving_gateway(
+        authz_gateway: RunningGateway, creations: list[tuple[int, str, int, str, str, int, int]], garbage: bytes,
+        version: int) -> None:
+    from kafka.protocol.admin import CreateAclsRequest
+
+    from quotaflow.admin.wire import KafkaWireConnection, SaslPlain
+    from quotaflow.core.acl import binding_problem
+    from quotaflow.core.errors import BrokerConnectionError
+
+    host, port = authz_gateway.address
+    request = CreateAclsRequest[version](creations=[CreateAclsRequest.AclCreation(
+        resource_type=rt, resource_name=name, resource_pattern_type=pt, principal=principal, host=h,
+        operation=op, permission_type=perm) for rt, name, pt, principal, h, op, perm in creations])
+    # as a super user: valid bindings are stored, invalid ones refused with Kafka's errors, an undefined code
+    # closes the connection (as Kafka's request parser does)
+    conn = KafkaWireConnection(host, port, sasl=SaslPlain("admin", USERS["admin"]), timeout=10)
+    try:
+        with contextlib.suppress(BrokerConnectionError):
+            response = conn.send(request)
+            assert len(response.results) == len(creations)
+    finally:
+        conn.close()
+    with socket.create_connection((host, port), timeout=5) as raw:  # and a body that is not CreateAcls at all
+        raw.sendall(struct.pack(">i", 10 + len(garbage)) + struct.pack(">hhih", 30, version, 99, 0) + garbage)
+    stored = authz_gateway.thread.gateway.acl_store.acls().bindings
+    assert all(binding_problem(b) is None for b in stored)
+    assert authz_gateway.thread.gateway.authorizer.index.bindings == stored  # the running authorizer has them
+    admin = _kp_admin(authz_gateway.bootstrap, "admin")  # the gateway still serves
+    try:
+        assert not admin.create_acls([_read_acl("witness")])["failed"]
+    finally:
+        admin.close()
