@@ -259,6 +259,8 @@ def acls(ctx: click.Context, /, store: str | None, bootstrap_server: str | None,
             raise CommandError("--store and --bootstrap-server cannot be used together")
         if import_file is None and not authorize:
             _check_args(opts, {"add": add, "remove": remove, "list": list_}, principals, was_given)
+        if authorize and "operation" not in was_given:
+            _usage("--authorize needs exactly one --operation (Read, Write, Describe, ...)")
         with _backend(store, bootstrap_server, command_config, create=add or import_file is not None) as backend:
             if import_file is not None:
                 _import(backend, import_file)
