@@ -143,3 +143,30 @@ def test_resolve_names_the_deciding_acl(admin: AclAdmin) -> None:
     d = resolve(admin.store, "User:eve", "10.1.1.1", AclOperation.READ, GROUP, "g")
     assert not d.allowed and "allow.everyone.if.no.acl.found=false" in explain(d, "User:eve", AclOperation.READ,
                                                                                GROUP, "g")
+
+
+def test_acls_filter(admin: AclAdmin) -> None:
+    """AuthorizerTest.testAclsFilter: describe and delete filters; every filter is matched before anything is
+    deleted, so a binding two filters match is reported by both."""
+    r1 = ResourcePattern(TOPIC, "foo-1", LITERAL)
+    r2 = ResourcePattern(TOPIC, "bar-2", LITERAL)
+    prefixed = ResourcePattern(TOPIC, "bar-", PREFIXED)
+    acl1 = AclBinding(r1, AccessControlEntry("User:alice", "*", AclOperation.READ, ALLOW))
+    acl2 = AclBinding(r1, AccessControlEntry("User:alice", "192.168.0.1", AclOperation.WRITE, ALLOW))
+    acl3 = AclBinding(r2, AccessControlEntry("User:alice", "*", AclOperation.DESCRIBE, ALLOW))
+    acl4 = AclBinding(prefixed, AccessControlEntry("User:*", "*", AclOperation.READ, ALLOW))
+    assert admin.create([acl1, acl2, acl3, acl4]) == [SUCCESS] * 4
+
+    def pattern_filter(p: ResourcePattern) -> AclBindingFilter:
+        return AclBindingFilter(ResourcePatternFilter(p.resource_type, p.name, p.pattern_type))
+
+    assert set(admin.describe(ANY_FILTER)) == {acl1, acl2, acl3, acl4}
+    assert set(admin.describe(pattern_filter(r1))) == {acl1, acl2}
+    assert set(admin.describe(pattern_filter(prefixed))) == {acl4}
+    matching = AclBindingFilter(ResourcePatternFilter(ResourceType.ANY, r2.name, PatternType.MATCH))
+    assert set(admin.describe(matching)) == {acl3, acl4}
+    results = admin.delete([matching, binding_filter(acl1), pattern_filter(r2),
+                            AclBindingFilter(ResourcePatternFilter(TOPIC, "baz", PatternType.ANY))])
+    assert all(r.error == SUCCESS for r in results)
+    assert [set(r.deleted) for r in results] == [{acl3, acl4}, {acl1}, {acl3}, set()]
+    assert admin.describe(ANY_FILTER) == [acl2]

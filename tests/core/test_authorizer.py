@@ -394,3 +394,79 @@ def test_load_swaps_the_whole_set() -> None:
     assert a.authorize("User:bob", LOCAL, READ, TOPIC, "t") and a.version == 7
     a.load(AclIndex())
     assert not a.authorize("User:bob", LOCAL, READ, TOPIC, "t") and len(a.index) == 0
+
+
+# -- AuthorizerTest ----------------------------------------------------------------------------------------------
+
+VALID_OPS = [op for op in AclOperation if op not in (AclOperation.UNKNOWN, AclOperation.ANY, AclOperation.ALL)]
+
+
+def test_acl_inheritance() -> None:
+    """ALLOW X implies exactly X and its implied operations; DENY X denies exactly X (ALL: everything)."""
+    cluster = (CLUSTER, "kafka-cluster")
+    implied_by_allow = {ALL: set(VALID_OPS), READ: {DESCRIBE}, WRITE: {DESCRIBE}, DELETE: {DESCRIBE},
+                        ALTER: {DESCRIBE}, ALTER_CONFIGS: {DESCRIBE_CONFIGS}}
+    for parent, implied in implied_by_allow.items():
+        a = authorizer(acl(CLUSTER, "kafka-cluster", LITERAL, "User:alice", "*", parent, ALLOW))
+        for op in VALID_OPS:
+            assert a.authorize("User:alice", "192.168.3.1", op, *cluster) == (op in implied or op == parent), (
+                parent, op)
+    for parent, denied in {ALL: set(VALID_OPS), DESCRIBE: set(), DESCRIBE_CONFIGS: set()}.items():
+        a = authorizer(acl(CLUSTER, "kafka-cluster", LITERAL, "User:alice", "*", parent, DENY),
+                       acl(CLUSTER, "kafka-cluster", LITERAL, "User:alice", "*", ALL, ALLOW))
+        for op in VALID_OPS:
+            assert a.authorize("User:alice", "192.168.3.1", op, *cluster) == (op not in denied and op != parent), (
+                parent, op)
+
+
+def test_topic_acl() -> None:
+    h1, h2 = "192.168.1.1", "192.168.1.2"
+    a = authorizer(acl(TOPIC, "t", LITERAL, "User:alice", h1, READ, ALLOW),
+                   acl(TOPIC, "t", LITERAL, "User:alice", h2, READ, ALLOW),
+                   acl(TOPIC, "t", LITERAL, "User:alice", h1, READ, DENY),
+                   acl(TOPIC, "t", LITERAL, "User:alice", h1, WRITE, ALLOW),
+                   acl(TOPIC, "t", LITERAL, "User:alice", "*", DESCRIBE, ALLOW),
+                   acl(TOPIC, "t", LITERAL, "User:rob", "*", READ, ALLOW),
+                   acl(TOPIC, "t", LITERAL, "User:batman", "*", WRITE, ALLOW))
+    assert check(a, "alice", [(READ, TOPIC, "t")], h2) == [True]
+    assert check(a, "alice", [(READ, TOPIC, "t")], h1) == [False]  # the deny on host1
+    assert check(a, "alice", [(WRITE, TOPIC, "t")], h1) == [True]
+    assert check(a, "alice", [(WRITE, TOPIC, "t")], h2) == [False]
+    assert check(a, "alice", [(DESCRIBE, TOPIC, "t")], h1) == [True]
+    assert check(a, "alice", [(DESCRIBE, TOPIC, "t")], h2) == [True]
+    assert check(a, "alice", [(ALTER, TOPIC, "t")], h1) == check(a, "alice", [(ALTER, TOPIC, "t")], h2) == [False]
+    assert check(a, "rob", [(DESCRIBE, TOPIC, "t"), (READ, TOPIC, "t")], h1) == [True, True]
+    assert check(a, "batman", [(DESCRIBE, TOPIC, "t"), (WRITE, TOPIC, "t")], h1) == [True, True]
+
+
+def test_empty_resource_name_and_wildcard() -> None:
+    assert not authorizer().authorize("User:alice", LOCAL, READ, GROUP, "")
+    a = authorizer(acl(GROUP, "*", LITERAL, "User:alice", "*", READ, ALLOW))
+    assert a.authorize("User:alice", LOCAL, READ, GROUP, "")
+
+
+def test_wildcard_acls() -> None:
+    h1 = "192.168.3.1"
+    read_all = acl(TOPIC, "*", LITERAL, "User:alice", h1, READ, ALLOW)
+    assert check(authorizer(read_all), "alice", [(READ, TOPIC, "t")], h1) == [True]
+    write_t = acl(TOPIC, "t", LITERAL, "User:alice", h1, WRITE, ALLOW)
+    deny_write_all = acl(TOPIC, "*", LITERAL, "User:alice", h1, WRITE, DENY)
+    assert check(authorizer(read_all, write_t, deny_write_all), "alice", [(WRITE, TOPIC, "t")], h1) == [False]
+
+
+def test_single_character_resource_acls() -> None:
+    a = authorizer(acl(TOPIC, "f", LITERAL, "User:alice", "*", READ, ALLOW))
+    assert check(a, "alice", [(READ, TOPIC, "f"), (READ, TOPIC, "foo")]) == [True, False]
+    a = authorizer(acl(TOPIC, "f", LITERAL, "User:alice", "*", READ, ALLOW),
+                   acl(TOPIC, "_", PREFIXED, "User:alice", "*", READ, ALLOW))
+    assert check(a, "alice", [(READ, TOPIC, "_foo"), (READ, TOPIC, "_"), (READ, TOPIC, "foo_")]) == [True, True,
+                                                                                                      False]
+
+
+def test_authorize_with_prefixed_resource_among_many_denies() -> None:
+    denies = [acl(TOPIC, name, pt, "User:alice", "*", READ, DENY) for name, pt in (
+        ("a_other", LITERAL), ("a_other", PREFIXED), ("foo-1", PREFIXED), ("foo-2-zzz", PREFIXED),
+        ("fooo-3", PREFIXED), ("fo-4", PREFIXED), ("fop-5", PREFIXED), ("fon-", PREFIXED), ("z_other", PREFIXED),
+        ("z_other", LITERAL))]
+    a = authorizer(*denies, acl(TOPIC, "foo", PREFIXED, "User:alice", "*", READ, ALLOW))
+    assert a.authorize("User:alice", LOCAL, READ, TOPIC, "foo-x")
