@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from quotaflow.core.acl import (
     AccessControlEntry,
@@ -81,3 +83,26 @@ def test_copy_carries_acls_and_refuses_to_clobber(tmp_path: Path) -> None:
             copy_store(src, dst)
         result = copy_store(src, dst, overwrite=True)
         assert result.removed_acls == 1 and dst.acls().bindings == {READ_T}
+
+
+UNIVERSE = [READ_T, DENY_G, AclBinding(ResourcePattern(ResourceType.TOPIC, "t", PatternType.PREFIXED),
+                                       AccessControlEntry("User:bob", "*", AclOperation.WRITE,
+                                                          AclPermissionType.ALLOW))]
+
+
+@given(ops=st.lists(st.tuples(st.integers(0, len(UNIVERSE) - 1), st.booleans()), max_size=30),
+       drop_tombstones=st.booleans())
+def test_compaction_keeps_the_acl_set(ops: list[tuple[int, bool]], drop_tombstones: bool) -> None:
+    """Kafka's compaction keeps the last record per key (and eventually drops tombstones): replaying the survivors
+    gives the same ACLs as the whole log."""
+    log = [acl_record(UNIVERSE[i], None if remove else n) for n, (i, remove) in enumerate(ops)]
+    whole = StoreView()
+    for offset, (key, value) in enumerate(log):
+        whole.apply(offset, key, value)
+    last = {key: offset for offset, (key, _value) in enumerate(log)}
+    survivors = [(o, k, v) for o, (k, v) in enumerate(log) if last[k] == o and not (drop_tombstones and v is None)]
+    compacted = StoreView()
+    for offset, key, value in survivors:
+        compacted.apply(offset, key, value)
+    assert compacted.acls == whole.acls
+    assert whole.acls == {UNIVERSE[i] for i in {i for i, _ in ops} if not [r for j, r in ops if j == i][-1]}
