@@ -354,3 +354,23 @@ def test_fuzzed_acl_requests_leave_only_valid_acls_and_a_serving_gateway(
         assert not admin.create_acls([_read_acl("witness")])["failed"]
     finally:
         admin.close()
+
+
+def test_an_acl_added_with_the_cli_reaches_every_gateway_on_a_sqlite_store(gateway_factory: GatewayFactory,
+                                                                           tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    config = tmp_path / "server.properties"
+    config.write_text(AUTHORIZER)
+    store = tmp_path / "fleet.db"
+    gateways = [gateway_factory(store=store, config_path=config) for _ in range(2)]
+    added = CliRunner().invoke(cli, ["acls", "--store", str(store), "--add", "--allow-principal", "User:bob",
+                                     "--operation", "Read", "--topic", "fleet"])
+    assert added.exit_code == 0, added.output
+    start = time.monotonic()
+    for gw in gateways:
+        assert _wait(lambda gw=gw: gw.thread.gateway.authorizer.authorize(
+            "User:bob", "127.0.0.1", qacl.AclOperation.READ, qacl.ResourceType.TOPIC, "fleet"))
+    print(f"both gateways enforced the CLI's ACL after {time.monotonic() - start:.2f} s")
