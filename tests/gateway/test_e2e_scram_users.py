@@ -11,11 +11,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import re
 import statistics
 import time
 from dataclasses import dataclass
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -100,6 +102,26 @@ def test_an_unknown_user_looks_like_a_known_one_with_a_wrong_password(gateway_fa
     # no timing difference of note: medians of the first round trip (loose bound, the machine is shared)
     k_med, u_med = (statistics.median(s.first_s for s in seen) for seen in (known, unknown))
     assert u_med < 3 * k_med + 0.005 and k_med < 3 * u_med + 0.005, (k_med, u_med)
+
+
+def _librdkafka_error(gw: RunningGateway, user: str) -> tuple[int, str]:
+    """The first error confluent-kafka reports for a SCRAM login as ``user`` with a wrong password."""
+    host, port = gw.address
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": f"{host}:{port}", "security.protocol": "SASL_PLAINTEXT",
+                         "sasl.mechanism": MECHANISM, "sasl.username": user, "sasl.password": "wrong",
+                         "error_cb": errors.append, "log_level": 0})
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert errors, f"no error for {user}"
+    return errors[0].code(), re.sub(r"\(after \d+ms", "(after N ms", errors[0].str())  # librdkafka's own clock
+
+
+def test_a_real_client_sees_the_same_failure_for_both(gateway_factory: GatewayFactory) -> None:
+    gw = _sasl_gateway(gateway_factory)
+    known, unknown = _librdkafka_error(gw, "alice"), _librdkafka_error(gw, "nobody")
+    assert known == unknown and known[0] == KafkaError._AUTHENTICATION, (known, unknown)
 
 
 def _salt(gw: RunningGateway, user: str) -> str:
