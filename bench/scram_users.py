@@ -18,6 +18,7 @@ import platform
 import socket
 import statistics
 import struct
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,9 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gateway_wire_latency import _exactly
+
 from quotaflow.gateway.scram import ScramClient
 from quotaflow.store import open_store
 from quotaflow.store.scram import scram_credential
@@ -37,16 +41,6 @@ from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
 MECHANISM = "SCRAM-SHA-256"
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def _call(sock: socket.socket, request: Any, version: int, cid: int) -> bytes:

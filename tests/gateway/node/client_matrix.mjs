@@ -4,17 +4,9 @@
 //          mode: "roundtrip", count: N}   produce N messages, read them back through the consumer group
 //        | {..., mode: "consume", seconds: S}   read the topic from the earliest offset through the group for S s
 // prints one JSON line: {values: [...]} (roundtrip) or {bytes: B, messages: M} (consume)
+import './node20.mjs'
 import { readFileSync } from 'node:fs'
 import { Consumer, MessagesStreamModes, Producer, stringDeserializers, stringSerializers } from '@platformatic/kafka'
-
-// @platformatic/kafka 2.x calls Promise.withResolvers (Node >= 22); the machine has Node 20
-if (typeof Promise.withResolvers !== 'function') {
-  Promise.withResolvers = function withResolvers () {
-    let resolve, reject
-    const promise = new Promise((res, rej) => { resolve = res; reject = rej })
-    return { promise, resolve, reject }
-  }
-}
 
 const spec = JSON.parse(process.argv[2])
 const common = {
