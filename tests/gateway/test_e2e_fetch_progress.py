@@ -104,8 +104,10 @@ def test_a_consumer_under_its_quota_reads_about_its_quota_from_large_batches(
     assert read > 0, report
     assert throttled > 0, report  # the quota was enforced, not bypassed
     # Kafka's windowed rate lets a fresh consumer take one window's worth (Q x 10 s) at once, then holds it to Q:
-    # over RUN_S it reads at most Q x (RUN_S + 10 s) plus one response; at least half its quota on a loaded machine
-    assert 0.5 * Q * RUN_S <= read <= Q * (RUN_S + 10) + 2_000_000, report
+    # over RUN_S it reads at most Q x (RUN_S + 10 s) plus one response. With batches as large as the window, Kafka's
+    # rule (a throttled response is emptied) lets one batch in only once the last has left the window: ~0.5 Q in
+    # the long run, one or two batches in RUN_S. The bound below is one batch, on a loaded machine: never 0.
+    assert 0.3 * Q * RUN_S <= read <= Q * (RUN_S + 10) + 2_000_000, report
 
     # the backtest's promise holds for these decisions too: the replayed event log decides exactly as live
     out = tmp_path / "replayed"
