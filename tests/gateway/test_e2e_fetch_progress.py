@@ -120,3 +120,23 @@ def test_a_consumer_under_its_quota_reads_about_its_quota_from_large_batches(
     for col in ("throttle_ms_fetch", "throttle_ms_request", "throttle_ms"):
         diff = live.index[live[col] != replayed[col]]
         assert len(diff) == 0, f"{col}: live != replay at seq {list(diff[:5])}; {report}"
+
+
+def test_new_connections_do_not_get_past_the_quota_with_oversized_batches(
+    tansu: Tansu, gateway_factory: GatewayFactory
+) -> None:
+    """The attack on the departure above: an oversized response is delivered only to a consumer within its quota, so
+    a consumer that reconnects (new connection, new mute) right after one gets nothing more until its rate is back
+    within the quota. Four consumers of the same client-id, one after another, 3 s each, ~12 s in all: one record."""
+    gw = gateway_factory()
+    admin = Admin(open_store(gw.store_path))
+    try:
+        assert admin.alter([Alteration.of(QuotaEntity(client_id="reconnecting"),
+                                          {"consumer_byte_rate": float(Q)})])[0].ok
+    finally:
+        admin.close()
+    topic = large_batch_topic(tansu.bootstrap, 6_000_000, 1_200_000)
+    time.sleep(1.0)
+    reads = [consume_for(gw.bootstrap, topic, "reconnecting", 3.0) for _ in range(4)]
+    # 1.2 MB is 12 s of quota: the window holds it for 11 s, so the next one fits no earlier than that
+    assert sum(reads) == 1_200_000, reads
