@@ -6,9 +6,11 @@ Each :class:`ApiHandler` has up to four hooks, all optional but ``decide``:
   CreateTopics: the controller-mutation quota, KIP-599); returns the frame to forward, or None when nothing awaits
   an upstream response;
 * ``decide``: the quota decisions when the response is ready (KIP-219): bandwidth and request quotas for Produce
-  and Fetch, request with controller mutation for CreateTopics, the request quota (or its exemption) for the rest;
+  and Fetch (a Fetch response beyond its quota cap is first cut to it, ``pending.response``), request with
+  controller mutation for CreateTopics, the request quota (or its exemption) for the rest;
 * ``response``: the response before it is sent (address rewrite for Metadata, FindCoordinator and DescribeCluster;
-  the ApiVersions merge; an empty throttled Fetch; SASL passthrough); None leaves it to the default (throttle field);
+  the ApiVersions merge; an empty throttled Fetch, or the cut one; SASL passthrough); None leaves it to the default
+  (throttle field);
 * ``local``: the answer the gateway makes itself: ApiVersions (18) before authentication, SaslHandshake (17) and
   SaslAuthenticate (36) in terminate mode, DescribeClientQuotas (48) and AlterClientQuotas (49).
 
