@@ -11,7 +11,7 @@ import pytest
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
 from quotaflow.store.base import Credential
-from quotaflow.store.records import StoreView, credential_record, credential_tombstone, quota_record
+from quotaflow.store.records import StoreView, acl_record, credential_record, credential_tombstone, quota_record
 from quotaflow.store.signing import (
     REPLAY_WINDOW_MS,
     SIGNATURE_HEADER,
@@ -103,6 +103,28 @@ def test_a_signed_view_applies_only_signed_fresh_records(caplog: pytest.LogCaptu
     assert view.rejected == 5 and view.position == 8
     lines = [r for r in caplog.records if "skipped the record" in r.getMessage()]
     assert len(lines) == 1 and "unsigned record" in lines[0].getMessage()  # rate-limited: one line, not five
+
+
+def test_a_forged_acl_grant_is_refused() -> None:
+    """The store topic holds ACLs too: an ALLOW for everyone on everything, written without the key, is no ACL."""
+    from quotaflow.core.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    signer = RecordSigner([NEW])
+    grant = AclBinding(ResourcePattern(ResourceType.TOPIC, "*", PatternType.LITERAL),
+                       AccessControlEntry("User:bob", "*", AclOperation.ALL, AclPermissionType.ALLOW))
+    view = StoreView("test", signer=signer, topic=T)
+    view.apply(0, *acl_record(grant, 1))
+    assert view.acls == set() and view.rejected == 1
+    view.apply(1, *_signed(signer, acl_record(grant, 2), 1))
+    assert view.acls == {grant}
 
 
 def test_without_a_signer_nothing_changes() -> None:

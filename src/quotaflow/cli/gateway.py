@@ -104,7 +104,7 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
         if getattr(gw.store, "signed", True) is False:
             logging.getLogger("quotaflow.gateway").warning(
                 "quota store %s: records are not signed (quotaflow.store.signing.key.file is not set): anyone who "
-                "can write its topic can forge quotas and credentials (docs/gateway.md)", gw.store)
+                "can write its topic can forge quotas, credentials and ACLs (docs/store.md)", gw.store)
         loop = new_event_loop()
         try:
             if board is not None:

@@ -17,7 +17,7 @@ Client settings follow Kafka's client property names (``security.protocol``, ``s
 
 ``quotaflow.store.signing.key.file=FILE`` (a query parameter or in that file) signs every record written and
 applies only records signed with one of the file's keys (:mod:`quotaflow.store.signing`): without it, anyone who
-can write the topic can write quotas and credentials.
+can write the topic can write quotas, credentials and ACLs.
 """
 
 from __future__ import annotations
