@@ -394,6 +394,8 @@ class ClientConnection:
             enforcement.exempt_network_time(pending.network_ns, now_ms)
         else:
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
+        if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
+            frame = pending.response
         response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
         self.gateway.on_request(self, pending, response_bytes, now_ms)
 
