@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Coroutine
@@ -58,7 +59,8 @@ from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
 from quotaflow.gateway.sasl_session import SaslSession
 from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
-from quotaflow.gateway.versions import SASL_APIS
+from quotaflow.gateway.tls_errors import log_connection_failure
+from quotaflow.gateway.versions import PASSTHROUGH_APIS, SASL_APIS
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext
@@ -138,6 +140,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError):  # e.g. a refused renegotiation: the client's doing, one INFO line
+            log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
         self._closing = True
         if self._upstream is not None:
             self._upstream.close()
@@ -176,8 +180,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._upstream.close()
 
     def _fail(self, exc: BaseException) -> None:
-        if not isinstance(exc, _EXPECTED):
-            log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
+        if not isinstance(exc, _EXPECTED):  # a client's TLS error: one INFO line; anything else: a traceback
+            log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
         else:
             log.debug("closing connection from %s:%s: %s", self.client_ip, self.client_port, exc)
         self.close()
@@ -447,7 +451,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         passthrough = self.sasl.passthrough is not None
-        if key in LOCAL_APIS and (not passthrough or key not in SASL_APIS):
+        if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
             self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
@@ -603,6 +607,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             enforcement.exempt_network_time(pending.network_ns, now_ms)
         else:
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
+        if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
+            frame = pending.response
         response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
         self.gateway.on_request(self, pending, response_bytes, now_ms)
 
