@@ -25,9 +25,7 @@ import argparse
 import asyncio
 import os
 import platform
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -37,8 +35,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.record.memory_records import MemoryRecordsBuilder
+from kafka.protocol.producer import ProduceResponse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gateway_tls import flat_out, plain
+from gateway_wire_latency import produce_frame
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
@@ -86,23 +87,16 @@ uvloop.run(main())
 '''
 
 
-def produce_frames(correlation_id: int = 7) -> tuple[bytes, bytes]:
+def produce_frames() -> tuple[bytes, bytes]:
     """(a framed 1 KB Produce v9 request, the framed response a broker gives it)."""
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
-    builder.append(timestamp=None, key=None, value=b"v" * 1024, headers=[])
-    builder.close()
-    t = ProduceRequest.TopicProduceData
-    request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
-        t(name=TOPIC, partition_data=[t.PartitionProduceData(index=0, records=bytes(builder.buffer()))])])
-    request.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
     r = ProduceResponse[9]
     partition = r.TopicProduceResponse.PartitionProduceResponse(index=0, error_code=0, base_offset=1,
                                                                  log_append_time_ms=-1, log_start_offset=0,
                                                                  record_errors=[], error_message=None)
     response = r(responses=[r.TopicProduceResponse(name=TOPIC, partition_responses=[partition])],
                  throttle_time_ms=0)
-    response.with_header(correlation_id=correlation_id)
-    return bytes(request.encode(header=True, framed=True)), bytes(response.encode(header=True, framed=True))
+    response.with_header(correlation_id=1)  # produce_frame's
+    return produce_frame(TOPIC, CLIENT_ID), bytes(response.encode(header=True, framed=True))
 
 
 def quota_store(path: Path) -> Path:
@@ -189,36 +183,11 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def _read_response(sock: socket.socket, pending: bytearray) -> None:
-    while True:
-        if len(pending) >= 4:
-            size = struct.unpack_from(">i", pending)[0]
-            if len(pending) >= 4 + size:
-                del pending[:4 + size]
-                return
-        chunk = sock.recv(1 << 16)
-        if not chunk:
-            raise ConnectionError("closed")
-        pending += chunk
-
-
 def load(port: int, request: bytes, n: int, window: int) -> float:
-    """Send ``n`` requests with ``window`` in flight; seconds taken."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        pending = bytearray()
-        for _ in range(50):  # warm up: topic created, upstream connected
-            sock.sendall(request)
-            _read_response(sock, pending)
-        start = time.perf_counter()
-        sent = done = 0
-        while done < n:
-            while sent < n and sent - done < window:
-                sock.sendall(request)
-                sent += 1
-            _read_response(sock, pending)
-            done += 1
-        return time.perf_counter() - start
+    """Send ``n`` requests with ``window`` in flight on one connection (after a warm-up); seconds taken."""
+    connect = plain(("127.0.0.1", port))
+    flat_out(connect, request, 50, 1)  # topic created, upstream connected
+    return n / flat_out(connect, request, n, window)
 
 
 @contextmanager

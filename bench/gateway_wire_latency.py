@@ -26,14 +26,14 @@ from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
 
-def produce_frame(topic: str) -> bytes:
+def produce_frame(topic: str, client_id: str = "bench") -> bytes:
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
     builder.append(timestamp=None, key=None, value=b"x" * 1024, headers=[])
     builder.close()
     t = ProduceRequest.TopicProduceData
     request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
         t(name=topic, partition_data=[t.PartitionProduceData(index=0, records=bytes(builder.buffer()))])])
-    request.with_header(correlation_id=1, client_id="bench")
+    request.with_header(correlation_id=1, client_id=client_id)
     return bytes(request.encode(header=True, framed=True))
 
 

@@ -163,19 +163,14 @@ class ClientConnection(asyncio.BufferedProtocol):
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
-    def close(self) -> None:
-        """Close both sockets (idempotent; responses already written are still delivered)."""
+    def close(self, *, abort: bool = False) -> None:
+        """Close both sockets (idempotent). Responses already written are still delivered, unless ``abort``."""
         self._closing = True
         if self.transport is not None:
-            self.transport.close()
-        if self._upstream is not None:
-            self._upstream.close()
-
-    def abort(self) -> None:
-        """Close both sockets now, dropping what is unsent."""
-        self._closing = True
-        if self.transport is not None:
-            self.transport.abort()
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
         if self._upstream is not None:
             self._upstream.close()
 
@@ -260,10 +255,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         assert self.transport is not None
         if want != self._reading:
             self._reading = want
-            if want:
-                self.transport.resume_reading()
-            else:
-                self.transport.pause_reading()
+            _read(self.transport, want)
         # the body clock runs while the gateway reads (or waits for pool memory): a frame must be finished in time
         if self._frames.partial and (gate == _TAKE or self._waiting_memory):
             if self._cut or not self.frame_since:
@@ -276,10 +268,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             want = not self._over_unsent_bound(upstream=True)
             if want != self._upstream_reading:
                 self._upstream_reading = want
-                if want:
-                    upstream.transport.resume_reading()
-                else:
-                    upstream.transport.pause_reading()
+                _read(upstream.transport, want)
 
     def _gate(self) -> int:
         """Whether the next request may be taken now (``_TAKE``), only read into the receive buffer (``_BUFFER``),
@@ -704,6 +693,13 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.conn._upstream_writing(False)
+
+
+def _read(transport: asyncio.Transport, on: bool) -> None:
+    if on:
+        transport.resume_reading()
+    else:
+        transport.pause_reading()
 
 
 def _supported(api_key: int, version: int) -> bool:

@@ -477,7 +477,7 @@ class Gateway:
                     log.info("closing connection from %s:%s: a request begun %d ms ago is still incomplete (%s)",
                              conn.client_ip, conn.client_port, self.config.request_body_timeout_ms,
                              REQUEST_BODY_TIMEOUT_MS)
-                    conn.abort()
+                    conn.close(abort=True)
             if now - last_tick >= 1.0:
                 self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now
