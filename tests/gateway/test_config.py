@@ -69,3 +69,19 @@ def test_request_memory_holds_readers_while_the_pool_is_full() -> None:
     assert pool.used == 0
     unbounded = RequestMemory(-1)
     assert unbounded.reserve(a, 1 << 40, lambda: None)
+
+
+def test_request_memory_wakes_the_frames_closest_to_done_first() -> None:
+    """Waiters needing the least go first: a frame that announced 100 MiB and sent little waits behind one about to
+    finish, whatever the order they came in."""
+    from quotaflow.gateway.request_memory import RequestMemory
+
+    pool, woken = RequestMemory(100), []
+    holder, hog, small = object(), object(), object()
+    assert pool.reserve(holder, 100, lambda: None)
+    assert not pool.reserve(hog, 50, lambda: woken.append("hog") or pool.reserve(hog, 50, lambda: None),
+                            remaining=100 << 20)
+    assert not pool.reserve(small, 50, lambda: woken.append("small") or pool.reserve(small, 50, lambda: None),
+                            remaining=50)
+    pool.release(holder)
+    assert woken == ["small", "hog"] and pool.used == 100

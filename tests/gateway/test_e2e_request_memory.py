@@ -137,3 +137,22 @@ def test_a_frame_not_finished_in_time_closes_the_connection(gateway_factory: Gat
     assert stalled.closed(timeout=15)
     assert not idle.closed(timeout=0.5)
     assert api_versions_answered(gw)
+
+
+def test_half_sent_frames_cannot_keep_the_pool_from_a_client_that_sends(gateway_factory: GatewayFactory) -> None:
+    """Twelve connections hold a 4 MiB pool with half-sent frames and stall; a producer's 1.5 MiB record waits for
+    memory. While it waits, holders whose frame has received nothing for 2 s are closed, so it goes through long
+    before the (here 60 s) body timeout would have freed the pool."""
+    gw = gateway_factory(config=GatewayConfig.from_properties({"socket.request.max.bytes": str(4 * MiB),
+                                                               "queued.max.request.bytes": str(4 * MiB),
+                                                               "quotaflow.request.body.timeout.ms": "60000"}))
+    with partial_frames(gw, 12, 4 * MiB, 2 * MiB):
+        started = time.monotonic()
+        producer = KafkaProducer(bootstrap_servers=gw.bootstrap, acks=1, max_request_size=4 * MiB,
+                                 request_timeout_ms=50_000)
+        try:
+            producer.send(f"mem-{uuid.uuid4().hex[:8]}", b"v" * (3 * MiB // 2)).get(timeout=55)
+        finally:
+            producer.close(5)
+        took = time.monotonic() - started
+    assert took < 40, took

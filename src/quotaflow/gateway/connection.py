@@ -108,6 +108,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
         self._busy: asyncio.Task[None] | None = None  # an async step of the request being taken
         self._pool: RequestMemory | None = None  # the pool the large frame being read draws on
+        self._progress = 0.0  # monotonic: when the large frame last received bytes
+        self._waiting_since = 0.0  # monotonic: when it began waiting for pool memory
         self._waiting_memory = False
         self._stopped = False  # close_after: read nothing more
         self._closing = False
@@ -185,6 +187,19 @@ class ClientConnection(asyncio.BufferedProtocol):
         """A frame begun more than ``timeout_s`` ago (while the gateway was reading) is still not complete."""
         return bool(self.frame_since) and now - self.frame_since > timeout_s
 
+    def stalls_pool(self, now: float, stall_s: float, neediest: dict[RequestMemory, int]) -> bool:
+        """Holds memory of a contended pool (``neediest``: the least any of its waiters still needs) for a frame
+        that either received nothing for ``stall_s`` while the gateway was reading it, or has waited that long for
+        more memory while it still needs more than a waiter that could finish sooner (announcing far more than
+        one sends must not keep the pool from frames about to finish)."""
+        pool = self._pool
+        if pool is None or pool not in neediest or not pool.held(self):
+            return False
+        if self._reading:
+            return now - self._progress > stall_s
+        return (self._waiting_memory and now - self._waiting_since > stall_s
+                and self._frames.unreserved > neediest[pool])
+
     def _release_memory(self) -> None:
         if self._pool is not None:
             self._pool.release(self)
@@ -198,6 +213,8 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._frames.updated(nbytes)
+        if self._pool is not None:
+            self._progress = time.monotonic()
         self._pump()
 
     def pause_writing(self) -> None:
@@ -213,7 +230,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self._closing or pool is None or not need:
             self._waiting_memory = False
             return
-        if pool.reserve(self, need, self._memory_freed):
+        if pool.reserve(self, need, self._memory_freed, self._frames.unreserved):
             self._frames.grant(need)
             self._waiting_memory = False
             self._loop.call_soon(self._pump)
@@ -256,6 +273,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         if want != self._reading:
             self._reading = want
             _read(self.transport, want)
+            if want and self._pool is not None:
+                self._progress = time.monotonic()  # a stall is the client's only while the gateway reads
         # the body clock runs while the gateway reads (or waits for pool memory): a frame must be finished in time
         if self._frames.partial and (gate == _TAKE or self._waiting_memory):
             if self._cut or not self.frame_since:
@@ -326,8 +345,10 @@ class ClientConnection(asyncio.BufferedProtocol):
                 if self._pool is None:  # a large frame begins: before authentication it has a pool of its own
                     self._pool = self.gateway.preauth_memory if self.sasl.pending_auth \
                         else self.gateway.request_memory
-                if not self._pool.reserve(self, need, self._memory_freed):
+                    self._progress = time.monotonic()
+                if not self._pool.reserve(self, need, self._memory_freed, frames.unreserved):
                     self._waiting_memory = True
+                    self._waiting_since = time.monotonic()
                     return
                 frames.grant(need)
                 continue

@@ -117,6 +117,11 @@ class FrameBuffer:
             self._compact()
         return None
 
+    @property
+    def unreserved(self) -> int:
+        """Bytes of the large frame not in a chunk yet."""
+        return self._size - self._allocated
+
     def wants(self) -> int:
         """The size of the chunk the large frame needs next (0: none needed now)."""
         if not self._size or self._got < self._allocated:

@@ -53,7 +53,7 @@ from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReload
 from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
-from quotaflow.gateway.request_memory import RequestMemory
+from quotaflow.gateway.request_memory import STALLED_S, RequestMemory
 from quotaflow.gateway.sasl import PLAIN, SaslVerifier
 from quotaflow.gateway.scram import MECHANISMS
 from quotaflow.gateway.tls import (
@@ -458,9 +458,10 @@ class Gateway:
                 log.exception("reloading ACLs from the store failed; retrying")
 
     async def _housekeeping(self) -> None:
-        """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does) and those that
+        """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does), those that
         began a frame and did not finish it within quotaflow.request.body.timeout.ms (the memory it holds is
-        released); end elapsed throttles and expire idle sensors (Kafka's reaper threads)."""
+        released), and, while others wait for pool memory, those whose frame holds some and stalls; end elapsed
+        throttles and expire idle sensors (Kafka's reaper threads)."""
         idle_s = self.config.connections_max_idle_ms / 1000
         body_s = self.config.request_body_timeout_ms / 1000
         period = min(1.0, max(min(idle_s, body_s) / 10, 0.01))
@@ -469,8 +470,15 @@ class Gateway:
             await asyncio.sleep(period)
             now = time.monotonic()
             cutoff = now - idle_s
+            neediest = {pool: pool.neediest() for pool in (self.request_memory, self.preauth_memory)
+                        if pool.contended}
+            stall_s = min(STALLED_S, body_s)
             for conn in list(self.connections):
-                if conn.last_active < cutoff:
+                if neediest and conn.stalls_pool(now, stall_s, neediest):
+                    log.info("closing connection from %s:%s: its request holds pool memory others wait for and has "
+                             "not progressed for %.0f s", conn.client_ip, conn.client_port, stall_s)
+                    conn.close(abort=True)
+                elif conn.last_active < cutoff:
                     log.info("closing idle connection from %s:%s", conn.client_ip, conn.client_port)
                     conn.close()
                 elif conn.body_overdue(now, body_s):
