@@ -12,7 +12,8 @@ Each :class:`ApiHandler` has up to four hooks, all optional but ``decide``:
   the ApiVersions merge; an empty throttled Fetch, or the cut one; SASL passthrough); None leaves it to the default
   (throttle field);
 * ``local``: the answer the gateway makes itself: ApiVersions (18) before authentication, SaslHandshake (17) and
-  SaslAuthenticate (36) in terminate mode, DescribeClientQuotas (48) and AlterClientQuotas (49).
+  SaslAuthenticate (36) in terminate mode, DescribeClientQuotas (48) and AlterClientQuotas (49), DescribeAcls (29),
+  CreateAcls (30) and DeleteAcls (31).
 
 Hooks see the connection through :class:`HandlerScope`, never the connection class itself.
 """
@@ -51,6 +52,8 @@ class HandlerScope(Protocol):
     def listener(self) -> str: ...
     @property
     def principal(self) -> str: ...
+    @property
+    def client_ip(self) -> str: ...
     @property
     def enforcement(self) -> Enforcement: ...
     @property
@@ -269,6 +272,16 @@ async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> P
     return pending
 
 
+async def _acl_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
+    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.acl_admin``)."""
+    header = pending.header
+    response, executor_ns = await scope.gateway.acl_admin.handle(header.api_key, header.api_version, request,
+                                                                 scope.principal, scope.client_ip)
+    pending.thread_ns += executor_ns
+    pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+    return pending
+
+
 @dataclass(frozen=True, slots=True)
 class ApiHandler:
     """The hooks of one API (see the module docstring)."""
@@ -293,8 +306,11 @@ HANDLERS: Final[Mapping[int, ApiHandler]] = {
     ApiKey.SaslAuthenticate: ApiHandler(response=_sasl_response, local=_sasl_authenticate),
     ApiKey.DescribeClientQuotas: ApiHandler(local=_quota_admin),
     ApiKey.AlterClientQuotas: ApiHandler(local=_quota_admin),
+    ApiKey.DescribeAcls: ApiHandler(local=_acl_admin),
+    ApiKey.CreateAcls: ApiHandler(local=_acl_admin),
+    ApiKey.DeleteAcls: ApiHandler(local=_acl_admin),
     **{key: _ADDRESSES for key in REWRITTEN_APIS},
 }
 LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
-                               ApiKey.AlterClientQuotas})
+                               ApiKey.AlterClientQuotas, ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
 """Answered by the gateway (SASL only when it terminates SASL); ApiVersions only before authentication."""
