@@ -216,7 +216,7 @@ class Gateway:
         from quotaflow.gateway.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
-                                      sources=[self.broker_quotas, self.connection_quotas])
+                                      sources=[self.broker_quotas, self.connection_quotas, self.sasl])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
         if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
