@@ -23,7 +23,7 @@ class MatchType(IntEnum):
     SPECIFIED = 2
 
 
-_ATTRS: dict[str, str] = {"user": "user", "client-id": "client_id", "ip": "ip"}
+_ATTRS: dict[str, str] = {"user": "user", "client-id": "client_id", "ip": "ip", "client-id-prefix": "client_id_prefix"}
 _MATCH_RULES: dict[int, tuple[bool, str]] = {
     MatchType.EXACT: (True, "Request specified MATCH_TYPE_EXACT, but set match string to null."),
     MatchType.DEFAULT: (False, "Request specified MATCH_TYPE_DEFAULT, but also specified a match string."),
@@ -118,6 +118,7 @@ class QuotaFilter:
         """The same rules read straight off the entity's parts (describe scans every stored entity)."""
         if self.strict and len(self.components) != (
             (entity.user is not None) + (entity.client_id is not None) + (entity.ip is not None)
+            + (entity.client_id_prefix is not None)
         ):
             return False
         for c in self.components:

@@ -37,7 +37,15 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
 from quotaflow.gateway import protocol, versions
-from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
+from quotaflow.gateway.api_handlers import (
+    CLOSE_ON_INVALID,
+    DEFAULT,
+    HANDLERS,
+    LOCAL_APIS,
+    PASS_THROUGH,
+    prepare_request,
+    rewrite,
+)
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
@@ -208,6 +216,7 @@ class ClientConnection:
         if self._upstream_writer is None and self._will_forward(frame):
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
             await self._ensure_upstream()
+        await prepare_request(self, frame)  # KIP-599 permits that need the upstream's partition counts
         start = time.thread_time_ns()
         self.last_active = time.monotonic()
         pending = self._on_request(frame)

@@ -32,5 +32,5 @@ class Pending:
     # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
     # to the exempt-request-time sensor
     exempt: bool = False
-    mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
+    mutations: TopicQuotaDecision | None = None  # CreateTopics, CreatePartitions, DeleteTopics under KIP-599
     decisions: RequestDecisions = NO_DECISIONS

@@ -8,6 +8,10 @@ against its stored keys (:mod:`quotaflow.gateway.scram`). A failure is answered 
 :class:`~quotaflow.gateway.sasl_passthrough.SaslPassthrough` reads the principal from it once the broker accepts.
 
 States: ``none`` -> ``handshaken-v0`` | ``handshaken`` -> ``authenticated``.
+
+A principal with a connection creation rate (``user`` entity, beyond Kafka's model) is checked when its login
+succeeds in terminate mode: over the rate, the connection is held for the throttle and then closed without an
+answer, as KIP-612 treats an IP over its rate.
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ class SaslSession:
         if error is not None:
             raise ConnectionClosed(f"SASL authentication failed: {error}")  # v0 has no error response: close
         if principal is not None:
+            await self._admit(principal)
             self._authenticated(principal)
         pending.local = protocol.SIZE.pack(len(answer)) + answer  # PLAIN's server token is empty
         return pending
@@ -132,6 +137,7 @@ class SaslSession:
             else:
                 error = 0
                 if principal is not None:
+                    await self._admit(principal)
                     self._authenticated(principal)
         fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": answer}
         if version >= 1:
@@ -139,6 +145,16 @@ class SaslSession:
         pending.close_after = error != 0
         pending.local = protocol.encode_response(cls(**fields), version, pending.header.correlation_id)
         return pending
+
+    async def _admit(self, principal: str) -> None:
+        """The principal's connection creation rate: over it, hold the connection for the throttle, then close."""
+        quotas = getattr(self._gateway, "connection_quotas", None)
+        if quotas is None:
+            return
+        throttle = quotas.record_principal_connection_and_get_throttle_ms(principal, time.time_ns() // 1_000_000)
+        if throttle > 0:
+            await asyncio.sleep(throttle / 1000)
+            raise ConnectionClosed(f"principal {principal} throttled for {throttle} ms (connection_creation_rate)")
 
     async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
         """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is

@@ -43,6 +43,7 @@ from quotaflow.gateway.connection import ClientConnection
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.context import ConnectionInfo
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
+from quotaflow.gateway.partition_counts import PartitionCounts
 from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
@@ -138,6 +139,7 @@ class Gateway:
         self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
         self._api_versions_lock: asyncio.Lock | None = None
+        self.partition_counts = PartitionCounts(lambda: self.connect_upstream(None), self.upstream_api_versions)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
