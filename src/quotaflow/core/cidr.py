@@ -9,7 +9,7 @@ longest first, so it costs at most 33 (IPv4) or 129 (IPv6) dict probes whatever 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -80,7 +80,7 @@ class RangeIndex(Generic[V]):
         bits = _BITS[ip.version]
         n = int(ip)
         for plen in self._lengths[ip.version]:
-            found = self._tables[(ip.version, plen)].get((n >> (bits - plen)) << (bits - plen) if plen else 0)
+            found = self._tables[(ip.version, plen)].get((n >> (bits - plen)) << (bits - plen))
             if found is not None:
                 return found
         return None
@@ -93,7 +93,7 @@ class RangeIndex(Generic[V]):
             return []
         bits, n, out = _BITS[ip.version], int(ip), []
         for plen in self._lengths[ip.version]:
-            found = self._tables[(ip.version, plen)].get((n >> (bits - plen)) << (bits - plen) if plen else 0)
+            found = self._tables[(ip.version, plen)].get((n >> (bits - plen)) << (bits - plen))
             if found is not None:
                 out.append(found)
         return out
@@ -104,6 +104,14 @@ class RangeIndex(Generic[V]):
 
     def __len__(self) -> int:
         return sum(len(t) for t in self._tables.values())
+
+    def rate_for(self, address: str, exact: Mapping[str, V], default: V) -> V:
+        """An address's value: its own entry, else the longest range holding it, else ``default``."""
+        own = exact.get(address)
+        if own is not None:
+            return own
+        found = self.longest(address) if self._tables else None
+        return default if found is None else found[1]
 
     def __bool__(self) -> bool:
         return bool(self._tables)

@@ -162,15 +162,11 @@ class ConnectionQuotas:
 
     def connection_rate_for_ip(self, ip: str) -> int:
         """The ip's own entity, else the longest CIDR range holding it, else the default."""
-        exact = self._ip_overrides.get(ip)
-        if exact is not None:
-            return exact
         if not self._ip_ranges:
-            return self._ip_default
+            return self._ip_overrides.get(ip, self._ip_default)
         rate = self._ip_rate_cache.get(ip)
         if rate is None:
-            found = self._ip_ranges.longest(ip)
-            rate = self._ip_default if found is None else found[1]
+            rate = self._ip_ranges.rate_for(ip, self._ip_overrides, self._ip_default)
             if len(self._ip_rate_cache) >= _RATE_CACHE_LIMIT:
                 self._ip_rate_cache.clear()
             self._ip_rate_cache[ip] = rate
