@@ -5,8 +5,8 @@ Permits, as Kafka counts them: CreateTopics, the partitions a topic creates (its
 ``num_partitions``; an unset ``-1`` counts as 1, the broker default of ``num.partitions``); CreatePartitions, the new
 partitions (requested count minus the current count); DeleteTopics, the topic's partitions. The last two need the
 upstream's partition counts, which :mod:`quotaflow.gateway.partition_counts` fetches just before the request is
-decided; a topic the upstream does not know costs nothing (the upstream refuses it). The engine's token bucket
-decides. Strict versions (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+, ``engine.is_strict``) refuse a
+decided; a topic that costs nothing (unknown to the upstream, or no new partitions) meets no quota and goes on to
+the upstream, which answers it with its own error. The engine's token bucket decides. Strict versions (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+, ``engine.is_strict``) refuse a
 topic that does not fit with THROTTLING_QUOTA_EXCEEDED, though the first over-sized topic still passes, as Kafka's
 check-then-record does; lower versions get the permissive quota: everything passes and only the throttle is kept.
 Refused topics are cut out of the forwarded request and put back into the response. A ``validate_only`` request
@@ -108,8 +108,12 @@ def decide(frame: bytes, header: protocol.RequestHeader, quota: ControllerMutati
     attr, items = _items(request, header.api_key, header.api_version)
     admitted = []
     for item in items:
+        cost = _permits(header.api_key, item, counts)
+        if cost == 0:  # an unknown topic, or no new partitions: the upstream answers it with its own error
+            admitted.append(item)
+            continue
         try:
-            quota.record(_permits(header.api_key, item, counts), now_ms)
+            quota.record(cost, now_ms)
         except ThrottlingQuotaExceededError as e:
             decision.refused.append(Refused(*_identity(item), e.message or ThrottlingQuotaExceededError.description))
         else:
