@@ -6,8 +6,10 @@ Permits, as Kafka counts them: CreateTopics, the partitions a topic creates (its
 partitions (requested count minus the current count); DeleteTopics, the topic's partitions. The last two need the
 upstream's partition counts, which :mod:`quotaflow.gateway.partition_counts` fetches just before the request is
 decided; a topic that costs nothing (unknown to the upstream, or no new partitions) meets no quota and goes on to
-the upstream, which answers it with its own error. The engine's token bucket decides. Strict versions (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+, ``engine.is_strict``) refuse a
-topic that does not fit with THROTTLING_QUOTA_EXCEEDED, though the first over-sized topic still passes, as Kafka's
+the upstream, which answers it with its own error. The engine's token bucket decides.
+
+Strict versions (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+, ``engine.is_strict``) refuse a topic
+that does not fit with THROTTLING_QUOTA_EXCEEDED, though the first over-sized topic still passes, as Kafka's
 check-then-record does; lower versions get the permissive quota: everything passes and only the throttle is kept.
 Refused topics are cut out of the forwarded request and put back into the response. A ``validate_only`` request
 records nothing (as ZkAdminManager).
