@@ -9,6 +9,7 @@ longest first, so it costs at most 33 (IPv4) or 129 (IPv6) dict probes whatever 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterator, Mapping
 from typing import Generic, TypeVar
 
@@ -37,6 +38,24 @@ def cidr_error(name: str) -> str | None:
 
 def canonical_cidr(name: str) -> str:
     return parse_cidr(name).with_prefixlen
+
+
+def _parse(address: str) -> tuple[int, int] | None:
+    """(IP version, the address as an integer); None for anything else. ``inet_pton`` is several times faster
+    than ``ipaddress`` on the per-connection path; a scoped IPv6 literal (``fe80::1%eth0``) goes the slow way."""
+    try:
+        return 4, int.from_bytes(socket.inet_pton(socket.AF_INET, address), "big")
+    except OSError:
+        pass
+    try:
+        return 6, int.from_bytes(socket.inet_pton(socket.AF_INET6, address), "big")
+    except OSError:
+        pass
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    return ip.version, int(ip)
 
 
 class RangeIndex(Generic[V]):
@@ -70,30 +89,26 @@ class RangeIndex(Generic[V]):
 
     def longest(self, address: str) -> tuple[str, V] | None:
         """(canonical range, value) of the longest range holding ``address``; None for none or a non-address."""
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
+        parsed = _parse(address)
+        if parsed is None:
             return None
-        return self.longest_of(ip)
-
-    def longest_of(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[str, V] | None:
-        bits = _BITS[ip.version]
-        n = int(ip)
-        for plen in self._lengths[ip.version]:
-            found = self._tables[(ip.version, plen)].get((n >> (bits - plen)) << (bits - plen))
+        version, n = parsed
+        bits, tables = _BITS[version], self._tables
+        for plen in self._lengths[version]:
+            found = tables[(version, plen)].get((n >> (bits - plen)) << (bits - plen))
             if found is not None:
                 return found
         return None
 
     def matches(self, address: str) -> list[tuple[str, V]]:
         """Every range holding ``address``, longest first (resolve shows what the winner overrides)."""
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
+        parsed = _parse(address)
+        if parsed is None:
             return []
-        bits, n, out = _BITS[ip.version], int(ip), []
-        for plen in self._lengths[ip.version]:
-            found = self._tables[(ip.version, plen)].get((n >> (bits - plen)) << (bits - plen))
+        version, n = parsed
+        bits, out = _BITS[version], []
+        for plen in self._lengths[version]:
+            found = self._tables[(version, plen)].get((n >> (bits - plen)) << (bits - plen))
             if found is not None:
                 out.append(found)
         return out
