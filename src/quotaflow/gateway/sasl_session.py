@@ -11,7 +11,8 @@ States: ``none`` -> ``handshaken-v0`` | ``handshaken`` -> ``authenticated``.
 
 A principal with a connection creation rate (``user`` entity, beyond Kafka's model) is checked when its login
 succeeds in terminate mode: over the rate, the connection is held for the throttle and then closed without an
-answer, as KIP-612 treats an IP over its rate.
+answer, as KIP-612 treats an IP over its rate (an SSL listener's certificate principal is checked in the same way
+when the gateway accepts it).
 """
 
 from __future__ import annotations

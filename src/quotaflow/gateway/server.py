@@ -232,6 +232,12 @@ class Gateway:
             except SslPrincipalMappingError as e:
                 log.info("closing TLS connection from %s: %s", accepted.client_ip, e)
                 return
+            # the certificate authenticated this principal: its connection creation rate, if it has one
+            throttle = self.connection_quotas.record_principal_connection_and_get_throttle_ms(
+                conn.principal, time.time_ns() // 1_000_000)
+            if throttle > 0:
+                await asyncio.sleep(throttle / 1000)  # held, then closed, as KIP-612 treats an ip over its rate
+                return
         self.connections.add(conn)
         try:
             await conn.serve()
