@@ -99,13 +99,17 @@ def _create_as(wire: Wire, client_id: str, names: list[str], partitions: int) ->
     return CreateTopicsResponse.decode(wire.recv(), version=5, header=True)
 
 
-def test_delete_topics_strict_costs_each_topics_partitions(gateway: GatewayThread) -> None:
-    stamp = time.time_ns()
-    names = [f"del-{stamp}-{i}" for i in range(3)]
+def _delete_fresh(gateway: GatewayThread, tag: str, version: int) -> tuple[list[str], DeleteTopicsResponse]:
+    """Three fresh 3-partition topics, deleted in one request of ``version`` by the quota-bound client."""
+    names = [f"{tag}-{time.time_ns()}-{i}" for i in range(3)]
     _make_topics(gateway, names, 3)
     wire = Wire(gateway.address())
-    wire.send(DeleteTopicsRequest[5](topic_names=names, timeout_ms=10_000), 5, client_id="creator")
-    response = DeleteTopicsResponse.decode(wire.recv(), version=5, header=True)
+    wire.send(DeleteTopicsRequest[version](topic_names=names, timeout_ms=10_000), version, client_id="creator")
+    return names, DeleteTopicsResponse.decode(wire.recv(), version=version, header=True)
+
+
+def test_delete_topics_strict_costs_each_topics_partitions(gateway: GatewayThread) -> None:
+    names, response = _delete_fresh(gateway, "del", 5)
     results = {r.name: (r.error_code, r.error_message) for r in response.responses}
     # 4 tokens: 3 partitions (1 left), 3 more pass the check (-2), the third topic is refused
     assert results[names[0]][0] == 0 and results[names[1]][0] == 0
@@ -115,12 +119,7 @@ def test_delete_topics_strict_costs_each_topics_partitions(gateway: GatewayThrea
 
 
 def test_delete_topics_below_v5_is_permissive(gateway: GatewayThread) -> None:
-    stamp = time.time_ns()
-    names = [f"dp-{stamp}-{i}" for i in range(3)]
-    _make_topics(gateway, names, 3)
-    wire = Wire(gateway.address())
-    wire.send(DeleteTopicsRequest[4](topic_names=names, timeout_ms=10_000), 4, client_id="creator")
-    response = DeleteTopicsResponse.decode(wire.recv(), version=4, header=True)
+    names, response = _delete_fresh(gateway, "dp", 4)
     assert sorted((r.name, r.error_code) for r in response.responses) == [(n, 0) for n in names]
     assert response.throttle_time_ms > 0  # 9 permits from a 4-permit bucket: throttled, nothing refused
 

@@ -233,16 +233,22 @@ class ConnectionQuotas:
         q = self.connection_rate_for_principal(principal)
         if q == INT_MAX:
             return 0
-        sensor = self._principal_sensors.get(principal)
+        throttle = self._record_keyed(self._principal_sensors, principal, q, now_ms)
+        if throttle > 0:
+            self._principal_throttle.record(float(throttle), now_ms)
+        return throttle
+
+    def _record_keyed(self, sensors: dict[str, _IpSensor], key: str, quota: int, now_ms: int) -> int:
+        """Record one connection into ``key``'s rate sensor (created, or re-created after an hour idle, at
+        ``quota``); over the rate it is un-recorded there and the bounded throttle returned, else 0."""
+        sensor = sensors.get(key)
         if sensor is None or now_ms - sensor.last_record_ms > IP_SENSOR_EXPIRATION_MS:
-            sensor = self._principal_sensors[principal] = _IpSensor(self._rate(float(q)), now_ms)
+            sensor = sensors[key] = _IpSensor(self._rate(float(quota)), now_ms)
         sensor.last_record_ms = now_ms
         throttle = self._record_and_throttle(sensor.rate, now_ms)
         if throttle > 0:
             sensor.rate.record(-1.0, now_ms)
-            self._principal_throttle.record(float(throttle), now_ms)
-            return throttle
-        return 0
+        return throttle
 
     def update_max_connections(self, maximum: int) -> None:
         self.max_connections = maximum
@@ -302,13 +308,8 @@ class ConnectionQuotas:
         if q == INT_MAX:
             return
         state = self._listener(listener)
-        sensor = self._ip_sensors.get(ip)
-        if sensor is None or now_ms - sensor.last_record_ms > IP_SENSOR_EXPIRATION_MS:
-            sensor = self._ip_sensors[ip] = _IpSensor(self._rate(float(q)), now_ms)
-        sensor.last_record_ms = now_ms
-        throttle = self._record_and_throttle(sensor.rate, now_ms)
+        throttle = self._record_keyed(self._ip_sensors, ip, q, now_ms)
         if throttle > 0:
-            sensor.rate.record(-1.0, now_ms)
             state.rate.record(-1.0, now_ms)
             if not self.is_protected(listener):
                 self.broker_rate.record(-1.0, now_ms)
