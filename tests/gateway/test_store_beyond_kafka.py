@@ -14,6 +14,8 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu
 
+from .conftest import GatewayFactory
+
 pytestmark = pytest.mark.broker
 
 
@@ -37,3 +39,27 @@ def test_store_copy_carries_prefixes_ranges_and_principal_rates(tansu: Tansu, tm
     assert result.output == "{ip=10.1.200.3}\n  connection_creation_rate=5.0 {ip=10.1.0.0/16}\n", result.output
     result = runner.invoke(cli, ["client-quotas", "--describe", "--names", "client-id-prefix=etl/ä-", "--store", url])
     assert "producer_byte_rate=100000.0" in result.output, result.output
+
+
+def test_alter_and_describe_a_prefix_and_a_range_over_the_wire(gateway_factory: GatewayFactory) -> None:
+    """AlterClientQuotas / DescribeClientQuotas through the gateway carry Redpanda's ``client-id-prefix`` entity
+    type and CIDR ip names; ``--resolve`` over the gateway's HTTP endpoint names what the range overrides."""
+    gw = gateway_factory(metrics_port=0)
+    runner = CliRunner()
+
+    def cq(*args: str) -> str:
+        result = runner.invoke(cli, ["client-quotas", "--bootstrap-server", gw.bootstrap, *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert cq("--alter", "--names", "client-id-prefix=flink-", "--add", "producer_byte_rate=2000") == \
+        "Altered {client-id-prefix=flink-}\n"
+    cq("--alter", "--names", "ip=10.1.0.0/16", "--add", "connection_creation_rate=5")
+    cq("--alter", "--names", "ip=10.1.2.0/24", "--add", "connection_creation_rate=9")
+    assert cq("--describe", "--any", "client-id-prefix") == "{client-id-prefix=flink-}\n  producer_byte_rate=2000.0\n"
+    bad = runner.invoke(cli, ["client-quotas", "--bootstrap-server", gw.bootstrap, "--alter", "--names",
+                              "ip=10.1.0.5/16", "--add", "connection_creation_rate=5"])
+    assert bad.exit_code != 0 and "10.1.0.5/16 is not a valid CIDR range" in bad.output
+    with open_store(gw.store_path) as st:
+        assert st.get(QuotaEntity(client_id_prefix="flink-")) == {"producer_byte_rate": 2000.0}
+        assert st.get(QuotaEntity(ip="10.1.2.0/24")) == {"connection_creation_rate": 9.0}
