@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from quotaflow.core.acl import Authorizer
     from quotaflow.engine.connection import ConnectionQuotas
+    from quotaflow.gateway.acl_admin import AclAdminHandler
     from quotaflow.gateway.addresses import AddressOf
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.config import GatewayConfig
@@ -65,6 +66,9 @@ class ConnectionContext(Protocol):
     @property
     def connection_quotas(self) -> ConnectionQuotas:
         """KIP-612 connection quotas (a principal's connection creation rate is checked at authentication)."""
+    @property
+    def acl_admin(self) -> AclAdminHandler:
+        """The local answers to DescribeAcls / CreateAcls / DeleteAcls."""
     @property
     def authorizer(self) -> Authorizer | None:
         """Kafka's authorizer at the gateway (``authorizer.class.name``); None: every request is allowed, as on a
