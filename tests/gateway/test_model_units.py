@@ -86,6 +86,7 @@ def test_delete_topics_v6_by_id_and_name_costs_partitions() -> None:
     decision = mutations.decide(frame, header, _strict(), NOW, lambda n, i: counts.get((n, i)))
     # 4 permits: a (3, 1 left), ids[0] (3, -2), ids[1] refused, the unknown topic costs nothing and passes on
     assert [(r.name, r.topic_id) for r in decision.refused] == [(None, ids[1])]
+    assert decision.quota.throttle_time(NOW) == 1000  # Kafka's -tokens / quota x 1000 = 2 / 2 x 1000
     forwarded = protocol.decode_request(decision.forward or b"", header)
     assert [t.name or t.topic_id for t in forwarded.topics] == ["a", ids[0], "unknown"]
     upstream = DeleteTopicsResponse[6](throttle_time_ms=0, responses=[])
