@@ -148,3 +148,14 @@ def test_cidr_lookup_matches_a_scan() -> None:
         best = max(holding, key=lambda n: n.prefixlen).with_prefixlen if holding else None
         found = idx.longest(str(addr))
         assert (found[0] if found else None) == best
+
+
+def test_a_prefix_filter_component_stands_alone() -> None:
+    from quotaflow.core.errors import InvalidRequestError
+    from quotaflow.core.filters import FilterComponent, QuotaFilter
+
+    QuotaFilter.contains([FilterComponent.any("client-id-prefix")]).validate()
+    with pytest.raises(InvalidRequestError, match="client-id-prefix filter component should not be used"):
+        QuotaFilter.contains([FilterComponent.any("client-id-prefix"), FilterComponent.any("user")]).validate()
+    found = QuotaFilter.contains([FilterComponent.exact("client-id-prefix", "etl-")])
+    assert found.matches(QuotaEntity(client_id_prefix="etl-")) and not found.matches(QuotaEntity(client_id="etl-"))

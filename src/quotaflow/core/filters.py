@@ -105,6 +105,11 @@ class QuotaFilter:
                 "Invalid entity filter component combination. IP filter component should not be used with "
                 "user or clientId filter component."
             )
+        if EntityType.CLIENT_ID_PREFIX.value in seen and len(seen) > 1:  # beyond Kafka: a prefix entity is alone
+            raise InvalidRequestError(
+                "Invalid entity filter component combination. A client-id-prefix filter component should not be "
+                "used with any other filter component."
+            )
 
     def matches(self, entity: QuotaEntity | Mapping[str, str | None]) -> bool:
         """Whether a stored entity (type -> name, None = default) is selected. Call :meth:`validate` first."""
