@@ -19,6 +19,7 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway import protocol
+from quotaflow.gateway.ratelog import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class PartitionCounts:
         self._versions = versions
         self.by_name: dict[str, int] = {}
         self.by_id: dict[uuid.UUID, tuple[str, int]] = {}
+        self._warnings = RateLimitedLog(log)  # a tenant repeating DeleteTopics must not flood the log
 
     def count(self, name: str | None, topic_id: uuid.UUID | None = None) -> int | None:
         if name:
@@ -62,7 +64,8 @@ class PartitionCounts:
             async with asyncio.timeout(TIMEOUT_S):
                 topics = await self._metadata(names, ids)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, QuotaflowError) as e:
-            log.warning("partition counts unavailable from the upstream (%s): those topics are not metered", e)
+            self._warnings.warning("partition counts unavailable from the upstream (%s): those topics are not metered",
+                                   e)
             return
         if len(self.by_name) + len(topics) > MAX_ENTRIES:
             self.by_name.clear()
