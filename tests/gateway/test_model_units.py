@@ -4,6 +4,7 @@ of DeleteTopics / CreatePartitions frames, the exclusion setting."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from kafka.protocol.admin import (
@@ -123,3 +124,26 @@ def test_permissive_versions_never_refuse() -> None:
     frame = _frame(DeleteTopicsRequest[4](topic_names=["a", "b"], timeout_ms=1000))
     decision = mutations.decide(frame, _header(frame), q, NOW, lambda _n, _i: 5)
     assert decision.refused == [] and q.throttle_time(NOW) > 0
+
+
+def test_partition_counts_forget_what_the_upstream_cannot_answer() -> None:
+    import asyncio
+
+    from quotaflow.gateway.partition_counts import PartitionCounts
+
+    async def unreachable() -> Any:
+        raise OSError("connection refused")
+
+    async def old_metadata() -> list[tuple[int, int, int]]:
+        return [(3, 0, 3)]  # Metadata v3 could auto-create the topics it names: never asked
+
+    async def modern() -> list[tuple[int, int, int]]:
+        return [(3, 0, 12)]
+
+    counts = PartitionCounts(unreachable, modern)
+    counts.by_name["a"] = 3  # from an earlier answer: a refresh that fails must not keep it
+    asyncio.run(counts.refresh(["a"]))
+    assert counts.count("a") is None
+    old = PartitionCounts(unreachable, old_metadata)
+    asyncio.run(old.refresh(["a"]))
+    assert old.count("a") is None and old.count(None, uuid.uuid4()) is None
