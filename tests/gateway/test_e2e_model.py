@@ -172,7 +172,7 @@ def _sasl_gateway(gateway_factory: GatewayFactory, tmp_path: Path, users: dict[s
     store = tmp_path / "sasl.db"
     with open_store(store) as qs:
         for user, password in users.items():
-            qs.put_credential(hash_password(user, password))
+            qs.put_credential(hash_password(user, password, iterations=1000))  # fast logins: a storm of them
     config = _config(tmp_path, **{"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT", **props})
     return gateway_factory(store=store, config_path=config, metrics_port=0)
 

@@ -68,10 +68,6 @@ class Enforcement:
         self.excluded = config.excluded_principals
         self._excluded_usage: dict[tuple[str, str], Rate] = {}  # (kind, principal) -> rate, metrics only
 
-    def is_excluded(self, user: str) -> bool:
-        """Never throttled by client quotas (``quotaflow.quota.excluded.principals``)."""
-        return user in self.excluded
-
     def _meter_excluded(self, kind: str, user: str, value: float, now_ms: int) -> None:
         rate = self._excluded_usage.get((kind, user))
         if rate is None:
