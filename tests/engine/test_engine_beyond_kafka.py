@@ -79,6 +79,11 @@ def test_each_address_in_a_range_is_limited_as_its_own_entity() -> None:
     assert accepted("10.1.2.3", 5) == 3
     q.update_ip_connection_rate_quota("10.1.0.0/16", None)  # removing the range re-bounds its addresses' sensors
     assert q.ip_rate_bound("10.1.7.7") == 50.0
+    # an exact entity set or removed after the address's rate was looked up (and cached) takes over at once
+    q.update_ip_connection_rate_quota("10.1.2.3", 7)
+    assert q.connection_rate_for_ip("10.1.2.3") == 7 and q.ip_rate_bound("10.1.2.3") == 7.0
+    q.update_ip_connection_rate_quota("10.1.2.3", None)
+    assert q.connection_rate_for_ip("10.1.2.3") == 3
 
 
 def test_a_principal_over_its_connection_rate_is_throttled_then_unrecorded() -> None:

@@ -195,6 +195,7 @@ class ConnectionQuotas:
                 self._ip_overrides.pop(ip, None)
             else:
                 self._ip_overrides[ip] = rate
+            self._ip_rate_cache.pop(ip, None)
             sensor = self._ip_sensors.get(ip)
             if sensor is not None:
                 sensor.rate.bound = float(self.connection_rate_for_ip(ip))
