@@ -211,7 +211,10 @@ def _address_response(scope: HandlerScope, pending: Pending, frame: bytes, throt
 
 def _sasl_response(scope: HandlerScope, pending: Pending, frame: bytes, _throttle: int) -> bytes | None:
     if scope.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
-        scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        hold = scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        if hold > 0:  # the principal is over its connection creation rate: nothing sent, held, then closed
+            pending.hold_then_close_ms = hold
+            return b""
         return PASS_THROUGH
     return frame
 

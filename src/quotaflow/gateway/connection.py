@@ -365,6 +365,9 @@ class ClientConnection:
             self._slots.release()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
+            if pending.hold_then_close_ms:  # a principal over its connection creation rate (passthrough SASL)
+                await asyncio.sleep(pending.hold_then_close_ms / 1000)
+                raise ConnectionClosed(f"throttled for {pending.hold_then_close_ms} ms at authentication")
 
     def _send(self, pending: Pending, frame: bytes) -> None:
         """Decide, render and write one response, and log it: all in one synchronous step, so no other request's

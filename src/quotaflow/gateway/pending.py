@@ -28,6 +28,7 @@ class Pending:
     forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
     local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool = False
+    hold_then_close_ms: int = 0  # nothing is sent; the connection is held this long, then closed (KIP-612's way)
     holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
     # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
     # to the exempt-request-time sensor
