@@ -159,3 +159,18 @@ def test_a_prefix_filter_component_stands_alone() -> None:
         QuotaFilter.contains([FilterComponent.any("client-id-prefix"), FilterComponent.any("user")]).validate()
     found = QuotaFilter.contains([FilterComponent.exact("client-id-prefix", "etl-")])
     assert found.matches(QuotaEntity(client_id_prefix="etl-")) and not found.matches(QuotaEntity(client_id="etl-"))
+
+
+def test_resolve_names_the_range_and_refuses_a_range_as_an_address() -> None:
+    from quotaflow.admin.local import IP_RANGE_LEVEL, QuotaIndex
+    from quotaflow.core.errors import InvalidRequestError
+    from quotaflow.store.base import Snapshot
+
+    index = QuotaIndex(Snapshot(1, {QuotaEntity(ip="10.1.0.0/16"): {"connection_creation_rate": 5.0},
+                                    QuotaEntity(ip="10.1.2.0/24"): {"connection_creation_rate": 9.0},
+                                    QuotaEntity(ip=DEFAULT): {"connection_creation_rate": 50.0}}))
+    q = index.resolve_ip("10.1.2.3").quotas["connection_creation_rate"]
+    assert (q.value, q.level, q.entity) == (9.0, IP_RANGE_LEVEL, QuotaEntity(ip="10.1.2.0/24"))
+    assert [(c.level, c.value) for c in q.overridden] == [(IP_RANGE_LEVEL, 5.0), (2, 50.0)]
+    with pytest.raises(InvalidRequestError, match="is a CIDR range: resolve an address"):
+        index.resolve_ip("10.1.0.0/16")

@@ -248,7 +248,11 @@ class QuotaIndex:
 
     def resolve_ip(self, ip: str) -> Resolution:
         """KIP-612: the ip's own entity (level 1), else the longest CIDR range holding it (level 3, every range
-        holding it listed as overridden, longest first), else the default ip (level 2), else unlimited."""
+        holding it listed as overridden, longest first), else the default ip (level 2), else unlimited. A range is
+        not an address: resolve one of its addresses."""
+        if is_cidr(ip):
+            first = ip.split("/", 1)[0]
+            raise InvalidRequestError(f"{ip} is a CIDR range: resolve an address, e.g. {first}")
         own = self._ips.get(_ip_key(ip))
         ranges = [(IP_RANGE_LEVEL, found) for _cidr, found in self._ip_ranges.matches(ip)]
         found_at = [(IP_LEVEL, own), *ranges, (IP_DEFAULT_LEVEL, self._ips.get(DEFAULT))]
