@@ -126,6 +126,7 @@ def test_cidr_ranges_longest_match() -> None:
     assert idx.longest("2001:db8:2::5") == ("2001:db8::/32", 6)
     assert idx.longest("2001:db9::1") is None  # no IPv6 catch-all
     assert idx.longest("not-an-ip") is None
+    assert idx.longest("::ffff:10.1.2.3") == ("10.1.2.0/24", 3)  # IPv4-mapped: the IPv4 address
     assert [c for c, _ in idx.matches("10.1.2.3")] == ["10.1.2.0/24", "10.1.0.0/16", "10.0.0.0/8", "0.0.0.0/0"]
     assert idx.rate_for("10.1.2.3", {"10.1.2.3": 99}, -1) == 99  # the exact ip first
     idx.remove("10.1.2.0/24")

@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 
 V = TypeVar("V")
 _BITS = {4: 32, 6: 128}
+_V4_MAPPED = 0xFFFF
 
 
 def is_cidr(name: str) -> bool:
@@ -42,20 +43,25 @@ def canonical_cidr(name: str) -> str:
 
 def _parse(address: str) -> tuple[int, int] | None:
     """(IP version, the address as an integer); None for anything else. ``inet_pton`` is several times faster
-    than ``ipaddress`` on the per-connection path; a scoped IPv6 literal (``fe80::1%eth0``) goes the slow way."""
+    than ``ipaddress`` on the per-connection path; a scoped IPv6 literal (``fe80::1%eth0``) goes the slow way. An
+    IPv4-mapped IPv6 address counts as its IPv4 address."""
     try:
         return 4, int.from_bytes(socket.inet_pton(socket.AF_INET, address), "big")
     except OSError:
         pass
     try:
-        return 6, int.from_bytes(socket.inet_pton(socket.AF_INET6, address), "big")
+        n = int.from_bytes(socket.inet_pton(socket.AF_INET6, address), "big")
     except OSError:
-        pass
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return None
-    return ip.version, int(ip)
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return None
+        n = int(ip)
+        if ip.version == 4:
+            return 4, n
+    if n >> 32 == _V4_MAPPED:  # ::ffff:a.b.c.d is the IPv4 address a.b.c.d (Java's InetAddress reads it so)
+        return 4, n & 0xFFFFFFFF
+    return 6, n
 
 
 class RangeIndex(Generic[V]):
