@@ -142,6 +142,8 @@ class Enforcement:
     def fetch_room(self, user: str, client_id: str, now_ms: int) -> int | None:
         """The bytes a consumer's next fetch response may hold without being throttled now (its quota window's
         room), None while it has no finite consumer quota or nothing recorded."""
+        if user in self.excluded:
+            return None
         room = self.managers.fetch.room(user, client_id, now_ms)
         return None if room is None else max(0, int(room))
 
