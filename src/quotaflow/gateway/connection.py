@@ -51,7 +51,16 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
 from quotaflow.gateway import protocol, versions
-from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
+from quotaflow.gateway.api_handlers import (
+    CLOSE_ON_INVALID,
+    DEFAULT,
+    HANDLERS,
+    LOCAL_APIS,
+    PASS_THROUGH,
+    needs_partition_counts,
+    prepare_request,
+    rewrite,
+)
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.framing import FrameBuffer
@@ -117,6 +126,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._upstream_reading = True
         self._upstream_blocked = False  # the upstream socket's write buffer is full
         self._mute_timer: asyncio.TimerHandle | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None  # held, then closed
+        self._admitted = tls is None  # an SSL listener's client waits for its principal's connection rate
         self._pumping = False
         self._again = False
         self._cut = False  # a frame was cut since the body clock last started
@@ -135,11 +146,22 @@ class ClientConnection(asyncio.BufferedProtocol):
         # resume_writing comes once its buffer falls from the bound
         transport.set_write_buffer_limits(high=self._max_unsent)
         if self._tls is not None:
+            transport.pause_reading()  # until admit()
+            self._reading = False
             try:  # an SSL listener's principal is the client certificate's mapped DN (SASL_SSL: the SASL identity)
                 self.principal = self._tls.principal(transport.get_extra_info("peercert"))
             except SslPrincipalMappingError as e:
                 log.info("closing TLS connection from %s: %s", self.client_ip, e)
                 self.close()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def admit(self) -> None:
+        """Serve a connection held at accept (an SSL listener's, until its principal's connection rate allowed it)."""
+        self._admitted = True
+        self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if isinstance(exc, ssl.SSLError):  # e.g. a refused renegotiation: the client's doing, one INFO line
@@ -149,8 +171,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._upstream.close()
         if self._busy is not None:
             self._busy.cancel()
-        if self._mute_timer is not None:
-            self._mute_timer.cancel()
+        for timer in (self._mute_timer, self._hold_timer):
+            if timer is not None:
+                timer.cancel()
         while self._awaiting:
             fut = self._awaiting.popleft().upstream
             if fut is not None and not fut.done():
@@ -292,7 +315,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _gate(self) -> int:
         """Whether the next request may be taken now (``_TAKE``), only read into the receive buffer (``_BUFFER``),
         or not read at all (``_STOP``); see the module docstring."""
-        if self._closing or self._stopped or self._upstream_blocked:
+        if self._closing or self._stopped or self._upstream_blocked or not self._admitted:
             return _STOP
         if self.muted_until:
             wait = self.muted_until - time.monotonic()
@@ -355,9 +378,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._cut = True
             pool, self._pool = self._pool, None
             rest: Coroutine[Any, Any, None] | None
-            if self._upstream is None and self._will_forward(frame):
-                # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
-                rest = self._connect_then_take(frame)
+            # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
+            connect = self._upstream is None and self._will_forward(frame)
+            if connect or needs_partition_counts(self, frame):
+                rest = self._prepare_then_take(frame, connect)
             else:
                 rest = self._take_request(frame)
             if rest is not None:
@@ -385,8 +409,10 @@ class ClientConnection(asyncio.BufferedProtocol):
 
         task.add_done_callback(done)
 
-    async def _connect_then_take(self, frame: bytes) -> None:
-        await self._ensure_upstream()
+    async def _prepare_then_take(self, frame: bytes, connect: bool) -> None:
+        if connect:
+            await self._ensure_upstream()
+        await prepare_request(self, frame)  # KIP-599 permits that need the upstream's partition counts
         rest = self._take_request(frame)
         if rest is not None:
             await rest
@@ -572,6 +598,11 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._held -= 1
             if pending.close_after:
                 self.close()  # closing after the response, as Kafka does
+                return
+            if pending.hold_then_close_ms:  # a principal over its connection creation rate (passthrough SASL)
+                self._stopped = True  # nothing more is read or sent; held, then closed (KIP-612's way)
+                self._queue.clear()
+                self._hold_timer = self._loop.call_later(pending.hold_then_close_ms / 1000, self.close)
                 return
         upstream_side = self._upstream
         if sent and upstream_side is not None and upstream_side.frames.partial:
