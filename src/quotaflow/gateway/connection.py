@@ -37,7 +37,15 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
 from quotaflow.gateway import protocol, versions
-from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
+from quotaflow.gateway.api_handlers import (
+    CLOSE_ON_INVALID,
+    DEFAULT,
+    FORWARDED_IN_PASSTHROUGH,
+    HANDLERS,
+    LOCAL_APIS,
+    PASS_THROUGH,
+    rewrite,
+)
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
@@ -285,7 +293,7 @@ class ClientConnection:
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         passthrough = self.sasl.passthrough is not None
-        if key in LOCAL_APIS and (not passthrough or key not in SASL_APIS):
+        if key in LOCAL_APIS and (not passthrough or key not in FORWARDED_IN_PASSTHROUGH):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
             self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came

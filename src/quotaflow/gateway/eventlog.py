@@ -27,6 +27,8 @@ import pyarrow.parquet as pq
 
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.events import (
+    AUTHORIZATION_SCHEMA,
+    AUTHORIZATIONS_DIR,
     CONNECTION_DECISION_FIELDS,
     CONNECTION_SCHEMA,
     CONNECTIONS_DIR,
@@ -42,7 +44,8 @@ REQUEST_LOG_SCHEMA: Final = pa.schema([*REQUEST_SCHEMA, *REQUEST_DECISION_FIELDS
 CONNECTION_LOG_SCHEMA: Final = pa.schema([*CONNECTION_SCHEMA, *CONNECTION_DECISION_FIELDS])
 """What the gateway writes for a connection attempt: the event schema plus the admission decision."""
 
-_SCHEMAS: Final = {REQUESTS_DIR: REQUEST_LOG_SCHEMA, CONNECTIONS_DIR: CONNECTION_LOG_SCHEMA}
+_SCHEMAS: Final = {REQUESTS_DIR: REQUEST_LOG_SCHEMA, CONNECTIONS_DIR: CONNECTION_LOG_SCHEMA,
+                   AUTHORIZATIONS_DIR: AUTHORIZATION_SCHEMA}
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -97,6 +100,10 @@ class EventLog:
     def connection(self, row: dict[str, Any]) -> None:
         """Queue one connection-decision event. The dict belongs to the log from now on."""
         self._put(CONNECTIONS_DIR, row)
+
+    def authorization(self, row: dict[str, Any]) -> None:
+        """Queue one authorization decision (:data:`quotaflow.events.AUTHORIZATION_SCHEMA`)."""
+        self._put(AUTHORIZATIONS_DIR, row)
 
     def _put(self, kind: str, row: dict[str, Any]) -> None:
         if self._closed:

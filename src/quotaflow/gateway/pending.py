@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from quotaflow.gateway import protocol
 from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
@@ -34,3 +34,4 @@ class Pending:
     exempt: bool = False
     mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
     decisions: RequestDecisions = NO_DECISIONS
+    authz: Any = None  # the authorization plan (gateway.authorize.Plan) when the request was rewritten or refused

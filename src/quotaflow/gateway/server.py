@@ -29,6 +29,8 @@ from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.gateway import protocol
 from quotaflow.gateway.addresses import AddressOf
+from quotaflow.gateway.authorize import Access
+from quotaflow.gateway.authz_audit import LOG_ALLOWED, AuthzAudit
 from quotaflow.gateway.broker_quotas import BrokerQuotas
 from quotaflow.gateway.brokers import (
     Address,
@@ -42,6 +44,7 @@ from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_pro
 from quotaflow.gateway.connection import ClientConnection
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.context import ConnectionInfo
+from quotaflow.gateway.hidden_topics import hidden_topics_for
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
@@ -49,6 +52,7 @@ from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.request_memory import RequestMemory
 from quotaflow.gateway.sasl import PLAIN, SaslVerifier
 from quotaflow.gateway.scram import MECHANISMS
+from quotaflow.gateway.scram_admin import ScramAdmin
 from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
 from quotaflow.gateway.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
@@ -116,6 +120,13 @@ class Gateway:
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
         self.authorizer = authorizer
+        # per-API authorization: Kafka's authorizer in terminate mode (in SASL passthrough the upstream authorizes
+        # each client's own principal), quotaflow's own topics hidden in every mode
+        self.authz_audit = AuthzAudit(self._on_authorization,
+                                      log_allowed=self.config.extra.get(LOG_ALLOWED, "false").strip() == "true")
+        self.access = Access(None if self.sasl_passthrough else authorizer,
+                             hidden_topics_for(self.store, self.config.extra), self.authz_audit)
+        self.scram_admin = ScramAdmin(self.scram_store) if self.scram_store is not None else None
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
                                  failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
@@ -176,7 +187,7 @@ class Gateway:
         from quotaflow.gateway.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
-                                      sources=[self.broker_quotas, self.connection_quotas])
+                                      sources=[self.broker_quotas, self.connection_quotas, self.authz_audit])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
         self._metrics.add_json_route("/resolve", self._resolve_route)
@@ -358,6 +369,11 @@ class Gateway:
             "throttle_ms_produce": d.throttle_ms_produce, "throttle_ms_fetch": d.throttle_ms_fetch,
             "throttle_ms_request": d.throttle_ms_request, "throttle_ms": d.throttle_ms,
         })
+
+    def _on_authorization(self, row: dict[str, Any]) -> None:
+        if self._event_log is not None:
+            row["broker"] = self.broker
+            self._event_log.authorization(row)
 
     def _on_connection(self, row: dict[str, Any]) -> None:
         if self._event_log is not None:

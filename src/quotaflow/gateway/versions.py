@@ -19,7 +19,7 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import UnsupportedVersionError
-from quotaflow.gateway import protocol
+from quotaflow.gateway import authorize, protocol
 from quotaflow.gateway.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
 from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_version
 
@@ -27,6 +27,8 @@ from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_ver
 GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DescribeClientQuotas: (0, 1),
     ApiKey.AlterClientQuotas: (0, 1),
+    ApiKey.DescribeUserScramCredentials: (0, 0),  # KIP-554, from the gateway's own credentials
+    ApiKey.AlterUserScramCredentials: (0, 0),
     ApiKey.SaslHandshake: (0, 1),
     ApiKey.SaslAuthenticate: (0, 2),
 }
@@ -34,17 +36,19 @@ APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
 # APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
 DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
 SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+_UPSTREAM_IN_PASSTHROUGH: Final = SASL_APIS | {ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials}
 
 
 def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
     """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL APIs are the
     upstream's (read by the gateway, so capped to what it decodes, and SaslHandshake from v1: v0's raw tokens have no
     Kafka framing to forward)."""
-    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in SASL_APIS)}
+    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in _UPSTREAM_IN_PASSTHROUGH)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
-        if key in own or key in NEVER_OFFERED:
-            continue
+        if key in own or key in NEVER_OFFERED or not authorize.forwardable(key, passthrough=sasl_passthrough):
+            continue  # an API the gateway cannot authorize is not offered (nor forwarded)
+        lo, hi = authorize.version_range(key, lo, hi)
         if key == ApiKey.SaslHandshake:
             lo = max(lo, 1)
         if key in DECODED_APIS or key in SASL_APIS:

@@ -41,7 +41,14 @@ from quotaflow.store.base import (
     Snapshot,
     Values,
 )
-from quotaflow.store.records import StoreView, credential_record, credential_tombstones, quota_record, scram_record
+from quotaflow.store.records import (
+    StoreView,
+    credential_record,
+    credential_tombstones,
+    quota_record,
+    scram_record,
+    scram_tombstone,
+)
 
 log = logging.getLogger(__name__)
 
@@ -339,6 +346,13 @@ class KafkaStore:
 
     def put_scram_credential(self, credential: ScramCredential) -> None:
         self._append([scram_record(credential)])
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """One SCRAM mechanism's credential of ``user`` (KIP-554 deletions); True when it existed right before the
+        tombstone in the log."""
+        offsets = set(self._append([scram_tombstone(user, mechanism)]))
+        with self._cond:
+            return any(removed for at, removed in self._view.tombstones if at in offsets)
 
     def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         with self._cond:

@@ -88,6 +88,10 @@ def credential_tombstones(user: str) -> list[tuple[bytes, None]]:
     return [(_credential_key(user), None), *((_compact_json([SCRAM_KIND, user, m]), None) for m in sorted(HASHES))]
 
 
+def scram_tombstone(user: str, mechanism: str) -> tuple[bytes, None]:
+    return _compact_json([SCRAM_KIND, user, mechanism]), None
+
+
 def credential_tombstone(user: str) -> tuple[bytes, None]:
     return _credential_key(user), None
 
