@@ -25,9 +25,11 @@ def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or
     assert merged[71] == (0, 0)  # telemetry: no resource to authorize, forwarded as bytes
     # the gateway cannot authorize these exactly: not offered (KIP-848 heartbeats carry topic ids and server-side
     # regexes, delegation tokens would be the gateway's own, unknown APIs may name anything)
-    for key in (38, 68, 69, 76, 9999):
+    for key in (38, 68, 76, 9999):
         assert key not in merged
     assert 78 not in merged and 79 not in merged  # NodeEndpoints in every version: never offered
+    assert merged[69] == (0, 0)  # ConsumerGroupDescribe names no topic: forwarded while no authorizer is on
+    assert 69 not in {k for k, _lo, _hi in versions.merge(upstream, authorizer=True)}  # it could not be checked
     passthrough = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, sasl_passthrough=True)}
     assert passthrough[38] == (0, 3)  # delegation tokens: the upstream issues them to the client's own principal
 

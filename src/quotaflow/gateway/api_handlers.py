@@ -199,7 +199,8 @@ def _api_versions_response(scope: HandlerScope, pending: Pending, frame: bytes, 
     if pending.upstream is None:
         return None
     passthrough = scope.sasl.passthrough is not None
-    return versions.rewrite_response(frame, pending.header.api_version, throttle, sasl_passthrough=passthrough)
+    return versions.rewrite_response(frame, pending.header.api_version, throttle, sasl_passthrough=passthrough,
+                                     authorizer=scope.gateway.access.authorizer is not None)
 
 
 # -- authorization (gateway.authorize): wraps the other hooks of every forwarded API ---------------------------
@@ -269,7 +270,8 @@ async def _api_versions_before_auth(scope: HandlerScope, _request: Any, pending:
         raise ConnectionClosed(str(e)) from e
     version = pending.header.api_version
     cls = protocol.response_class(ApiKey.ApiVersions, version)
-    keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
+    merged = versions.merge(upstream, authorizer=scope.gateway.access.authorizer is not None)
+    keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in merged]
     pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
                                              pending.header.correlation_id)
     return pending

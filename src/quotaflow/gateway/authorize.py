@@ -1025,8 +1025,15 @@ VERSION_MINS: Final[dict[int, int]] = {
 }
 
 
-def forwardable(api_key: int, *, passthrough: bool) -> bool:
-    return api_key in PLANNERS or api_key in GATEWAY_ANSWERED or (passthrough and api_key in PASSTHROUGH_ONLY)
+UNCHECKED_WITHOUT_AUTHORIZER: Final = frozenset({ApiKey.ConsumerGroupDescribe})
+"""APIs forwarded as bytes only while no authorizer is on: they name no topic (quotaflow's own topics cannot be
+reached through them) but the gateway cannot read them to check ACLs."""
+
+
+def forwardable(api_key: int, *, passthrough: bool, authorizer: bool = False) -> bool:
+    """Whether the gateway offers and forwards ``api_key``."""
+    return (api_key in PLANNERS or api_key in GATEWAY_ANSWERED or (passthrough and api_key in PASSTHROUGH_ONLY)
+            or ((passthrough or not authorizer) and api_key in UNCHECKED_WITHOUT_AUTHORIZER))
 
 
 def version_range(api_key: int, lo: int, hi: int) -> tuple[int, int]:
@@ -1046,7 +1053,7 @@ def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, fr
     forward."""
     planner = PLANNERS.get(header.api_key)
     if planner is None:
-        if header.api_key in GATEWAY_ANSWERED or (passthrough and header.api_key in PASSTHROUGH_ONLY):
+        if forwardable(header.api_key, passthrough=passthrough, authorizer=access.authorizer is not None):
             return None
         raise PermissionError(f"{protocol.api_name(header.api_key)} is not forwarded by the gateway: it cannot "
                               "authorize it")

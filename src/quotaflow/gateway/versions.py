@@ -39,14 +39,16 @@ SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
 _UPSTREAM_IN_PASSTHROUGH: Final = SASL_APIS | {ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials}
 
 
-def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
+def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False,
+          authorizer: bool = False) -> list[tuple[int, int, int]]:
     """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL APIs are the
     upstream's (read by the gateway, so capped to what it decodes, and SaslHandshake from v1: v0's raw tokens have no
     Kafka framing to forward)."""
     own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in _UPSTREAM_IN_PASSTHROUGH)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
-        if key in own or key in NEVER_OFFERED or not authorize.forwardable(key, passthrough=sasl_passthrough):
+        if key in own or key in NEVER_OFFERED or not authorize.forwardable(key, passthrough=sasl_passthrough,
+                                                                                 authorizer=authorizer):
             continue  # an API the gateway cannot authorize is not offered (nor forwarded)
         lo, hi = authorize.version_range(key, lo, hi)
         if key == ApiKey.SaslHandshake:
@@ -67,7 +69,7 @@ def _api_version(cls: Any, key: int, lo: int, hi: int) -> Any:
 
 
 def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0, *,
-                     sasl_passthrough: bool = False) -> bytes:
+                     sasl_passthrough: bool = False, authorizer: bool = False) -> bytes:
     """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
     ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
     cls = RESPONSES[ApiKey.ApiVersions]
@@ -91,7 +93,7 @@ def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0, 
     message = cls.decode(upstream_frame, version=version, header=True)
     correlation_id = message.header.correlation_id
     triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys],
-                    sasl_passthrough=sasl_passthrough)
+                    sasl_passthrough=sasl_passthrough, authorizer=authorizer)
     message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
     if version >= 1:
         message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)
