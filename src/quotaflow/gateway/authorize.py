@@ -51,7 +51,7 @@ GROUP_AUTHORIZATION_FAILED: Final = 30
 CLUSTER_AUTHORIZATION_FAILED: Final = 31
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
 OPERATION_NOT_ATTEMPTED: Final = 55
-NO_OPERATIONS: Final = -2147483648  # authorized_operations when not asked for
+NO_OPERATIONS: Final = None  # authorized_operations when not asked for (kafka-python's bitfield for -2^31)
 
 TOPIC_OPERATIONS: Final = (OP.READ, OP.WRITE, OP.CREATE, OP.DESCRIBE, OP.DELETE, OP.ALTER, OP.DESCRIBE_CONFIGS,
                            OP.ALTER_CONFIGS)
@@ -119,13 +119,9 @@ class Check:
     def txn(self, op: AclOperation, name: str) -> bool:
         return self.allowed(op, RT.TRANSACTIONAL_ID, name)
 
-    def operations(self, rtype: ResourceType, name: str, ops: Sequence[AclOperation]) -> int:
-        """Kafka's authorized-operations bitfield (bit ``1 << op`` per allowed operation)."""
-        bits = 0
-        for op in ops:
-            if self.allowed(op, rtype, name, audit=False):
-                bits |= 1 << int(op)
-        return bits
+    def operations(self, rtype: ResourceType, name: str, ops: Sequence[AclOperation]) -> set[int]:
+        """Kafka's authorized-operations bitfield, as kafka-python holds it: the codes of the allowed operations."""
+        return {int(op) for op in ops if self.allowed(op, rtype, name, audit=False)}
 
 
 Merge = Callable[[Any], None]
@@ -504,15 +500,15 @@ def _metadata(check: Check, header: protocol.RequestHeader, frame: bytes) -> Pla
             if t.name in no_create and t.error_code == UNKNOWN_TOPIC_OR_PARTITION:
                 t.error_code, t.partitions = TOPIC_AUTHORIZATION_FAILED, []
             if want_topic_ops and check.authorizer is not None and t.name is not None:
-                t.topic_authorized_operations = check.operations(RT.TOPIC, t.name, TOPIC_OPERATIONS)
+                t.authorized_operations = check.operations(RT.TOPIC, t.name, TOPIC_OPERATIONS)
             topics.append(t)
         for t in refused:
             topics.append(_new(owner, "topics", name=t.name, topic_id=t.topic_id,
                                error_code=TOPIC_AUTHORIZATION_FAILED, is_internal=False, partitions=[],
-                               topic_authorized_operations=NO_OPERATIONS))
+                               authorized_operations=NO_OPERATIONS))
         message.topics = topics
         if want_cluster_ops and check.authorizer is not None:
-            message.cluster_authorized_operations = check.operations(RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+            message.authorized_operations = check.operations(RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
 
     return Plan(_reencode(request, header) if changed else frame, merge=merge)
 
@@ -524,7 +520,7 @@ def _describe_topic_partitions(check: Check, header: protocol.RequestHeader, fra
         request.topics = [t for t in request.topics if t.name not in refused]
     owner = protocol.response_class(header.api_key, header.api_version)
     entries = [_new(owner, "topics", name=n, error_code=TOPIC_AUTHORIZATION_FAILED, is_internal=False,
-                    partitions=[], topic_authorized_operations=NO_OPERATIONS) for n in refused]
+                    partitions=[], topic_authorized_operations=-(1 << 31)) for n in refused]  # an int32 here
     listing = not request.topics and not refused
 
     def merge(message: Any) -> None:
@@ -636,7 +632,7 @@ def _describe_cluster(check: Check, header: protocol.RequestHeader, frame: bytes
         return None
 
     def merge(message: Any) -> None:
-        message.cluster_authorized_operations = check.operations(RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+        message.authorized_operations = check.operations(RT.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
     return Plan(frame, merge=merge)
 
 
