@@ -244,7 +244,8 @@ def test_metadata_auto_creation_stays_on_with_create_on_the_cluster_and_without_
 
 def test_offset_commit_needs_read_on_the_group_then_on_each_topic() -> None:
     cls = protocol.REQUESTS[ApiKey.OffsetCommit]
-    topics = [cls.OffsetCommitRequestTopic(name=n, partitions=[cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+    partition = cls.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+    topics = [cls.OffsetCommitRequestTopic(name=n, partitions=[partition(
         partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])
         for n in ("bob-1", "alice-1")]
     fields = {"group_id": "g", "generation_id_or_member_epoch": 1, "member_id": "m", "group_instance_id": None,
@@ -372,7 +373,7 @@ def test_an_api_the_gateway_cannot_authorize_is_refused() -> None:
         authorize.plan(_access(None), Scope("bob"), header, b"", "10.0.0.9")  # type: ignore[arg-type]
     assert authorize.plan(_access(None), Scope("bob"), header, b"", "h", passthrough=True) is None  # type: ignore[arg-type]
     for key in (ApiKey.Fetch, ApiKey.Produce, ApiKey.DeleteTopics, ApiKey.OffsetCommit, ApiKey.OffsetFetch):
-        lo, hi = authorize.version_range(key, 0, 99)
+        _lo, hi = authorize.version_range(key, 0, 99)
         assert hi <= {ApiKey.Fetch: 12, ApiKey.Produce: 9, ApiKey.DeleteTopics: 5}.get(key, 9)  # names, not ids
 
 
