@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -36,10 +37,13 @@ from kafka.protocol.sasl import (
 
 from quotaflow.core.acl import AclOperation, ResourceType
 from quotaflow.core.entities import QuotaEntity
+from quotaflow.events import AUTHORIZATIONS_DIR
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.sasl import hash_password
 from quotaflow.gateway.server import GatewayThread
+from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
+from quotaflow.store.scram import scram_credential
 from quotaflow.testing.tansu import Tansu
 
 from .gateway_wire import Wire
@@ -290,8 +294,58 @@ def test_the_hostile_sequence_holds(fleet: tuple[GatewayThread, GatewayThread, s
         reader.close()
     super_view = AdminClient({"bootstrap.servers": secure, **_sasl("admin")}).list_topics(timeout=10).topics
     assert own in super_view and not set(hidden) & set(super_view)
-    # the refusals are counted for /metrics
+    # the refusals are counted for /metrics and written to the event log (who, from where, what, which API)
+    assert gw.gateway is not None and acl_gw.gateway is not None
+    assert sum(gw.gateway.authz_audit.hidden.values()) >= 10
+    assert any(not allowed for (_api, _rt, _op, allowed) in acl_gw.gateway.authz_audit.counts)
+    rows = []
     for thread in (gw, acl_gw):
-        assert thread.gateway is not None
-    assert sum(gw.gateway.authz_audit.hidden.values()) >= 10  # type: ignore[union-attr]
-    assert any(not allowed for (_api, _rt, _op, allowed) in acl_gw.gateway.authz_audit.counts)  # type: ignore[union-attr]
+        gw_log = thread.gateway._event_log if thread.gateway is not None else None
+        assert gw_log is not None
+        gw_log.flush()
+        rows += pq.read_table(gw_log.directory / AUTHORIZATIONS_DIR).to_pylist()
+    assert {(r["principal"], r["resource_name"], r["operation"], r["api_key"]) for r in rows if r["hidden_topic"]} \
+        >= {("User:bob", store_topic, "DESCRIBE", 3), ("User:admin", USAGE, "DELETE", 20), ("User:bob", store_topic,
+                                                                                         "READ", 1)}
+    assert {("User:bob", own, "DESCRIBE", False), ("User:bob", own, "READ", False)} <= {
+        (r["principal"], r["resource_name"], r["operation"], r["allowed"]) for r in rows if not r["hidden_topic"]}
+    assert all(r["client_ip"] == "127.0.0.1" and not r["allowed"] for r in rows)
+
+
+def test_passthrough_hides_quotaflows_topics_and_leaves_kip554_to_the_upstream(tansu: Tansu,
+                                                                                 tmp_path: Path) -> None:
+    """SASL passthrough: the upstream (here a gateway terminating SASL in front of tansu, as in
+    test_e2e_sasl_passthrough) authenticates and authorizes; the front gateway still hides its own store topic, and
+    DescribeUserScramCredentials reaches the upstream, which answers from its own users."""
+    store_topic = f"qf-front-{uuid.uuid4().hex[:8]}"
+    cluster_db = tmp_path / "cluster.db"
+    with open_store(cluster_db) as store:
+        store.put_credential(hash_password("alice", "alice-secret", iterations=1000))
+        store.put_scram_credential(scram_credential("upstream-user", "SCRAM-SHA-512", "pw", iterations=4096))
+    sasl = {"listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT"}
+    cluster = GatewayThread(tansu.bootstrap, {"SASL_PLAINTEXT": "127.0.0.1:0"}, cluster_db,
+                            config=GatewayConfig.from_properties(sasl), admin_principals=frozenset({"alice"}))
+    cluster.start()
+    try:
+        front = GatewayThread(cluster.bootstrap(), {"SASL_PLAINTEXT": "127.0.0.1:0"},
+                              f"kafka://{tansu.bootstrap}/{store_topic}", config=GatewayConfig.from_properties(
+                                  {**sasl, "quotaflow.upstream.security.protocol": "SASL_PLAINTEXT"}))
+        front.start()
+        try:
+            assert front.gateway is not None and front.gateway.sasl_passthrough
+            bootstrap = front.bootstrap()
+            admin = AdminClient({"bootstrap.servers": bootstrap, **_sasl("alice")})
+            assert store_topic not in admin.list_topics(timeout=10).topics
+            err = _produce_error(bootstrap, "alice", store_topic, b"k", b"v")
+            assert err is not None and err.code() == TOPIC_AUTHORIZATION_FAILED
+            with pytest.raises(KafkaException) as refused:
+                admin.delete_topics([store_topic], operation_timeout=10)[store_topic].result(20)
+            assert refused.value.args[0].code() == TOPIC_AUTHORIZATION_FAILED
+            described = admin.describe_user_scram_credentials().result(20)
+            assert set(described) == {"upstream-user"}  # the upstream's users, not the front gateway's
+        finally:
+            front.stop()
+    finally:
+        cluster.stop()
+    with KafkaStore(f"kafka://{tansu.bootstrap}/{store_topic}") as store:
+        assert store.list_credentials() == []  # nothing was written to the hidden topic
