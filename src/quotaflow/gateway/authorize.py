@@ -265,7 +265,12 @@ _PRODUCE: Final = TopicShape("topic_data", "name", "partition_data", "index", "r
                              defaults=(("base_offset", -1), ("log_append_time_ms", -1), ("log_start_offset", -1)))
 
 
+_SCAN_LIMIT: Final = 1 << 16  # up to this size a substring search is cheaper than walking a Produce's topics
+
+
 def _produce(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+    if check.authorizer is None and len(frame) <= _SCAN_LIMIT and not check.hidden.may_name(frame):
+        return None
     transactional_id, names = topic_names.produce_topics(frame, header)
     if transactional_id is not None and check.authorizer is not None \
             and not check.txn(OP.WRITE, transactional_id):
@@ -306,6 +311,8 @@ _FETCH: Final = TopicShape("topics", "topic", "partitions", "partition", "respon
 
 
 def _fetch(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+    if check.authorizer is None and not check.hidden.may_name(frame):
+        return None  # a Fetch request is small: one substring search
     names = topic_names.fetch_topics(frame, header)
     if check.authorizer is not None:
         # sessions off: a session's partitions are not named again, so they could not be re-authorized
