@@ -449,3 +449,20 @@ def test_no_offered_version_of_any_api_forwards_quotaflows_topics(authorizer: Me
                 protocol.encode_response(response, version, 7)
             checked += 1
     assert checked > 100
+
+
+def test_decisions_are_counted_for_metrics() -> None:
+    from quotaflow.gateway.metrics_http import MetricsServer
+
+    access = _access(MemoryAuthorizer([BOB_WRITES_BOB]))
+    for topic in ("bob-1", "alice-1", STORE):
+        _plan(access, ApiKey.Produce, 9, transactional_id=None, acks=1, timeout_ms=10,
+              topic_data=[_produce_topic(topic)])
+    status, _ctype, body = MetricsServer(sources=[access.audit]).render("GET", "/metrics")
+    text = body.decode()
+    assert status == 200
+    assert 'kafka_server_authorizer_metrics_authorization_allowed_total{api="Produce",operation="WRITE",' \
+           'resource_type="TOPIC"} 1.0' in text
+    assert 'kafka_server_authorizer_metrics_authorization_denied_total{api="Produce",operation="WRITE",' \
+           'resource_type="TOPIC"} 1.0' in text
+    assert 'kafka_server_authorizer_metrics_hidden_topic_refusals_total{api="Produce"} 1.0' in text
