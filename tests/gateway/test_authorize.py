@@ -350,18 +350,22 @@ def test_configs_are_authorized_per_resource_type() -> None:
         [(2, STORE, 29), (4, "1", 31), (32, "g", 30)]
 
 
-def test_cluster_apis_and_the_acl_apis_need_their_cluster_operation() -> None:
+def test_cluster_apis_need_their_cluster_operation() -> None:
     access = _access(MemoryAuthorizer())
-    plan, header = _plan(access, ApiKey.DescribeAcls, 2, resource_type_filter=1, resource_name_filter=None,
-                         pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
-                         permission_type=1)
-    assert plan is not None and _local(plan, header).error_code == 31
     plan, header = _plan(access, ApiKey.DescribeLogDirs, 1, topics=None)
     assert plan is not None and _local(plan, header).results == []
-    plan, _ = _plan(_access(MemoryAuthorizer(super_users=frozenset({"User:bob"}))), ApiKey.DescribeAcls, 2,
-                    resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
-                    host_filter=None, operation=1, permission_type=1)
-    assert plan is None
+    plan, header = _plan(access, ApiKey.DescribeLogDirs, 3, topics=None)
+    assert plan is not None and _local(plan, header).error_code == 31
+    cls = protocol.REQUESTS[ApiKey.ElectLeaders]
+    plan, header = _plan(access, ApiKey.ElectLeaders, 1, election_type=0, timeout_ms=10, topic_partitions=[
+        cls.TopicPartitions(topic="t", partitions=[0, 1])])
+    assert plan is not None
+    refused = _local(plan, header)
+    assert refused.error_code == 31 and [p.error_code for r in refused.replica_election_results
+                                         for p in r.partition_result] == [31, 31]
+    plan, _ = _plan(_access(MemoryAuthorizer(super_users=frozenset({"User:bob"}))), ApiKey.DescribeLogDirs, 3,
+                    topics=None)
+    assert plan is not None and plan.forward is not None  # allowed; the answer is filtered for hidden topics
 
 
 def test_an_api_the_gateway_cannot_authorize_is_refused() -> None:

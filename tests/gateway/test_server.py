@@ -167,9 +167,10 @@ def test_every_upstream_api_is_offered_and_forwarded(gateway: GatewayThread, tan
     offered = {a.api_key: (a.min_version, a.max_version)
                for a in ApiVersionsResponse.decode(wire.recv(), version=3, header=True).api_keys}
     # every upstream API the gateway can authorize (without an authorizer: hide its own topics in), plus its own
-    assert set(offered) == {k for k in upstream if authorize.forwardable(k, passthrough=False)} | {
-        ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas, ApiKey.DescribeUserScramCredentials,
-        ApiKey.AlterUserScramCredentials}
+    own = {ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas, ApiKey.DescribeAcls, ApiKey.CreateAcls,
+           ApiKey.DeleteAcls, ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials}
+    assert set(offered) == {k for k in upstream if authorize.forwardable(k, passthrough=False)} | own
+    assert offered[ApiKey.CreateAcls] == (1, 3)
     assert {ApiKey.ConsumerGroupDescribe, ApiKey.GetTelemetrySubscriptions} <= set(offered)  # tansu's 69 and 71
     assert offered[ApiKey.ConsumerGroupDescribe] == upstream[ApiKey.ConsumerGroupDescribe]
     assert offered[ApiKey.Produce][1] == min(upstream[ApiKey.Produce][1], 9)

@@ -927,20 +927,6 @@ def _list_transactions(check: Check, header: protocol.RequestHeader, frame: byte
     return Plan(frame, merge=merge)
 
 
-# -- the ACL APIs (answered by the gateway once authz-core's handlers are in; until then checked, then forwarded) --
-
-def _acl_refused(field: str | None) -> Callable[[protocol.RequestHeader, Any], Any]:
-    def refuse(header: protocol.RequestHeader, request: Any) -> Any:
-        if field is None:  # DescribeAcls
-            return _response(header, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None, resources=[])
-        items = request.creations if field == "results" else request.filters
-        owner = protocol.response_class(header.api_key, header.api_version)
-        extra: dict[str, Any] = {} if field == "results" else {"matching_acls": []}
-        return owner(**{field: [_new(owner, field, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None,
-                                     **extra) for _ in items or []]})
-    return refuse
-
-
 def _update_features_refused(header: protocol.RequestHeader, request: Any) -> Any:
     owner = protocol.response_class(header.api_key, header.api_version)
     results = [_new(owner, "results", feature=u.feature, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None)
@@ -978,9 +964,10 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.AddOffsetsToTxn: _add_offsets_to_txn,
     ApiKey.EndTxn: _end_txn,
     ApiKey.TxnOffsetCommit: _txn_offset_commit,
-    ApiKey.DescribeAcls: _cluster_only(OP.DESCRIBE, _acl_refused(None)),
-    ApiKey.CreateAcls: _cluster_only(OP.ALTER, _acl_refused("results")),
-    ApiKey.DeleteAcls: _cluster_only(OP.ALTER, _acl_refused("filter_results")),
+    # the ACL APIs: answered by the gateway in terminate mode (gateway.acl_admin), the cluster's in passthrough
+    ApiKey.DescribeAcls: _no_check,
+    ApiKey.CreateAcls: _no_check,
+    ApiKey.DeleteAcls: _no_check,
     ApiKey.DescribeConfigs: _configs(OP.DESCRIBE_CONFIGS, "results", configs=[]),
     ApiKey.AlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
     ApiKey.IncrementalAlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
