@@ -3,20 +3,23 @@
     .venv/bin/python bench/authz.py [--requests 3000] [--rounds 3] [--out FILE]
 
 Three gateway processes in front of one tansu, started by this script (``--serve`` mode: a ``Gateway`` on its own
-interpreter, so its CPU is its own): without an authorizer, and with the StandardAuthorizer
+interpreter, so its CPU is its own; started as ``quotaflow gateway`` starts one, with ``gc.freeze()`` after
+start): without an authorizer, and with the StandardAuthorizer
 (``quotaflow.core.authorizer``) holding 100 and 10,000 ACLs. The ACL sets are Kafka-shaped: most are literal topic
 ACLs of other principals, some prefixed, a few wildcard, and the ones that let the bench's principal
 (``User:ANONYMOUS`` on the PLAINTEXT listener) write and read its topics, so every request is authorized through
 the index, not by a default. One raw connection per path sends one request at a time: a 1 KiB-record Produce
-(v9, acks=1) then a Fetch (v11, one partition), ``--requests`` each, paths alternating for ``--rounds`` rounds so
-drift on a shared machine hits all alike. Reported: each gateway process's user+system CPU per request (from
-/proc) and the ratio to the authorizer-off gateway. Target: <= 1.1x.
+(v9, acks=1) and a Fetch (v11, one partition), ``--requests`` each per round, in short slices interleaved across
+the three paths (rotated each time) so drift on a shared machine hits all alike. Reported: each gateway process's
+CPU per request (nanosecond schedstat from /proc), median over the slices, and the ratio to the authorizer-off
+gateway. Target: <= 1.1x.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import socket
@@ -27,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway_wire_latency import cpu_seconds, produce_frame
+from gateway_wire_latency import produce_frame
 from kafka.protocol.consumer import FetchRequest
 
 from quotaflow.core.acl import AclOperation, AclPermissionType, PatternType, ResourceType
@@ -36,7 +39,8 @@ from quotaflow.testing.tansu import Tansu
 
 PRINCIPAL = "User:ANONYMOUS"  # the PLAINTEXT listener's principal
 TOPIC_PREFIX = "bench-authz-"
-SIZES = (0, 100, 10_000)  # 0: no authorizer
+PATHS = {"off": 0, "off-again": 0, "100": 100, "10000": 10_000}  # label -> ACLs (0: no authorizer)
+SLICE = 250  # requests per measurement
 
 
 def bindings(n: int) -> list[object]:
@@ -79,6 +83,8 @@ def serve(upstream: str, store: Path, acls: int) -> None:
     asyncio.set_event_loop(loop)
     gateway = Gateway(upstream, {"PLAINTEXT": ("127.0.0.1", 0)}, store, authorizer=authorizer)
     loop.run_until_complete(gateway.start())
+    gc.collect()  # as `quotaflow gateway` does after start: what lives for the whole process (the ACL index too)
+    gc.freeze()  # stays out of the collector's scans
     print(f"ready {gateway.ports['PLAINTEXT']}", flush=True)
     loop.run_forever()
 
@@ -92,6 +98,18 @@ def fetch_frame(topic: str) -> bytes:
                                        partition_max_bytes=4096)])])
     request.with_header(correlation_id=2, client_id="bench")
     return bytes(request.encode(header=True, framed=True))
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` in nanoseconds (/proc/PID/task/*/schedstat: ns-precise, where /proc's
+    utime/stime count 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:
@@ -134,31 +152,34 @@ def main() -> None:
         serve(args.upstream, args.store, args.serve)
         return
     kinds = ("produce", "fetch")
-    cpu: dict[tuple[int, str], list[float]] = {(n, k): [] for n in SIZES for k in kinds}
+    cpu: dict[tuple[str, str], list[float]] = {(label, k): [] for label in PATHS for k in kinds}
     with tempfile.TemporaryDirectory() as tmp, Tansu() as tansu:
-        procs: dict[int, tuple[subprocess.Popen[str], int]] = {}
+        procs: dict[str, tuple[subprocess.Popen[str], int]] = {}
         try:
-            for n in SIZES:
-                procs[n] = start_gateway(tansu.bootstrap, Path(tmp) / f"q{n}.db", n)
+            for label, n in PATHS.items():
+                procs[label] = start_gateway(tansu.bootstrap, Path(tmp) / f"q-{label}.db", n)
             topic = f"{TOPIC_PREFIX}{time.time_ns()}"
             frames = {"produce": produce_frame(topic), "fetch": fetch_frame(topic)}
-            socks = {n: socket.create_connection(("127.0.0.1", port)) for n, (_p, port) in procs.items()}
+            socks = {label: socket.create_connection(("127.0.0.1", port)) for label, (_p, port) in procs.items()}
             for sock in socks.values():
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 for frame in frames.values():  # topic auto-creation and warm-up
                     one_at_a_time(sock, frame, 200)
-            for _ in range(args.rounds):
-                for n in SIZES:
+            # short slices, the paths interleaved and rotated: drift on a shared machine hits every path alike
+            labels = list(PATHS)
+            for r in range(args.rounds * max(1, args.requests // SLICE)):
+                for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                     for kind in kinds:
-                        pid = procs[n][0].pid
-                        c0 = cpu_seconds(pid)
-                        one_at_a_time(socks[n], frames[kind], args.requests)
-                        cpu[(n, kind)].append((cpu_seconds(pid) - c0) / args.requests * 1e6)
+                        pid = procs[label][0].pid
+                        c0 = cpu_ns(pid)
+                        one_at_a_time(socks[label], frames[kind], SLICE)
+                        cpu[(label, kind)].append((cpu_ns(pid) - c0) / SLICE / 1e3)
             for sock in socks.values():
                 sock.close()
         finally:
             for proc, _port in procs.values():
                 stop_process(proc, 5)
+    decision = decision_cost(frames)
 
     def median(values: list[float]) -> float:
         return sorted(values)[len(values) // 2]
@@ -168,21 +189,54 @@ def main() -> None:
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared with other jobs), Python "
         f"{platform.python_version()}. Command: `.venv/bin/python bench/authz.py --requests {args.requests} "
-        f"--rounds {args.rounds}`. Three `Gateway` processes (no quotas, no event log) in front of one tansu, one "
-        "raw connection each, one request at a time; CPU from /proc, median of the rounds.",
+        f"--rounds {args.rounds}`. Four `Gateway` processes (no quotas, no event log, `gc.freeze()` after start as "
+        "`quotaflow gateway` does) in front of one tansu: two without an authorizer (the second shows the noise "
+        "between two identical processes), one with 100 ACLs, one with 10,000. One raw connection each, one "
+        f"request at a time, in slices of {SLICE} requests interleaved across the four; CPU of each gateway process "
+        "from /proc/PID/task/*/schedstat, median over the slices; ratios to the first authorizer-off process.",
         "",
-        "| request | authorizer off (µs) | 100 ACLs (µs) | ratio | 10,000 ACLs (µs) | ratio |",
-        "|---|---|---|---|---|---|",
+        "| request | off (µs) | off again | 100 ACLs | 10,000 ACLs |",
+        "|---|---|---|---|---|",
     ]
     for kind in kinds:
-        off, hundred, ten_k = (median(cpu[(n, kind)]) for n in SIZES)
-        lines.append(f"| {kind} | {off:.0f} | {hundred:.0f} | {hundred / off:.2f}x | {ten_k:.0f} | "
-                     f"{ten_k / off:.2f}x |")
+        base = median(cpu[("off", kind)])
+        cells = [f"{median(cpu[(label, kind)]):.0f} µs ({median(cpu[(label, kind)]) / base:.2f}x)"
+                 for label in labels[1:]]
+        lines.append(f"| {kind} | {base:.0f} | {' | '.join(cells)} |")
+    lines += ["", "The authorization step alone, in-process (`authorize.plan` per request, best of 5 x 20,000):", "",
+              "| request | off (µs) | 100 ACLs (µs) | 10,000 ACLs (µs) |", "|---|---|---|---|"]
+    for kind in kinds:
+        lines.append(f"| {kind} | " + " | ".join(f"{decision[(n, kind)]:.1f}" for n in (0, 100, 10_000)) + " |")
     lines += ["", "Target (issue 19): <= 1.1x."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:
         args.out.write_text(text)
+
+
+def decision_cost(frames: dict[str, bytes]) -> dict[tuple[int, str], float]:
+    """µs per request of the gateway's authorization step (``authorize.plan``), in this process."""
+    import timeit
+
+    from quotaflow.core.authorizer import StandardAuthorizer
+    from quotaflow.gateway import authorize, protocol
+    from quotaflow.gateway.authz_audit import AuthzAudit
+    from quotaflow.gateway.hidden_topics import HiddenTopics
+
+    class Scope:
+        principal = "ANONYMOUS"
+
+    out = {}
+    for n in (0, 100, 10_000):
+        authorizer = StandardAuthorizer(bindings=bindings(n)) if n else None  # type: ignore[arg-type]
+        access = authorize.Access(authorizer, HiddenTopics(), AuthzAudit())
+        for kind, framed in frames.items():
+            frame = framed[4:]
+            header = protocol.parse_request_header(frame)
+            best = min(timeit.repeat(lambda: authorize.plan(access, Scope(), header, frame, "127.0.0.1"),  # type: ignore[arg-type]  # noqa: B023
+                                     number=20_000, repeat=5))
+            out[(n, kind)] = best / 20_000 * 1e6
+    return out
 
 
 if __name__ == "__main__":

@@ -145,6 +145,8 @@ def _fetch(version: int, *names: str, replica_id: int = -1, epoch: int = 0) -> d
 def test_fetch_topic_names_are_read_without_a_decode(version: int) -> None:
     header, frame = _frame(ApiKey.Fetch, version, **_fetch(version, "a", "bb", "ccc"))
     assert topic_names.fetch_topics(frame, header) == ["a", "bb", "ccc"]
+    with pytest.raises(InvalidRequestError):
+        topic_names.fetch_topics(frame[:header.end + 40], header)
     sessionless = topic_names.sessionless_fetch(frame, header)
     decoded = protocol.decode_request(sessionless, header)
     if version >= 7:

@@ -240,12 +240,9 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
     here (``pending.local``; b"" for an acks=0 produce), nothing forwarded."""
     def hook(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
         header = pending.header
-        with map_errors(CLOSE_ON_INVALID):
-            try:
-                plan = authorize.plan(scope.gateway.access, scope, header, frame, scope.client_ip,
-                                      passthrough=scope.sasl.passthrough is not None)
-            except PermissionError as e:
-                raise ConnectionClosed(str(e)) from e
+        try:  # (try/except, not map_errors: this runs for every request)
+            plan = authorize.plan(scope.gateway.access, scope, header, frame, scope.client_ip,
+                                  passthrough=scope.sasl.passthrough is not None)
             if plan is not None:
                 pending.authz = plan
                 if plan.forward is None:
@@ -254,6 +251,10 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
                     pending.local = plan.local
                     return None
                 frame = plan.forward
+        except InvalidRequestError as e:  # a request Kafka cannot parse closes the connection
+            raise ConnectionClosed(str(e)) from e
+        except PermissionError as e:
+            raise ConnectionClosed(str(e)) from e
         return frame if inner is None else inner(scope, pending, frame)
     return hook
 

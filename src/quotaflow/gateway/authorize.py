@@ -37,7 +37,7 @@ from kafka.protocol.api_key import ApiKey
 from quotaflow.core.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, kafka_principal
 from quotaflow.gateway import protocol, topic_names
 from quotaflow.gateway.authz_audit import AuthzAudit
-from quotaflow.gateway.hidden_topics import HiddenTopics
+from quotaflow.gateway.hidden_topics import RESERVED_PREFIX, HiddenTopics
 
 if TYPE_CHECKING:
     from quotaflow.gateway.api_handlers import HandlerScope
@@ -82,7 +82,7 @@ class Check:
         self.access = access
         self.authorizer = access.authorizer
         self.hidden = access.hidden
-        self.principal = kafka_principal(principal)
+        self.principal = principal if principal.startswith("User:") else kafka_principal(principal)
         self.host = host
         self.api = api
 
@@ -99,7 +99,7 @@ class Check:
         """A topic: never one of quotaflow's own, then the authorizer."""
         if name is None:
             return False  # named by id: the gateway cannot tell which topic it is
-        if name in self.hidden:
+        if name in self.hidden.names or name.startswith(RESERVED_PREFIX):
             self.access.audit.hidden_topic(self.principal, self.host, self.api, name, op)
             return False
         return self.allowed(op, RT.TOPIC, name)
@@ -313,16 +313,18 @@ _FETCH: Final = TopicShape("topics", "topic", "partitions", "partition", "respon
 def _fetch(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
     if check.authorizer is None and not check.hidden.may_name(frame):
         return None  # a Fetch request is small: one substring search
-    names = topic_names.fetch_topics(frame, header)
+    body = protocol.body_offset(frame, header)
+    names = topic_names.fetch_topics(frame, header, body)
+    original = frame
     if check.authorizer is not None:
         # sessions off: a session's partitions are not named again, so they could not be re-authorized
-        frame = topic_names.sessionless_fetch(frame, header)
-        replica_id = protocol.SIZE.unpack_from(frame, protocol.body_offset(frame, header))[0]
+        frame = topic_names.sessionless_fetch(frame, header, body)
+        replica_id = protocol.SIZE.unpack_from(frame, body)[0]
         if replica_id >= 0 and not check.cluster(OP.CLUSTER_ACTION):  # a follower's fetch
             return _all_topics(header, _decode(frame, header), _FETCH, CLUSTER_AUTHORIZATION_FAILED,
                                error_code=0, session_id=0)
     if all(check.topic(OP.READ, n) for n in names):
-        return Plan(frame) if check.authorizer is not None else None
+        return Plan(frame) if frame is not original else None
     return _split_topics(check, header, _decode(frame, header), _FETCH,
                          lambda n: NONE if _quiet_topic(check, OP.READ, n) else TOPIC_AUTHORIZATION_FAILED,
                          error_code=0, session_id=0)
@@ -1041,7 +1043,11 @@ def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, fr
     """The plan for one request about to be forwarded (None: forward it as it is). Raises
     ``InvalidRequestError`` for a request that cannot be read, ``PermissionError`` for an API the gateway does not
     forward."""
-    planner = PLANNERS.get(header.api_key)
+    key = header.api_key
+    if access.authorizer is None and (key == ApiKey.Fetch or (key == ApiKey.Produce and len(frame) <= _SCAN_LIMIT)) \
+            and not access.hidden.may_name(frame):
+        return None  # the hot path without an authorizer: one substring search, nothing to check
+    planner = PLANNERS.get(key)
     if planner is None:
         if forwardable(header.api_key, passthrough=passthrough, authorizer=access.authorizer is not None):
             return None

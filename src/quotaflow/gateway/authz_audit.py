@@ -36,7 +36,7 @@ class AuthzAudit:
 
     def decision(self, principal: str, host: str, api: int, resource_type: ResourceType, name: str,
                  operation: AclOperation, allowed: bool) -> None:
-        self.counts[(api, resource_type, operation, allowed)] += 1
+        self.counts[(api, int(resource_type), int(operation), allowed)] += 1  # ints: IntEnum hashing is slow
         if self.sink is not None and (not allowed or self.log_allowed):
             self.sink(row(principal, host, api, resource_type, name, operation, allowed))
 

@@ -24,96 +24,82 @@ PRODUCE_MAX: Final = 9
 FETCH_MAX: Final = 12
 
 
-class _Reader:
-    __slots__ = ("data", "flexible", "pos")
-
-    def __init__(self, data: bytes | memoryview, pos: int, flexible: bool) -> None:
-        self.data = data
-        self.pos = pos
-        self.flexible = flexible
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        data = self.data
-        while True:
-            if self.pos >= len(data) or shift > 28:
-                raise InvalidRequestError("truncated or oversized unsigned varint")
-            b = data[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def skip(self, n: int) -> None:
-        self.pos += n
-        if self.pos > len(self.data):
-            raise InvalidRequestError("request truncated")
-
-    def count(self) -> int:
-        """An array's length (-1: null)."""
-        if self.flexible:
-            return self.uvarint() - 1
-        (n,) = _I32.unpack_from(self.data, self.pos)
-        self.pos += 4
-        return int(n)
-
-    def string(self) -> str | None:
-        if self.flexible:
-            n = self.uvarint() - 1
-        else:
-            (n,) = _I16.unpack_from(self.data, self.pos)
-            self.pos += 2
-        if n < 0:
-            return None
-        end = self.pos + n
-        if end > len(self.data):
-            raise InvalidRequestError("string runs past the end of the request")
-        raw = bytes(self.data[self.pos:end])
-        self.pos = end
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InvalidRequestError("topic name is not UTF-8") from e
-
-    def skip_bytes(self) -> None:
-        if self.flexible:
-            n = self.uvarint() - 1
-        else:
-            (n,) = _I32.unpack_from(self.data, self.pos)
-            self.pos += 4
-        if n > 0:
-            self.skip(n)
-
-    def skip_tags(self) -> None:
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                self.uvarint()
-                self.skip(self.uvarint())
+def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    b = data[pos]
+    if b < 0x80:  # the common case: one byte
+        return b, pos + 1
+    value, shift = b & 0x7F, 7
+    while True:
+        pos += 1
+        if shift > 28:
+            raise InvalidRequestError("oversized unsigned varint")
+        b = data[pos]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos + 1
+        shift += 7
 
 
-def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader) -> tuple[str | None, list[str]]:
-    """(transactional_id, topic names in request order) of a Produce request v3–9."""
+def _skip_tags(data: bytes | memoryview, pos: int) -> int:
+    count, pos = _uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = _uvarint(data, pos)
+        size, pos = _uvarint(data, pos)
+        pos += size
+    return pos
+
+
+def _name(data: bytes | memoryview, pos: int, n: int) -> str:
+    if n < 0 or pos + n > len(data):
+        raise InvalidRequestError("topic name missing or running past the end of the request")
+    return bytes(data[pos:pos + n]).decode("utf-8")
+
+
+def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
+                   body: int | None = None) -> tuple[str | None, list[str]]:
+    """(transactional_id, topic names in request order) of a Produce request v3–9 (``body``: where its body
+    starts, when known)."""
     version = header.api_version
     if not 3 <= version <= PRODUCE_MAX:
         raise InvalidRequestError(f"Produce v{version} is not read by the gateway")
-    r = _Reader(frame, protocol.body_offset(frame, header), version >= 9)
+    data = frame
+    pos = protocol.body_offset(frame, header) if body is None else body
+    names: list[str] = []
     try:
-        transactional_id = r.string()
-        r.skip(6)  # acks, timeout_ms
-        names: list[str] = []
-        for _ in range(max(r.count(), 0)):
-            name = r.string()
-            if name is None:
-                raise InvalidRequestError("Produce topic without a name")
-            names.append(name)
-            for _ in range(max(r.count(), 0)):
-                r.skip(4)  # partition index
-                r.skip_bytes()  # records
-                r.skip_tags()
-            r.skip_tags()
-    except struct.error as e:
-        raise InvalidRequestError("Produce request truncated") from e
+        if version >= 9:  # flexible: compact strings and arrays, tagged fields
+            n, pos = _uvarint(data, pos)
+            transactional_id = None if n == 0 else _name(data, pos, n - 1)
+            pos += max(n - 1, 0) + 6  # acks, timeout_ms
+            topics, pos = _uvarint(data, pos)
+            for _ in range(topics - 1):
+                n, pos = _uvarint(data, pos)
+                names.append(_name(data, pos, n - 1))
+                pos += n - 1
+                partitions, pos = _uvarint(data, pos)
+                for _ in range(partitions - 1):
+                    size, pos = _uvarint(data, pos + 4)  # index, then the records' length + 1
+                    pos += max(size - 1, 0)
+                    pos = _skip_tags(data, pos)
+                pos = _skip_tags(data, pos)
+        else:
+            (n,) = _I16.unpack_from(data, pos)
+            transactional_id = None if n < 0 else _name(data, pos + 2, n)
+            pos += 2 + max(n, 0) + 6
+            (topics,) = _I32.unpack_from(data, pos)
+            pos += 4
+            for _ in range(topics):
+                (n,) = _I16.unpack_from(data, pos)
+                names.append(_name(data, pos + 2, n))
+                pos += 2 + n
+                (partitions,) = _I32.unpack_from(data, pos)
+                pos += 4
+                for _ in range(partitions):
+                    (size,) = _I32.unpack_from(data, pos + 4)
+                    pos += 8 + max(size, 0)
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(f"malformed Produce request: {e}") from e
+    if pos > len(data):
+        raise InvalidRequestError("Produce request truncated")
     return transactional_id, names
 
 
@@ -127,36 +113,50 @@ def _fetch_partition_size(version: int) -> int:
     return 4 + (4 if version >= 9 else 0) + 8 + (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
 
 
-def fetch_topics(frame: bytes | memoryview, header: protocol.RequestHeader) -> list[str]:
-    """Topic names of a Fetch request v4–12 (forgotten topics left out: forgetting needs no right)."""
+def fetch_topics(frame: bytes | memoryview, header: protocol.RequestHeader, body: int | None = None) -> list[str]:
+    """Topic names of a Fetch request v4–12 (forgotten topics left out: forgetting needs no right; ``body``:
+    where its body starts, when known)."""
     version = header.api_version
     if not 4 <= version <= FETCH_MAX:
         raise InvalidRequestError(f"Fetch v{version} is not read by the gateway")
-    r = _Reader(frame, protocol.body_offset(frame, header) + _fetch_head(version), version >= 12)
+    data = frame
+    pos = (protocol.body_offset(frame, header) if body is None else body) + _fetch_head(version)
     size = _fetch_partition_size(version)
+    names: list[str] = []
     try:
-        names: list[str] = []
-        for _ in range(max(r.count(), 0)):
-            name = r.string()
-            if name is None:
-                raise InvalidRequestError("Fetch topic without a name")
-            names.append(name)
-            for _ in range(max(r.count(), 0)):
-                r.skip(size)
-                r.skip_tags()
-            r.skip_tags()
-    except struct.error as e:
-        raise InvalidRequestError("Fetch request truncated") from e
+        if version >= 12:
+            topics, pos = _uvarint(data, pos)
+            for _ in range(topics - 1):
+                n, pos = _uvarint(data, pos)
+                names.append(_name(data, pos, n - 1))
+                pos += n - 1
+                partitions, pos = _uvarint(data, pos)
+                for _ in range(partitions - 1):
+                    pos = _skip_tags(data, pos + size)
+                pos = _skip_tags(data, pos)
+        else:
+            (topics,) = _I32.unpack_from(data, pos)
+            pos += 4
+            for _ in range(topics):
+                (n,) = _I16.unpack_from(data, pos)
+                names.append(_name(data, pos + 2, n))
+                pos += 2 + n
+                (partitions,) = _I32.unpack_from(data, pos)
+                pos += 4 + max(partitions, 0) * size
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(f"malformed Fetch request: {e}") from e
+    if pos > len(data):
+        raise InvalidRequestError("Fetch request truncated")
     return names
 
 
-def sessionless_fetch(frame: bytes, header: protocol.RequestHeader) -> bytes:
+def sessionless_fetch(frame: bytes, header: protocol.RequestHeader, body: int | None = None) -> bytes:
     """The Fetch request (v7+) with a new session's epoch 0 turned into -1: a full fetch that creates no session
     (KIP-227), so every request names all its partitions and each one is authorized every time, as the broker
     re-authorizes a session's partitions on each fetch."""
     if header.api_key != ApiKey.Fetch or header.api_version < 7:
         return frame
-    pos = protocol.body_offset(frame, header) + _fetch_head(header.api_version) - 8
+    pos = (protocol.body_offset(frame, header) if body is None else body) + _fetch_head(header.api_version) - 8
     session_id, epoch = struct.unpack_from(">ii", frame, pos)
     if session_id != 0 or epoch != 0:
         return frame
