@@ -472,3 +472,32 @@ def test_decisions_are_counted_for_metrics() -> None:
     assert 'kafka_server_authorizer_metrics_authorization_denied_total{api="Produce",operation="WRITE",' \
            'resource_type="TOPIC"} 1.0' in text
     assert 'kafka_server_authorizer_metrics_hidden_topic_refusals_total{api="Produce"} 1.0' in text
+
+
+def test_the_fast_body_offset_is_the_schemas() -> None:
+    for key, versions in ((ApiKey.Produce, range(3, 10)), (ApiKey.Fetch, range(4, 13))):
+        for version in versions:
+            fields = _fetch(version, "t") if key == ApiKey.Fetch else {
+                "transactional_id": None, "acks": 1, "timeout_ms": 1, "topic_data": [_produce_topic("t")]}
+            header, frame = _frame(key, version, **fields)
+            assert topic_names.body_offset(frame, header) == protocol.body_offset(frame, header)
+
+
+def test_decisions_are_cached_until_the_acls_change() -> None:
+    class Indexed(MemoryAuthorizer):
+        index: object = object()
+
+    authorizer = Indexed([BOB_WRITES_BOB])
+    access = _access(authorizer)
+    produce = {"transactional_id": None, "acks": 1, "timeout_ms": 10, "topic_data": [_produce_topic("bob-1")]}
+    for _ in range(3):
+        assert _plan(access, ApiKey.Produce, 9, **produce)[0] is None
+    assert authorizer.calls == 1
+    authorizer.acls.clear()
+    authorizer.index = object()  # what StandardAuthorizer.load does: a new index object
+    assert _plan(access, ApiKey.Produce, 9, **produce)[0] is not None and authorizer.calls == 2
+    plain = MemoryAuthorizer([BOB_WRITES_BOB])  # no index: asked every time
+    access = _access(plain)
+    for _ in range(2):
+        _plan(access, ApiKey.Produce, 9, **produce)
+    assert plain.calls == 2

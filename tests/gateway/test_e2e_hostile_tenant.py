@@ -349,3 +349,58 @@ def test_passthrough_hides_quotaflows_topics_and_leaves_kip554_to_the_upstream(t
         cluster.stop()
     with KafkaStore(f"kafka://{tansu.bootstrap}/{store_topic}") as store:
         assert store.list_credentials() == []  # nothing was written to the hidden topic
+
+
+def test_an_acl_granted_and_revoked_through_the_gateway_rules_the_next_produce_and_fetch(
+        tansu: Tansu, tmp_path: Path) -> None:
+    """Kafka's StandardAuthorizer from ``--config`` (super user admin): bob may neither produce nor fetch until
+    admin's CreateAcls (librdkafka) grants it, and is refused again once DeleteAcls revokes it: the cached decisions
+    follow the store's ACLs."""
+    from confluent_kafka.admin import AclBinding, AclBindingFilter, AclPermissionType, ResourcePatternType
+    from confluent_kafka.admin import AclOperation as RdOp
+    from confluent_kafka.admin import ResourceType as RdType
+
+    db = tmp_path / "q.db"
+    with open_store(db) as store:
+        for user in ("admin", "bob"):
+            store.put_credential(hash_password(user, f"{user}-secret", iterations=1000))
+    config = tmp_path / "server.properties"
+    config.write_text("listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+                      "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+                      "super.users=User:admin\n")
+    gw = GatewayThread(tansu.bootstrap, {"SASL_PLAINTEXT": "127.0.0.1:0"}, db, config_path=config)
+    gw.start()
+    try:
+        bootstrap = gw.bootstrap()
+        topic = f"grant-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap, **_sasl("admin")})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
+
+        def fetch_error() -> int:
+            with _wire_as(gw, "bob") as wire:
+                wire.send(FetchRequest[11](replica_id=-1, max_wait_ms=10, min_bytes=0, max_bytes=1 << 20,
+                                           isolation_level=0, session_id=0, session_epoch=0, rack_id="",
+                                           forgotten_topics_data=[], topics=[_fetch_topic(topic)]), 11)
+                answer = FetchResponse.decode(wire.recv(), version=11, header=True)
+                return int(answer.responses[0].partitions[0].error_code)
+
+        def produce_error() -> int | None:
+            err = _produce_error(bootstrap, "bob", topic, b"k", b"v")
+            return None if err is None else int(err.code())
+
+        assert produce_error() == TOPIC_AUTHORIZATION_FAILED and fetch_error() == TOPIC_AUTHORIZATION_FAILED
+        grants = [AclBinding(RdType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", "*", op,
+                             AclPermissionType.ALLOW) for op in (RdOp.WRITE, RdOp.READ)]
+        for future in admin.create_acls(grants, request_timeout=20).values():
+            future.result()
+        assert produce_error() is None and fetch_error() == 0  # the authorizer is reloaded when the ACLs change
+        match = AclBindingFilter(RdType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", None, RdOp.ANY,
+                                 AclPermissionType.ANY)
+        assert len(admin.delete_acls([match], request_timeout=20)[match].result()) == 2
+        deadline = time.monotonic() + 10
+        while fetch_error() != TOPIC_AUTHORIZATION_FAILED:
+            assert time.monotonic() < deadline, "the revoked ACL still allows bob's fetch"
+            time.sleep(0.1)
+        assert produce_error() == TOPIC_AUTHORIZATION_FAILED
+    finally:
+        gw.stop()

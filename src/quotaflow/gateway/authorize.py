@@ -63,14 +63,41 @@ CLUSTER_OPERATIONS: Final = (OP.CREATE, OP.CLUSTER_ACTION, OP.DESCRIBE_CONFIGS, 
 _CONFIG_TOPIC, _CONFIG_BROKER, _CONFIG_BROKER_LOGGER, _CONFIG_CLIENT_METRICS, _CONFIG_GROUP = 2, 4, 8, 16, 32
 
 
+DECISION_CACHE_MAX: Final = 65_536  # cached decisions before the cache starts over
+
+
 class Access:
     """What the gateway authorizes with: Kafka's authorizer (None: allow all, as a broker without
-    ``authorizer.class.name``, and always None in SASL passthrough), the hidden topics, the audit sink."""
+    ``authorizer.class.name``, and always None in SASL passthrough), the hidden topics, the audit sink.
+
+    Decisions are cached per (principal, host, operation, resource) when the authorizer replaces its ``index``
+    object on every ACL change (the StandardAuthorizer's ``load``): the cache starts over as soon as that object is
+    another one, so a change applies to the next request. An authorizer without one is asked every time."""
 
     def __init__(self, authorizer: Authorizer | None, hidden: HiddenTopics, audit: AuthzAudit | None = None) -> None:
         self.authorizer = authorizer
         self.hidden = hidden
         self.audit = audit or AuthzAudit()
+        self._cache: dict[tuple[str, str, int, int, str], bool] = {}
+        self._generation: object = None
+
+    def decide(self, authorizer: Authorizer, principal: str, host: str, op: AclOperation, rtype: ResourceType,
+               name: str) -> bool:
+        generation = getattr(authorizer, "index", None)
+        if generation is None:
+            return bool(authorizer.authorize(principal, host, op, rtype, name))
+        cache = self._cache
+        if generation is not self._generation:
+            cache.clear()
+            self._generation = generation
+        key = (principal, host, int(op), int(rtype), name)
+        found = cache.get(key)
+        if found is None:
+            found = bool(authorizer.authorize(principal, host, op, rtype, name))
+            if len(cache) >= DECISION_CACHE_MAX:
+                cache.clear()
+            cache[key] = found
+        return found
 
 
 class Check:
@@ -90,7 +117,7 @@ class Check:
         authorizer = self.authorizer
         if authorizer is None:
             return True
-        ok = bool(authorizer.authorize(self.principal, self.host, op, rtype, name))
+        ok = self.access.decide(authorizer, self.principal, self.host, op, rtype, name)
         if audit:
             self.access.audit.decision(self.principal, self.host, self.api, rtype, name, op, ok)
         return ok
@@ -313,7 +340,7 @@ _FETCH: Final = TopicShape("topics", "topic", "partitions", "partition", "respon
 def _fetch(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
     if check.authorizer is None and not check.hidden.may_name(frame):
         return None  # a Fetch request is small: one substring search
-    body = protocol.body_offset(frame, header)
+    body = topic_names.body_offset(frame, header)
     names = topic_names.fetch_topics(frame, header, body)
     original = frame
     if check.authorizer is not None:

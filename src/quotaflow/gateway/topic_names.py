@@ -49,6 +49,20 @@ def _skip_tags(data: bytes | memoryview, pos: int) -> int:
     return pos
 
 
+def body_offset(frame: bytes | memoryview, header: protocol.RequestHeader) -> int:
+    """``protocol.body_offset`` for Produce (flexible from v9) and Fetch (from v12) without asking the schema."""
+    key, version = header.api_key, header.api_version
+    if (key == ApiKey.Produce and version >= 9) or (key == ApiKey.Fetch and version >= 12):
+        try:
+            pos = _skip_tags(frame, header.end)
+        except IndexError as e:
+            raise InvalidRequestError("request header runs past the end of the frame") from e
+        if pos > len(frame):
+            raise InvalidRequestError("request header runs past the end of the frame")
+        return pos
+    return header.end
+
+
 def _name(data: bytes | memoryview, pos: int, n: int) -> str:
     if n < 0 or pos + n > len(data):
         raise InvalidRequestError("topic name missing or running past the end of the request")
@@ -63,7 +77,7 @@ def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
     if not 3 <= version <= PRODUCE_MAX:
         raise InvalidRequestError(f"Produce v{version} is not read by the gateway")
     data = frame
-    pos = protocol.body_offset(frame, header) if body is None else body
+    pos = body_offset(frame, header) if body is None else body
     names: list[str] = []
     try:
         if version >= 9:  # flexible: compact strings and arrays, tagged fields
@@ -120,7 +134,7 @@ def fetch_topics(frame: bytes | memoryview, header: protocol.RequestHeader, body
     if not 4 <= version <= FETCH_MAX:
         raise InvalidRequestError(f"Fetch v{version} is not read by the gateway")
     data = frame
-    pos = (protocol.body_offset(frame, header) if body is None else body) + _fetch_head(version)
+    pos = (body_offset(frame, header) if body is None else body) + _fetch_head(version)
     size = _fetch_partition_size(version)
     names: list[str] = []
     try:
@@ -156,7 +170,7 @@ def sessionless_fetch(frame: bytes, header: protocol.RequestHeader, body: int | 
     re-authorizes a session's partitions on each fetch."""
     if header.api_key != ApiKey.Fetch or header.api_version < 7:
         return frame
-    pos = (protocol.body_offset(frame, header) if body is None else body) + _fetch_head(header.api_version) - 8
+    pos = (body_offset(frame, header) if body is None else body) + _fetch_head(header.api_version) - 8
     session_id, epoch = struct.unpack_from(">ii", frame, pos)
     if session_id != 0 or epoch != 0:
         return frame
