@@ -179,6 +179,8 @@ def main() -> None:
         finally:
             for proc, _port in procs.values():
                 stop_process(proc, 5)
+        toggled = {n: same_process(tansu.bootstrap, Path(tmp) / f"same-{n}.db", n, args.requests, args.rounds)
+                   for n in (100, 10_000)}
     decision = decision_cost(frames)
 
     def median(values: list[float]) -> float:
@@ -203,6 +205,14 @@ def main() -> None:
         cells = [f"{median(cpu[(label, kind)]):.0f} µs ({median(cpu[(label, kind)]) / base:.2f}x)"
                  for label in labels[1:]]
         lines.append(f"| {kind} | {base:.0f} | {' | '.join(cells)} |")
+    lines += ["", "One gateway, its authorizer switched off and on between slices (same process, heap and connection; "
+              "CPU of its event-loop thread from /proc/self/task/TID/schedstat, median over the slices):", "",
+              "| request | 100 ACLs: off / on (µs) | ratio | 10,000 ACLs: off / on (µs) | ratio |",
+              "|---|---|---|---|---|"]
+    for kind in kinds:
+        cells = [f"{toggled[n][('off', kind)]:.0f} / {toggled[n][('on', kind)]:.0f} | "
+                 f"{toggled[n][('on', kind)] / toggled[n][('off', kind)]:.2f}x" for n in (100, 10_000)]
+        lines.append(f"| {kind} | {' | '.join(cells)} |")
     lines += ["", "The authorization step alone, in-process (`authorize.plan` per request, best of 5 x 20,000):", "",
               "| request | off (µs) | 100 ACLs (µs) | 10,000 ACLs (µs) |", "|---|---|---|---|"]
     for kind in kinds:
@@ -212,6 +222,44 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(text)
+
+
+def same_process(upstream: str, store: Path, acls: int, requests: int, rounds: int) -> dict[tuple[str, str], float]:
+    """CPU per request of one gateway's event-loop thread (this process, ``GatewayThread``), its authorizer switched
+    off and on between slices: the same process, heap and connection for both, so only the authorization differs.
+    Median µs per (mode, request)."""
+    from quotaflow.core.authorizer import StandardAuthorizer
+    from quotaflow.gateway.server import GatewayThread
+
+    authorizer = StandardAuthorizer(bindings=bindings(acls))  # type: ignore[arg-type]
+    thread = GatewayThread(upstream, {"PLAINTEXT": "127.0.0.1:0"}, store, authorizer=authorizer)
+    thread.start()
+    try:
+        assert thread.gateway is not None and thread._thread is not None
+        access, tid = thread.gateway.access, thread._thread.native_id
+        gc.collect()
+        gc.freeze()
+
+        def loop_cpu_ns() -> int:
+            return int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+
+        topic = f"{TOPIC_PREFIX}{time.time_ns()}"
+        frames = {"produce": produce_frame(topic), "fetch": fetch_frame(topic)}
+        out: dict[tuple[str, str], list[float]] = {(m, k): [] for m in ("off", "on") for k in frames}
+        with socket.create_connection(thread.address()) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for frame in frames.values():
+                one_at_a_time(sock, frame, 200)
+            for i in range(rounds * max(1, requests // SLICE)):
+                for mode in ("off", "on") if i % 2 else ("on", "off"):
+                    access.authorizer = authorizer if mode == "on" else None
+                    for kind, frame in frames.items():
+                        c0 = loop_cpu_ns()
+                        one_at_a_time(sock, frame, SLICE)
+                        out[(mode, kind)].append((loop_cpu_ns() - c0) / SLICE / 1e3)
+        return {key: sorted(v)[len(v) // 2] for key, v in out.items()}
+    finally:
+        thread.stop()
 
 
 def decision_cost(frames: dict[str, bytes]) -> dict[tuple[int, str], float]:

@@ -129,7 +129,13 @@ class Check:
         if name in self.hidden.names or name.startswith(RESERVED_PREFIX):
             self.access.audit.hidden_topic(self.principal, self.host, self.api, name, op)
             return False
-        return self.allowed(op, RT.TOPIC, name)
+        authorizer = self.authorizer
+        if authorizer is None:
+            return True
+        access = self.access
+        ok = access.decide(authorizer, self.principal, self.host, op, RT.TOPIC, name)
+        access.audit.decision(self.principal, self.host, self.api, RT.TOPIC, name, op, ok)
+        return ok
 
     def visible(self, name: str | None) -> bool:
         """Whether a listed topic stays in a listing: not hidden, and DESCRIBE allowed (not audited: Kafka filters
@@ -302,7 +308,10 @@ def _produce(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan
     if transactional_id is not None and check.authorizer is not None \
             and not check.txn(OP.WRITE, transactional_id):
         return _produce_refused(header, frame, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if all(check.topic(OP.WRITE, n) for n in names):  # checked again below only on a refusal (rare)
+    for name in names:  # checked again below only on a refusal (rare)
+        if not check.topic(OP.WRITE, name):
+            break
+    else:
         return None
     return _with_acks(header, frame, _split_topics(check, header, _decode(frame, header), _PRODUCE,
                                                   lambda n: NONE if _quiet_topic(check, OP.WRITE, n)
@@ -350,7 +359,10 @@ def _fetch(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan |
         if replica_id >= 0 and not check.cluster(OP.CLUSTER_ACTION):  # a follower's fetch
             return _all_topics(header, _decode(frame, header), _FETCH, CLUSTER_AUTHORIZATION_FAILED,
                                error_code=0, session_id=0)
-    if all(check.topic(OP.READ, n) for n in names):
+    for name in names:
+        if not check.topic(OP.READ, name):
+            break
+    else:
         return Plan(frame) if frame is not original else None
     return _split_topics(check, header, _decode(frame, header), _FETCH,
                          lambda n: NONE if _quiet_topic(check, OP.READ, n) else TOPIC_AUTHORIZATION_FAILED,
