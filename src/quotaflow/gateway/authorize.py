@@ -80,6 +80,7 @@ class Access:
         self.audit = audit or AuthzAudit()
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
         self._generation: object = None
+        self.principals: dict[str, str] = {}  # session user -> Kafka's principal string (``User:alice``)
 
     def decide(self, authorizer: Authorizer, principal: str, host: str, op: AclOperation, rtype: ResourceType,
                name: str) -> bool:
@@ -109,7 +110,12 @@ class Check:
         self.access = access
         self.authorizer = access.authorizer
         self.hidden = access.hidden
-        self.principal = principal if principal.startswith("User:") else kafka_principal(principal)
+        known = access.principals.get(principal)
+        if known is None:
+            known = access.principals[principal] = kafka_principal(principal)
+            if len(access.principals) > DECISION_CACHE_MAX:
+                access.principals.clear()
+        self.principal = known
         self.host = host
         self.api = api
 
