@@ -255,7 +255,17 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
             raise ConnectionClosed(str(e)) from e
         except PermissionError as e:
             raise ConnectionClosed(str(e)) from e
-        return frame if inner is None else inner(scope, pending, frame)
+        if inner is None:
+            return frame
+        forward = inner(scope, pending, frame)
+        if forward is None and pending.local and plan is not None and plan.merge is not None:
+            # the API's own hook answered the rest here (CreateTopics: every remaining topic over the mutation
+            # quota): the refused topics go into that answer too
+            header_key, version = header.api_key, header.api_version
+            message = protocol.decode_response(pending.local[4:], header_key, version)
+            plan.merge(message)
+            pending.local = protocol.encode_response(message, version, header.correlation_id)
+        return forward
     return hook
 
 
