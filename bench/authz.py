@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway_wire_latency import produce_frame
+from gateway_wire_latency import _exactly, produce_frame
 from kafka.protocol.consumer import FetchRequest
 
 from quotaflow.core.acl import AclOperation, AclPermissionType, PatternType, ResourceType
@@ -110,16 +110,6 @@ def cpu_ns(pid: int) -> int:
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended meanwhile
     return total
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def one_at_a_time(sock: socket.socket, frame: bytes, n: int) -> None:

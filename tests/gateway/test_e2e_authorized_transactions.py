@@ -21,35 +21,20 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from quotaflow.gateway.sasl import hash_password
-from quotaflow.gateway.server import GatewayThread
-from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu
+
+from .authz_gateway import sasl, start_authorizing_gateway
 
 pytestmark = pytest.mark.broker
 
 
-def _sasl(user: str) -> dict[str, Any]:
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
-            "sasl.password": f"{user}-secret", "log_level": 0}
-
-
 def test_transactions_need_write_on_their_transactional_id(tansu: Tansu, tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
-    with open_store(db) as store:
-        for user in ("admin", "bob"):
-            store.put_credential(hash_password(user, f"{user}-secret", iterations=1000))
-    config = tmp_path / "server.properties"
-    config.write_text("listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT\n"
-                      "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
-                      "super.users=User:admin\n")
-    gw = GatewayThread(tansu.bootstrap, {"SASL_PLAINTEXT": "127.0.0.1:0"}, db, config_path=config)
-    gw.start()
+    gw = start_authorizing_gateway(tansu.bootstrap, tmp_path)
     try:
         bootstrap = gw.bootstrap()
         stamp = uuid.uuid4().hex[:6]
         topic, tx = f"bob-{stamp}", f"bob-tx-{stamp}"
-        admin = AdminClient({"bootstrap.servers": bootstrap, **_sasl("admin")})
+        admin = AdminClient({"bootstrap.servers": bootstrap, **sasl("admin")})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(20)
         grants = [AclBinding(ResourceType.TOPIC, "bob-", ResourcePatternType.PREFIXED, "User:bob", "*",
                              AclOperation.ALL, AclPermissionType.ALLOW),
@@ -58,7 +43,7 @@ def test_transactions_need_write_on_their_transactional_id(tansu: Tansu, tmp_pat
         for future in admin.create_acls(grants, request_timeout=20).values():
             future.result()
 
-        producer = Producer({"bootstrap.servers": bootstrap, **_sasl("bob"), "transactional.id": tx})
+        producer = Producer({"bootstrap.servers": bootstrap, **sasl("bob"), "transactional.id": tx})
         producer.init_transactions(30)
         producer.begin_transaction()
         delivered: list[Any] = []
@@ -66,12 +51,12 @@ def test_transactions_need_write_on_their_transactional_id(tansu: Tansu, tmp_pat
         producer.commit_transaction(30)
         assert delivered == [None]
 
-        thief = Producer({"bootstrap.servers": bootstrap, **_sasl("bob"), "transactional.id": f"alice-tx-{stamp}"})
+        thief = Producer({"bootstrap.servers": bootstrap, **sasl("bob"), "transactional.id": f"alice-tx-{stamp}"})
         with pytest.raises(KafkaException) as refused:
             thief.init_transactions(30)
         assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
-        idempotent = Producer({"bootstrap.servers": bootstrap, **_sasl("bob"), "enable.idempotence": True})
+        idempotent = Producer({"bootstrap.servers": bootstrap, **sasl("bob"), "enable.idempotence": True})
         delivered.clear()
         idempotent.produce(topic, b"idempotent", on_delivery=lambda err, _m: delivered.append(err))
         idempotent.flush(30)

@@ -46,6 +46,7 @@ from quotaflow.store.kafka import KafkaStore
 from quotaflow.store.scram import scram_credential
 from quotaflow.testing.tansu import Tansu
 
+from .authz_gateway import start_authorizing_gateway
 from .gateway_wire import Wire
 from .memory_authorizer import Acl, MemoryAuthorizer
 
@@ -360,16 +361,7 @@ def test_an_acl_granted_and_revoked_through_the_gateway_rules_the_next_produce_a
     from confluent_kafka.admin import AclOperation as RdOp
     from confluent_kafka.admin import ResourceType as RdType
 
-    db = tmp_path / "q.db"
-    with open_store(db) as store:
-        for user in ("admin", "bob"):
-            store.put_credential(hash_password(user, f"{user}-secret", iterations=1000))
-    config = tmp_path / "server.properties"
-    config.write_text("listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT\n"
-                      "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
-                      "super.users=User:admin\n")
-    gw = GatewayThread(tansu.bootstrap, {"SASL_PLAINTEXT": "127.0.0.1:0"}, db, config_path=config)
-    gw.start()
+    gw = start_authorizing_gateway(tansu.bootstrap, tmp_path)
     try:
         bootstrap = gw.bootstrap()
         topic = f"grant-{uuid.uuid4().hex[:6]}"

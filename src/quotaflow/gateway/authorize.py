@@ -400,19 +400,12 @@ def _by_topic(shape: TopicShape, op: AclOperation) -> Planner:
 
 
 def _offset_commit(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+    """OffsetCommit: READ on the group (30 for every partition), then READ per topic; TxnOffsetCommit first needs
+    WRITE on its transactional id (53 for every partition)."""
     if not _needs_look(check, frame):
         return None
     request = _decode(frame, header)
-    if not check.group(OP.READ, request.group_id):
-        return _all_topics(header, request, _OFFSET_COMMIT, GROUP_AUTHORIZATION_FAILED)
-    return _split_topics(check, header, request, _OFFSET_COMMIT, _topic_code(check, OP.READ))
-
-
-def _txn_offset_commit(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
-    if not _needs_look(check, frame):
-        return None
-    request = _decode(frame, header)
-    if not check.txn(OP.WRITE, request.transactional_id):
+    if header.api_key == ApiKey.TxnOffsetCommit and not check.txn(OP.WRITE, request.transactional_id):
         return _all_topics(header, request, _OFFSET_COMMIT, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not check.group(OP.READ, request.group_id):
         return _all_topics(header, request, _OFFSET_COMMIT, GROUP_AUTHORIZATION_FAILED)
@@ -1010,7 +1003,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.AddPartitionsToTxn: _add_partitions_to_txn,
     ApiKey.AddOffsetsToTxn: _add_offsets_to_txn,
     ApiKey.EndTxn: _end_txn,
-    ApiKey.TxnOffsetCommit: _txn_offset_commit,
+    ApiKey.TxnOffsetCommit: _offset_commit,
     # the ACL APIs: answered by the gateway in terminate mode (gateway.acl_admin), the cluster's in passthrough
     ApiKey.DescribeAcls: _no_check,
     ApiKey.CreateAcls: _no_check,

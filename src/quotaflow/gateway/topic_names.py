@@ -69,6 +69,18 @@ def _name(data: bytes | memoryview, pos: int, n: int) -> str:
     return bytes(data[pos:pos + n]).decode("utf-8")
 
 
+def _compact_name(data: bytes | memoryview, pos: int) -> tuple[str, int]:
+    """A non-null COMPACT_STRING (length + 1 as an unsigned varint) and the offset after it."""
+    n, pos = _uvarint(data, pos)
+    return _name(data, pos, n - 1), pos + n - 1
+
+
+def _name16(data: bytes | memoryview, pos: int) -> tuple[str, int]:
+    """A non-null STRING (int16 length) and the offset after it."""
+    (n,) = _I16.unpack_from(data, pos)
+    return _name(data, pos + 2, n), pos + 2 + n
+
+
 def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
                    body: int | None = None) -> tuple[str | None, list[str]]:
     """(transactional_id, topic names in request order) of a Produce request v3–9 (``body``: where its body
@@ -86,9 +98,8 @@ def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
             pos += max(n - 1, 0) + 6  # acks, timeout_ms
             topics, pos = _uvarint(data, pos)
             for _ in range(topics - 1):
-                n, pos = _uvarint(data, pos)
-                names.append(_name(data, pos, n - 1))
-                pos += n - 1
+                name, pos = _compact_name(data, pos)
+                names.append(name)
                 partitions, pos = _uvarint(data, pos)
                 for _ in range(partitions - 1):
                     size, pos = _uvarint(data, pos + 4)  # index, then the records' length + 1
@@ -102,9 +113,8 @@ def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
             (topics,) = _I32.unpack_from(data, pos)
             pos += 4
             for _ in range(topics):
-                (n,) = _I16.unpack_from(data, pos)
-                names.append(_name(data, pos + 2, n))
-                pos += 2 + n
+                name, pos = _name16(data, pos)
+                names.append(name)
                 (partitions,) = _I32.unpack_from(data, pos)
                 pos += 4
                 for _ in range(partitions):
@@ -141,9 +151,8 @@ def fetch_topics(frame: bytes | memoryview, header: protocol.RequestHeader, body
         if version >= 12:
             topics, pos = _uvarint(data, pos)
             for _ in range(topics - 1):
-                n, pos = _uvarint(data, pos)
-                names.append(_name(data, pos, n - 1))
-                pos += n - 1
+                name, pos = _compact_name(data, pos)
+                names.append(name)
                 partitions, pos = _uvarint(data, pos)
                 for _ in range(partitions - 1):
                     pos = _skip_tags(data, pos + size)
@@ -152,9 +161,8 @@ def fetch_topics(frame: bytes | memoryview, header: protocol.RequestHeader, body
             (topics,) = _I32.unpack_from(data, pos)
             pos += 4
             for _ in range(topics):
-                (n,) = _I16.unpack_from(data, pos)
-                names.append(_name(data, pos + 2, n))
-                pos += 2 + n
+                name, pos = _name16(data, pos)
+                names.append(name)
                 (partitions,) = _I32.unpack_from(data, pos)
                 pos += 4 + max(partitions, 0) * size
     except (struct.error, IndexError, UnicodeDecodeError) as e:
