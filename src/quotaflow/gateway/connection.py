@@ -43,6 +43,7 @@ from quotaflow.gateway.api_handlers import (
     HANDLERS,
     LOCAL_APIS,
     PASS_THROUGH,
+    prepare_request,
     rewrite,
 )
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
@@ -50,6 +51,7 @@ from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
 from quotaflow.gateway.sasl_session import SaslSession
+from quotaflow.gateway.tls_errors import log_connection_failure
 from quotaflow.gateway.versions import PASSTHROUGH_APIS, SASL_APIS
 
 if TYPE_CHECKING:
@@ -116,7 +118,7 @@ class ClientConnection:
             for exc in results:
                 if isinstance(exc, Exception) and not isinstance(
                         exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
-                    log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
+                    log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
             self._fail_awaiting()
             self.close()
             await self._wait_closed()
@@ -215,6 +217,7 @@ class ClientConnection:
         if self._upstream_writer is None and self._will_forward(frame):
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
             await self._ensure_upstream()
+        await prepare_request(self, frame)  # KIP-599 permits that need the upstream's partition counts
         start = time.thread_time_ns()
         self.last_active = time.monotonic()
         pending = self._on_request(frame)
@@ -363,6 +366,9 @@ class ClientConnection:
             self._slots.release()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
+            if pending.hold_then_close_ms:  # a principal over its connection creation rate (passthrough SASL)
+                await asyncio.sleep(pending.hold_then_close_ms / 1000)
+                raise ConnectionClosed(f"throttled for {pending.hold_then_close_ms} ms at authentication")
 
     def _send(self, pending: Pending, frame: bytes) -> None:
         """Decide, render and write one response, and log it: all in one synchronous step, so no other request's

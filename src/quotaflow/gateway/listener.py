@@ -32,6 +32,7 @@ from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
 from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.tls import accept_tls
+from quotaflow.gateway.tls_errors import log_connection_failure, tls_reason
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,12 @@ class QuotaListener:
                 reader, writer = await asyncio.open_connection(sock=conn)
             else:
                 reader, writer = await accept_tls(conn, context, limit=STREAM_LIMIT)
+        except ssl.SSLError as e:
+            log.info("TLS handshake with %s:%d on %s failed: %s", accepted.client_ip, accepted.client_port,
+                     accepted.listener, tls_reason(e))
+            conn.close()
+            self._release(accepted)
+            return
         except OSError as e:
             log.info("connection from %s closed before it was served: %s", accepted.client_ip, e)
             conn.close()
@@ -248,9 +255,8 @@ class QuotaListener:
             await self._handler(reader, writer, accepted)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
-        except Exception:
-            log.exception("handler failed for %s:%d on %s", accepted.client_ip, accepted.client_port,
-                          accepted.listener)
+        except Exception as e:  # a client's TLS error: one INFO line; anything else: a traceback
+            log_connection_failure(log, e, accepted.client_ip, accepted.client_port, accepted.listener)
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -271,8 +277,11 @@ class QuotaListener:
 
 
 def ip_entity_address(name: str) -> str | None:
-    """An ip entity name as the address key the acceptor sees; None for a hostname (resolve it first)."""
+    """An ip entity name as the address key the acceptor sees (a CIDR range in its canonical form); None for a
+    hostname (resolve it first)."""
     try:
+        if "/" in name:
+            return str(ipaddress.ip_network(name, strict=True))
         return str(ipaddress.ip_address(name))
     except ValueError:
         return None
@@ -293,6 +302,10 @@ class _AddressedTarget:
             log.warning("Unable to resolve address %s", ip)
             return
         self._quotas.update_ip_connection_rate_quota(address, rate)
+        self.applied += 1
+
+    def update_principal_connection_rate_quota(self, principal: str | None, rate: int | None) -> None:
+        self._quotas.update_principal_connection_rate_quota(principal, rate)
         self.applied += 1
 
 
@@ -381,7 +394,10 @@ class ConnectionQuotaReloader:
 
 
 def _is_ip_entity(entity: QuotaEntity) -> bool:
-    return entity.ip is not None and entity.user is None and entity.client_id is None
+    """An entity the connection quotas take: an ip (or CIDR range), or a user alone (a per-principal rate)."""
+    if entity.client_id is not None or entity.client_id_prefix is not None:
+        return False
+    return (entity.ip is not None) != (entity.user is not None)
 
 
 def _ip_only(entities: Mapping[QuotaEntity, Mapping[str, float]]) -> dict[QuotaEntity, Mapping[str, float]]:

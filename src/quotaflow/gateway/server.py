@@ -30,6 +30,7 @@ from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import StoreError
+from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway import protocol
 from quotaflow.gateway.acl_admin import AclAdminHandler
 from quotaflow.gateway.addresses import AddressOf
@@ -50,6 +51,7 @@ from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.context import ConnectionInfo
 from quotaflow.gateway.hidden_topics import hidden_topics_for
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
+from quotaflow.gateway.partition_counts import PartitionCounts
 from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
@@ -154,6 +156,7 @@ class Gateway:
         self._listener: QuotaListener | None = None
         self._reloader: ConnectionQuotaReloader | None = None
         self._metrics: Any = None
+        self._metric_sources: list[MetricSource] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: Any = None
         self._store_seq = 0
@@ -163,6 +166,7 @@ class Gateway:
         self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
         self._api_versions_lock: asyncio.Lock | None = None
+        self.partition_counts = PartitionCounts(lambda: self.connect_upstream(None), self.upstream_api_versions)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -225,13 +229,24 @@ class Gateway:
         from quotaflow.gateway.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
-                                      sources=[self.broker_quotas, self.connection_quotas, self.authz_audit])
+                                      sources=[self.broker_quotas, self.connection_quotas, self.sasl,
+                                               self.authz_audit])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
+        if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
+            self._metrics.add_source(self.store)
+        for source in self._metric_sources:
+            self._metrics.add_source(source)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
         self.metrics_address = self._metrics.address
+
+    def add_metric_source(self, source: MetricSource) -> None:
+        """One more source for ``/metrics`` (the ``--workers`` supervisor's slot board); before or after start."""
+        self._metric_sources.append(source)
+        if self._metrics is not None:
+            self._metrics.add_source(source)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -278,6 +293,12 @@ class Gateway:
                 conn.principal = tls.principal(writer.get_extra_info("peercert"))
             except SslPrincipalMappingError as e:
                 log.info("closing TLS connection from %s: %s", accepted.client_ip, e)
+                return
+            # the certificate authenticated this principal: its connection creation rate, if it has one
+            throttle = self.connection_quotas.record_principal_connection_and_get_throttle_ms(
+                conn.principal, time.time_ns() // 1_000_000)
+            if throttle > 0:
+                await asyncio.sleep(throttle / 1000)  # held, then closed, as KIP-612 treats an ip over its rate
                 return
         self.connections.add(conn)
         try:
