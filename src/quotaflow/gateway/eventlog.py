@@ -372,8 +372,8 @@ class EventLog:
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
                 log.error("event log: cannot write %s (%s); the gateway keeps serving, rows are kept in memory (up "
-                          "to %d MB) and the write is retried every %g s", final, e,
-                          self.max_buffered_bytes // (1024 * 1024), self.retry_seconds)
+                          "to %.1f MB) and the write is retried every %g s", final, e,
+                          self.max_buffered_bytes / (1024 * 1024), self.retry_seconds)
             self._next_retry = time.monotonic() + self.retry_seconds
             return False
         kind.rows_written += table.num_rows
