@@ -5,8 +5,6 @@ unreported. Bounded: a few hundred requests on loopback, tansu upstream."""
 from __future__ import annotations
 
 import re
-import socket
-import struct
 import time
 import urllib.request
 import uuid
@@ -21,6 +19,8 @@ from quotaflow.events import REQUESTS_DIR, read_dataset
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
+from .gateway_wire import Wire
+
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
@@ -31,39 +31,32 @@ def create_topic(bootstrap: str) -> str:
     return name
 
 
-def produce_frame(topic: str, correlation_id: int, client_id: str) -> bytes:
+def produce_request(topic: str) -> ProduceRequest:
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
     builder.append(timestamp=None, key=None, value=b"e" * 1024, headers=[])
     builder.close()
     t = ProduceRequest.TopicProduceData
-    request = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+    return ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
         t(name=topic, partition_data=[t.PartitionProduceData(index=0, records=bytes(builder.buffer()))])])
-    request.with_header(correlation_id=correlation_id, client_id=client_id)
-    return bytes(request.encode(header=True, framed=True))
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def produce(port: int, topic: str, client_id: str, one_at_a_time: int, pipelined: int) -> int:
     """Produce requests answered by the gateway: ``one_at_a_time`` in turn, then ``pipelined`` sent at once."""
+    wire = Wire(("127.0.0.1", port))
+    wire.sock.settimeout(30)
     answered = 0
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        for cid in range(one_at_a_time):
-            sock.sendall(produce_frame(topic, cid, client_id))
-            _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
+    try:
+        for _ in range(one_at_a_time):
+            wire.send(produce_request(topic), 9, client_id)
+            wire.recv()
             answered += 1
-        sock.sendall(b"".join(produce_frame(topic, one_at_a_time + i, client_id) for i in range(pipelined)))
         for _ in range(pipelined):
-            _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
+            wire.send(produce_request(topic), 9, client_id)
+        for _ in range(pipelined):
+            wire.recv()
             answered += 1
+    finally:
+        wire.sock.close()
     return answered
 
 

@@ -356,3 +356,17 @@ def test_rows_beyond_the_queue_bound_while_the_writer_is_stalled_are_counted(
         log.close()
     assert log.rows_dropped[REQUESTS_DIR] == 400
     assert seqs_on_disk(tmp_path) == [0, *range(401, 501)]
+
+
+def test_an_idle_log_sleeps_longer_than_its_batch_period(tmp_path: Path) -> None:
+    """With few rows arriving the writer doubles its sleep up to ``idle_seconds``: an idle gateway does not wake
+    it 20 times a second. (On a loaded machine wake-ups only come later, so the bound holds.)"""
+    with EventLog(tmp_path, "gw", batch_seconds=0.05, idle_seconds=1.0) as log:
+        log.wait_ready()
+        before = log.wakeups
+        time.sleep(2.0)
+        idle_turns = log.wakeups - before
+        log.request(request_row(0))
+        log.flush()
+    assert idle_turns <= 8, idle_turns  # 0.05 + 0.1 + 0.2 + 0.4 + 0.8 + 1.0 s ...; a 50 ms timer would be 40
+    assert seqs_on_disk(tmp_path) == [0]

@@ -2,7 +2,7 @@
 
 The event loop only appends the row's dict to a deque (:meth:`EventLog.request`, :meth:`EventLog.connection`): no
 lock, no queue, no wake-up. One writer thread wakes on a timer (every ``batch_seconds``, 50 ms), takes everything
-appended since, turns it into Arrow record batches (one ``from_pylist`` per batch, a few µs of GIL per hundred rows)
+appended since, turns it into Arrow record batches (one ``from_pylist`` per 4,096 rows or per file, ~1 µs a row)
 and writes ``DIR/requests/*.parquet`` and ``DIR/connections/*.parquet`` in the schema of :mod:`quotaflow.events`
 plus the decision columns, so the Spark jobs read exactly what the gateway saw. The first Arrow conversion and
 Parquet write in a process cost a third of a second of CPU; the writer does both once on dummy rows at start
@@ -65,9 +65,15 @@ _SCHEMAS: Final = {REQUESTS_DIR: REQUEST_LOG_SCHEMA, CONNECTIONS_DIR: CONNECTION
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 BATCH_SECONDS: Final = 0.05
-"""How often the writer takes the rows appended since its last turn (its only wake-up while rows arrive)."""
+"""How often the writer takes the rows appended since its last turn while many arrive (its only wake-up)."""
+IDLE_SECONDS: Final = 1.0
+"""The longest the writer sleeps while few rows arrive: a turn costs ~0.1 ms of CPU on a slow core, so 20 turns a
+second would cost more than the rows themselves at a few hundred requests a second."""
+BUSY_ROWS: Final = 1024
+"""A turn that takes at least this many rows keeps the writer on ``batch_seconds``; fewer double its sleep."""
 BATCH_ROWS: Final = 4096
-"""Rows per Arrow conversion: bounds how long the writer holds the GIL in one C call (~4 ms)."""
+"""Rows per Arrow conversion: amortizes its fixed cost, bounds how long the writer holds the GIL in one C call
+(~4 ms) and the row dicts the writer holds (~4 MB a kind)."""
 MAX_BUFFERED_BYTES: Final = 64 * 1024 * 1024
 """Default bound on Arrow data waiting for the disk (~100 bytes a request row: ~600,000 rows)."""
 MAX_QUEUED_ROWS: Final = 200_000
@@ -98,6 +104,7 @@ class _Kind:
         self.queue: deque[dict[str, Any]] = deque(maxlen=max_queued_rows)  # appended by the loop, taken by the writer
         self.appended = 0  # loop side
         self.taken = 0  # writer side
+        self.rows: list[dict[str, Any]] = []  # taken from the queue, not converted yet (< BATCH_ROWS)
         self.batches: list[pa.RecordBatch] = []  # converted rows of the file being filled
         self.batch_rows = 0
         self.first_at = 0.0  # monotonic time the current file got its first row
@@ -106,6 +113,11 @@ class _Kind:
         self.rows_written = 0
         self.files_written = 0
         self.rows_dropped = 0
+
+    @property
+    def pending(self) -> int:
+        """Rows of the file being filled."""
+        return self.batch_rows + len(self.rows)
 
     def waiting_bytes(self) -> int:
         return sum(int(t.nbytes) for t in self.failed) + sum(int(b.nbytes) for b in self.batches)
@@ -127,12 +139,15 @@ class EventLog:
         roll_rows: int = 50_000,
         roll_seconds: float = 5.0,
         batch_seconds: float = BATCH_SECONDS,
+        idle_seconds: float = IDLE_SECONDS,
         max_buffered_bytes: int = MAX_BUFFERED_BYTES,
         max_queued_rows: int = MAX_QUEUED_ROWS,
         retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         if roll_rows < 1 or roll_seconds <= 0 or batch_seconds <= 0 or retry_seconds <= 0:
             raise ValueError("roll_rows must be >= 1; roll_seconds, batch_seconds and retry_seconds > 0")
+        if idle_seconds < batch_seconds:
+            raise ValueError("idle_seconds must be >= batch_seconds")
         if max_buffered_bytes < 1 or max_queued_rows < 1:
             raise ValueError("max_buffered_bytes and max_queued_rows must be >= 1")
         self.directory = Path(directory)
@@ -140,6 +155,7 @@ class EventLog:
         self.roll_rows = roll_rows
         self.roll_seconds = roll_seconds
         self.batch_seconds = batch_seconds
+        self.idle_seconds = idle_seconds
         self.max_buffered_bytes = max_buffered_bytes
         self.retry_seconds = retry_seconds
         for kind in _SCHEMAS:
@@ -200,7 +216,7 @@ class EventLog:
     @property
     def rows_buffered(self) -> int:
         """Rows appended and not yet in a file (a snapshot: rows keep arriving)."""
-        return sum(len(k.queue) + k.batch_rows + k.failed_rows for k in self._kinds.values())
+        return sum(len(k.queue) + k.pending + k.failed_rows for k in self._kinds.values())
 
     def metric_samples(self, now_ms: int) -> Iterable[MetricSample]:
         """``/metrics``: rows written / dropped per kind, rows waiting, write errors (group ``EventLog``)."""
@@ -278,8 +294,9 @@ class EventLog:
             self._fail(e)
         self.warmup_cpu_ns = time.thread_time_ns() - start
         self._ready.set()
+        period = self.batch_seconds
         while True:
-            self._wake.wait(self.batch_seconds)
+            self._wake.wait(self._sleep(period))
             self._wake.clear()
             self.wakeups += 1
             closing = self._stopping
@@ -287,7 +304,10 @@ class EventLog:
                 flushes, self._flushes = self._flushes, []
             if self._error is None:
                 try:
+                    taken = sum(k.taken for k in self._kinds.values())
                     self._turn(flush=closing or bool(flushes), closing=closing)
+                    busy = sum(k.taken for k in self._kinds.values()) - taken >= BUSY_ROWS
+                    period = self.batch_seconds if busy else min(period * 2, self.idle_seconds)
                 except Exception as e:  # a bad row or an Arrow error: fatal, raised to the caller
                     log.exception("event log writer failed")
                     self._fail(e)
@@ -295,6 +315,14 @@ class EventLog:
                 done.set()
             if closing:
                 return
+
+    def _sleep(self, period: float) -> float:
+        """``period``, or less when a file is due to roll or a refused write to be retried before it ends."""
+        now = time.monotonic()
+        due = [k.first_at + self.roll_seconds for k in self._kinds.values() if k.pending]
+        if self._failing_since is not None:
+            due.append(self._next_retry)
+        return max(0.0, min([period, *(d - now for d in due)]))
 
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
@@ -316,29 +344,40 @@ class EventLog:
         now = time.monotonic()
         for kind in self._kinds.values():
             self._take(kind, now)
-            if kind.batch_rows and (flush or now - kind.first_at >= self.roll_seconds):
+            if kind.pending and (flush or now - kind.first_at >= self.roll_seconds):
                 self._roll(kind)
         if self._failing_since is not None and (flush or now >= self._next_retry):
             self._retry(closing=closing)
         self._bound()
 
     def _take(self, kind: _Kind, now: float) -> None:
-        """Move everything appended into record batches, rolling a file at every ``roll_rows``."""
-        queue = kind.queue
+        """Move everything appended to the writer's side, converting every ``BATCH_ROWS`` rows (a conversion has a
+        fixed cost of ~100 µs: once per 50 ms turn it would cost more than the rows) and rolling a file at every
+        ``roll_rows``."""
+        queue, rows, pop = kind.queue, kind.rows, kind.queue.popleft
         while queue:
-            n = min(len(queue), BATCH_ROWS, self.roll_rows - kind.batch_rows)
-            rows = [queue.popleft() for _ in range(n)]
-            kind.taken += n
-            if not kind.batch_rows:
+            n = min(len(queue), self.roll_rows - kind.pending)
+            if not kind.pending:
                 kind.first_at = now
-            kind.batches.append(self._convert(kind, rows))
-            kind.batch_rows += n
-            if kind.batch_rows >= self.roll_rows:
+            rows.extend([pop() for _ in range(n)])
+            kind.taken += n
+            if len(rows) >= BATCH_ROWS:
+                self._convert_rows(kind)
+            if kind.pending >= self.roll_rows:
                 self._roll(kind)
         dropped = kind.appended - kind.taken - len(queue)  # a full deque dropped its oldest rows
         if dropped > 0:
             kind.taken += dropped
             self._dropped(kind, dropped, "rows arrived faster than the writer took them")
+
+    def _convert_rows(self, kind: _Kind) -> None:
+        """The writer's row dicts into record batches of at most ``BATCH_ROWS`` (each one C call holding the GIL)."""
+        rows = kind.rows
+        for start in range(0, len(rows), BATCH_ROWS):
+            chunk = rows[start:start + BATCH_ROWS]
+            kind.batches.append(self._convert(kind, chunk))
+            kind.batch_rows += len(chunk)
+        rows.clear()
 
     @staticmethod
     def _convert(kind: _Kind, rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -350,6 +389,7 @@ class EventLog:
         return batch
 
     def _roll(self, kind: _Kind) -> None:
+        self._convert_rows(kind)
         table = pa.Table.from_batches(kind.batches, schema=kind.schema)
         kind.batches, kind.batch_rows = [], 0
         # while the disk refuses, new files wait behind the older ones (retried in order, not on every roll)
