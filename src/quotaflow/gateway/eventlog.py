@@ -128,7 +128,9 @@ class EventLog:
 
     Rows are dicts with the column names of :data:`REQUEST_LOG_SCHEMA` / :data:`CONNECTION_LOG_SCHEMA`; ``broker``
     defaults to this log's broker and ``seq`` to the log's arrival counter (one counter over both kinds), so the
-    caller needs to fill neither. A file is rolled every ``roll_rows`` rows or ``roll_seconds`` after its first row.
+    caller needs to fill neither. A file is rolled every ``roll_rows`` rows or ``roll_seconds`` after the writer took
+    its first row (at most ``idle_seconds`` after it was appended). A new kind of row is a directory and schema in
+    ``_SCHEMAS`` and a method like :meth:`request` that calls ``self._put(self._kinds[DIR], row)``.
     """
 
     def __init__(
