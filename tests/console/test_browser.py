@@ -174,3 +174,29 @@ def test_delete_an_entity(page: Any, console_url: str, store: SqliteStore) -> No
     page.wait_for_function("!document.querySelector('#quota-table').innerText.includes('batch-loader')")
     assert len(rows(page)) == 6
     assert store.get(QuotaEntity(client_id="batch-loader")) == {}
+
+
+def test_acls_page_add_decide_and_remove(page: Any, console_url: str, store: SqliteStore, tmp_path: Path) -> None:
+    page.goto(f"{console_url}/acls")
+    page.wait_for_selector("#no-acls")
+    page.select_option("#add-resource-type", "TOPIC")
+    page.fill("#add-name", "pay-")
+    page.select_option("#add-pattern-type", "PREFIXED")
+    page.fill("#add-principal", "User:bob")
+    page.select_option("#add-operation", "WRITE")
+    page.click("#acl-add-button")
+    page.wait_for_selector("#acl-table")
+    assert "User:bob" in page.locator("#acl-table").inner_text()
+    assert {(b.pattern.name, b.entry.principal) for b in store.acls().bindings} == {("pay-", "User:bob")}
+    # may bob write pay-eu? WRITE implies DESCRIBE: the page names the deciding ACL
+    page.fill("#check-principal", "User:bob")
+    page.select_option("#check-operation", "DESCRIBE")
+    page.fill("#check-name", "pay-eu")
+    page.click("#acl-check-form button[type=submit]")
+    page.wait_for_selector("#acl-verdict")
+    assert "ALLOWED by ResourcePattern(resourceType=TOPIC, name=pay-" in page.inner_text("#acl-verdict")
+    screenshot(page, tmp_path, "acls")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("#acl-table button.remove")
+    page.wait_for_selector("#no-acls")
+    assert store.acls().bindings == frozenset()

@@ -55,14 +55,16 @@ def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--store", "store", metavar="PATH|URL", default=None, help=STORE_HELP)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
               help="server.properties-style settings (socket.request.max.bytes, connections.max.idle.ms, "
-                   "quota.window.*, connection-rate quotas; the latter reload when the file changes).")
+                   "quota.window.*, connection-rate quotas, which reload when the file changes; "
+                   "authorizer.class.name, super.users, allow.everyone.if.no.acl.found: docs/security.md).")
 @click.option("--metrics-port", type=int, default=None,
               help="Serve /metrics (Prometheus) and /resolve (JSON) on 127.0.0.1:PORT (0 = any free port).")
 @click.option("--event-log", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Append usage events (Parquet, docs/events.md) under this directory.")
 @click.option("--admin-principal", "admins", multiple=True,
               help="A principal allowed to describe/alter quotas over the wire (repeatable; 'alice' or "
-                   "'User:alice'). Without any, every principal may (a Kafka broker with no authorizer).")
+                   "'User:alice'). Without any, every principal may (a Kafka broker with no authorizer). With "
+                   "authorizer.class.name these are super users too.")
 @click.option("--inter-broker-listener", default=None, help="The listener exempt from the broker-wide connection "
                                                             "rate (inter.broker.listener.name).")
 @click.option("--broker", "broker_name", default="gateway", show_default=True,

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from quotaflow.console import api, pages
+from quotaflow.console import acls, api, pages
 from quotaflow.console.state import Console, ConsoleConfig
 from quotaflow.console.views import make_templates
 from quotaflow.store.base import QuotaStore
@@ -37,7 +37,8 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         finally:
             await console.live.stop()
 
-    routes = [*pages.ROUTES, *api.ROUTES, Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static")]
+    routes = [*pages.ROUTES, *acls.PAGE_ROUTES, *acls.API_ROUTES, *api.ROUTES,
+              Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static")]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: api.http_error})
     app.state.console = console
     app.state.templates = make_templates()

@@ -28,10 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from quotaflow.core.acl import AclBinding
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
 from quotaflow.core.properties import parse_properties
 from quotaflow.store.base import (
+    AclSnapshot,
+    AclStore,
     Change,
     Credential,
     EntityChange,
@@ -41,7 +44,14 @@ from quotaflow.store.base import (
     Snapshot,
     Values,
 )
-from quotaflow.store.records import StoreView, credential_record, credential_tombstones, quota_record, scram_record
+from quotaflow.store.records import (
+    StoreView,
+    acl_record,
+    credential_record,
+    credential_tombstones,
+    quota_record,
+    scram_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +354,32 @@ class KafkaStore:
         with self._cond:
             return self._view.scram.get((user, mechanism))
 
+    # -- ACLs ---------------------------------------------------------------------------------------------------
+
+    def acls(self) -> AclSnapshot:
+        with self._cond:
+            return AclSnapshot(self._view.acl_version, frozenset(self._view.acls))
+
+    def acl_version(self) -> int:
+        with self._cond:
+            return self._view.acl_version
+
+    def add_acls(self, bindings: Sequence[AclBinding]) -> int:
+        """One record per binding this view does not hold yet (a duplicate from a racing writer changes nothing
+        when applied)."""
+        ts = self._clock_ms()
+        with self._cond:
+            new = [b for b in dict.fromkeys(bindings) if b not in self._view.acls]
+        if new:
+            self._append([acl_record(b, ts) for b in new])
+        return self.acl_version()
+
+    def remove_acls(self, bindings: Sequence[AclBinding]) -> int:
+        """A tombstone per binding (written even if this view lags: the log decides)."""
+        if bindings:
+            self._append([acl_record(b, None) for b in dict.fromkeys(bindings)])
+        return self.acl_version()
+
     def close(self) -> None:
         self._stop.set()
         thread = getattr(self, "_thread", None)
@@ -378,3 +414,4 @@ def _client_reason(error: BaseException) -> str:
 if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protocol exactly
     _conforms: QuotaStore = KafkaStore("kafka://127.0.0.1:9092")
     _scram: ScramStore = KafkaStore("kafka://127.0.0.1:9092")
+    _acls: AclStore = KafkaStore("kafka://127.0.0.1:9092")
