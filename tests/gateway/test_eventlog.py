@@ -370,3 +370,24 @@ def test_an_idle_log_sleeps_longer_than_its_batch_period(tmp_path: Path) -> None
         log.flush()
     assert idle_turns <= 8, idle_turns  # 0.05 + 0.1 + 0.2 + 0.4 + 0.8 + 1.0 s ...; a 50 ms timer would be 40
     assert seqs_on_disk(tmp_path) == [0]
+
+
+def test_the_gateway_reads_the_memory_bound_from_its_config(tmp_path: Path) -> None:
+    from quotaflow.core.errors import CommandError
+    from quotaflow.gateway.server import EVENT_LOG_BUFFER_MAX_BYTES, Gateway
+
+    def gateway(value: str) -> Gateway:
+        props = tmp_path / "gw.properties"
+        props.write_text(f"{EVENT_LOG_BUFFER_MAX_BYTES}={value}\n")
+        return Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", config_path=props,
+                       event_log=tmp_path / "events")
+
+    gw = gateway("1048576")
+    try:
+        assert gw.event_log_buffer_bytes == 1_048_576
+    finally:
+        gw.sasl.close()
+        gw.store.close()
+    for bad in ("0", "-5", "lots"):
+        with pytest.raises(CommandError, match=f"Invalid value {bad} for configuration {EVENT_LOG_BUFFER_MAX_BYTES}"):
+            gateway(bad)

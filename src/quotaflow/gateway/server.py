@@ -94,6 +94,7 @@ class Gateway:
         self.config_path = Path(config_path) if config_path is not None else None
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
+        self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
         conn_config = connection_quota_config(props)
         # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
@@ -111,7 +112,6 @@ class Gateway:
         self.sasl_mechanisms = MECHANISMS if self.scram_store is not None else (PLAIN,)
         self.admin_principals = admin_principals
         self.event_log_dir = Path(event_log) if event_log is not None else None
-        self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
         self.metrics_port = metrics_port
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
