@@ -18,6 +18,7 @@ from quotaflow.core.acl import (
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
+    java_host_address,
     operation_from_name,
     pascal_name,
 )
@@ -470,3 +471,15 @@ def test_authorize_with_prefixed_resource_among_many_denies() -> None:
         ("z_other", LITERAL))]
     a = authorizer(*denies, acl(TOPIC, "foo", PREFIXED, "User:alice", "*", READ, ALLOW))
     assert a.authorize("User:alice", LOCAL, READ, TOPIC, "foo-x")
+
+
+def test_client_addresses_are_compared_as_java_writes_them() -> None:
+    assert java_host_address("10.0.0.1") == "10.0.0.1"
+    assert java_host_address("::1") == "0:0:0:0:0:0:0:1"
+    assert java_host_address("fe80::1%eth0") == "fe80:0:0:0:0:0:0:1%eth0"
+    assert java_host_address("::ffff:10.1.2.3") == "10.1.2.3"
+    a = authorizer(acl(TOPIC, "t", LITERAL, "User:alice", "0:0:0:0:0:0:0:1", READ, ALLOW),
+                   acl(TOPIC, "t", LITERAL, "User:bob", "::1", READ, ALLOW))
+    # Kafka matches the ACL written in Java's form; one written "::1" never matches a client (getHostAddress)
+    assert check(a, "alice", [(READ, TOPIC, "t")], "::1") == [True]
+    assert check(a, "bob", [(READ, TOPIC, "t")], "::1") == [False]

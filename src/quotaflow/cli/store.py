@@ -26,7 +26,8 @@ def copy(src: str, dst: str, overwrite: bool) -> None:
     """Copy every quota, credential and ACL from SRC to DST (a path, sqlite:///PATH or kafka://...).
 
     DST ends up equal to SRC; SRC is not changed. Passwords are never involved: credentials move as the salted
-    derived keys the store holds."""
+    derived keys the store holds. Records are re-signed: what SRC applied (with its own
+    quotaflow.store.signing.key.file, only what verified) is written with DST's key, or unsigned without one."""
     try:
         src_name, dst_name = describe_store(src), describe_store(dst)
         if src_name == dst_name:

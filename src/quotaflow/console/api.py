@@ -94,7 +94,7 @@ async def quotas_post(request: Request) -> Response:
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return error_response(InvalidRequestError("POST /api/quotas takes application/json"))
     try:
-        await run_in_threadpool(console.access.require_admin, request.headers.get("authorization"))
+        await console.authenticate(console.access.require_admin, request)
     except KafkaError as e:
         return error_response(e, challenge=PAGE_HEADER not in request.headers)
     raw = bytearray()
@@ -144,7 +144,7 @@ async def resolve(request: Request) -> Response:
 async def whoami(request: Request) -> Response:
     console = console_of(request)
     try:
-        principal = await run_in_threadpool(console.access.principal, request.headers.get("authorization"))
+        principal = await console.authenticate(console.access.principal, request)
     except KafkaError as e:
         return error_response(e)
     return JSONResponse(

@@ -8,6 +8,8 @@ implements :class:`Authorizer`; the gateway's per-API checks depend only on this
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -65,6 +67,25 @@ def kafka_principal(user: str) -> str:
     """The gateway's session user (``alice``) as Kafka's principal string (``User:alice``); already-typed
     principals are kept."""
     return user if ":" in user and user.split(":", 1)[0] in ("User", "Group") else f"User:{user}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _java_ipv6(host: str) -> str:
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)  # Java hands an IPv4-mapped address over as an Inet4Address
+    scope = host[host.index("%"):] if "%" in host else ""
+    return ":".join(f"{int(group, 16):x}" for group in address.exploded.split(":")) + scope
+
+
+def java_host_address(host: str) -> str:
+    """A client address as Kafka's authorizer sees it (``InetAddress.getHostAddress``), the form ACL hosts are
+    compared with: IPv4 as it is; IPv6 in full, without zero compression or leading zeros (``::1`` ->
+    ``0:0:0:0:0:0:0:1``); an IPv4-mapped IPv6 address as its IPv4 address."""
+    return host if ":" not in host else _java_ipv6(host)
 
 
 class Authorizer(Protocol):

@@ -30,6 +30,7 @@ from quotaflow.core.acl import (
     PatternType,
     ResourcePattern,
     ResourceType,
+    java_host_address,
     kafka_principal,
     parse_principal,
 )
@@ -291,13 +292,13 @@ class StandardAuthorizer:
         """The decision and the rule behind it (super user, the deciding ACL, or the default)."""
         if principal in self.super_users:
             return _SUPER_USER
-        return self.index.decide(principal, host, operation, resource_type, name, self._default)
+        return self.index.decide(principal, java_host_address(host), operation, resource_type, name, self._default)
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                   name: str) -> bool:
         if principal in self.super_users:
             return True
-        state = self.index.find(principal, host, operation, resource_type, name)[0]
+        state = self.index.find(principal, java_host_address(host), operation, resource_type, name)[0]
         return state == _ALLOWED or (state == _NO_RESOURCE_ACL and self.allow_everyone_if_no_acl_found)
 
     def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
@@ -310,7 +311,7 @@ class StandardAuthorizer:
                              f"{operation.name} on {resource_type.name}")
         if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
-        return self.index.by_resource_type(principal, host, operation, resource_type)
+        return self.index.by_resource_type(principal, java_host_address(host), operation, resource_type)
 
 
 # -- configuration (server.properties names) -----------------------------------------------------------------------

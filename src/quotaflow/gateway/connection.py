@@ -43,6 +43,7 @@ from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
 from quotaflow.gateway.sasl_session import SaslSession
+from quotaflow.gateway.tls_errors import log_connection_failure
 from quotaflow.gateway.versions import PASSTHROUGH_APIS, SASL_APIS
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class ClientConnection:
             for exc in results:
                 if isinstance(exc, Exception) and not isinstance(
                         exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
-                    log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
+                    log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
             self._fail_awaiting()
             self.close()
             await self._wait_closed()

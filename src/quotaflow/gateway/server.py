@@ -30,6 +30,7 @@ from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
+from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway import protocol
 from quotaflow.gateway.acl_admin import AclAdminHandler
 from quotaflow.gateway.addresses import AddressOf
@@ -145,6 +146,7 @@ class Gateway:
         self._listener: QuotaListener | None = None
         self._reloader: ConnectionQuotaReloader | None = None
         self._metrics: Any = None
+        self._metric_sources: list[MetricSource] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: Any = None
         self._store_seq = 0
@@ -224,10 +226,20 @@ class Gateway:
             self._metrics.add_source(self.cluster_quotas)
         if self._event_log is not None:
             self._metrics.add_source(self._event_log)
+        if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
+            self._metrics.add_source(self.store)
+        for source in self._metric_sources:
+            self._metrics.add_source(source)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
         self.metrics_address = self._metrics.address
+
+    def add_metric_source(self, source: MetricSource) -> None:
+        """One more source for ``/metrics`` (the ``--workers`` supervisor's slot board); before or after start."""
+        self._metric_sources.append(source)
+        if self._metrics is not None:
+            self._metrics.add_source(source)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -21,7 +21,7 @@ import logging
 import math
 import typing
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from quotaflow.core.acl import (
@@ -39,7 +39,9 @@ from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
 from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
+from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.scram import HASHES
+from quotaflow.store.signing import RecordSigner, ReplayGuard
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +167,13 @@ class StoreView:
     """Entities, credentials and the change log as of ``position`` (the next offset to apply). Not thread-safe:
     the owner serializes access."""
 
-    def __init__(self, name: str = "store") -> None:
+    def __init__(self, name: str = "store", *, signer: RecordSigner | None = None, topic: str = "") -> None:
         self.name = name
+        # with a signer, only records signed with one of its keys (and not replayed) apply: the topic's writers
+        # without the fleet key can forge nothing (quotaflow.store.signing)
+        self.signer = signer
+        self.topic = topic
+        self.replays = ReplayGuard()
         self.entities: dict[QuotaEntity, Values] = {}
         self.credentials: dict[str, Credential] = {}
         self.scram: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism)
@@ -175,6 +182,7 @@ class StoreView:
         self.acl_version = 0  # the position after the last effective ACL change
         self.position = 0
         self.rejected = 0
+        self._rejections = RejectionLog(log, f"quota store {name}")
         self._ordered: list[tuple[QuotaEntity, Values]] | None = None  # entities by path, until the next change
         # (offset, removed something) of the latest credential tombstones: a delete learns whether the user
         # existed right before its own record, whatever other writers did
@@ -184,9 +192,18 @@ class StoreView:
         """Offsets below ``position`` hold nothing more (compacted away, or transaction markers)."""
         self.position = max(self.position, position)
 
-    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record; one that does not decode or validate is skipped whole (and counted)."""
+    def apply(self, offset: int, key: bytes | None, value: bytes | None,
+              headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
+        """Apply one record; one that does not decode or validate, or (with a signer) is not signed with the fleet
+        key or replays an old record, is skipped whole (and counted)."""
         self.position = max(self.position, offset + 1)
+        if self.signer is not None:
+            verified = self.signer.verify(self.topic, key, value, headers)
+            error = verified.error if verified.ts_ms is None else self.replays.admit(verified.ts_ms)
+            if error is not None:
+                self.rejected += 1
+                self._rejections.skipped(offset, error)
+                return
         try:
             kind = json.loads(key or b"null")
             if not isinstance(kind, list) or len(kind) < 2:
@@ -207,7 +224,7 @@ class StoreView:
                 raise ValueError("record key does not match its operations")
         except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
             self.rejected += 1
-            log.warning("quota store %s: skipped the record at offset %d: %s", self.name, offset, e)
+            self._rejections.skipped(offset, str(e))
             return
         self._apply_ops(offset + 1, ts, entity, ops)
 
