@@ -226,7 +226,8 @@ class EventLog:
             tags = (("kind", name),)
             yield MetricSample("rows-written", "EventLog", tags, k.rows_written, "rows written to Parquet files")
             yield MetricSample("rows-dropped", "EventLog", tags, k.rows_dropped,
-                               "rows lost because the disk refused them longer than the memory bound allowed")
+                               "rows lost: refused by the disk beyond the memory bound, or not taken by a stalled "
+                               "writer")
         yield MetricSample("rows-buffered", "EventLog", (), self.rows_buffered, "rows in memory, not yet in a file")
         yield MetricSample("write-errors", "EventLog", (), self.write_errors, "Parquet writes that failed")
 
