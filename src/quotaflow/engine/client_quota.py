@@ -261,6 +261,18 @@ class ClientQuotaManager:
         """``unrecordQuotaSensor``: record ``-value`` unchecked (a throttled fetch's bytes)."""
         self.record_no_throttle(user, client_id, -value, now_ms)
 
+    def room(self, user: str, client_id: str, now_ms: int) -> float | None:
+        """What this user/client-id may record at ``now_ms`` without being throttled: ``bound × window − total``
+        read without changing the sensor (``Rate.peek``); None while no finite quota applies or nothing was
+        recorded yet (the window is empty: all of ``max_value_in_quota_window``)."""
+        if not self._mask:
+            return None
+        sensor = self.existing_sensor(user, client_id)
+        if not isinstance(sensor, RateSensor) or sensor.bound >= UNLIMITED:
+            return None
+        total, window = sensor.rate.peek(now_ms)
+        return sensor.bound * (window / 1000.0) - total
+
     def keeps_oversized(self, user: str, client_id: str, value: float, now_ms: int) -> bool:
         """Right after a throttled fetch of ``value`` bytes was recorded: whether it is delivered with its bytes
         kept (``rate.keeps_oversized_fetch``, read from the very state the check read)."""

@@ -93,10 +93,13 @@ def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user
                   thread_ns: int, now_ms: int) -> RequestDecisions:
     if pending.upstream is None:
         return decide_request(enforcement, pending, frame, user, client_id, thread_ns, now_ms)
-    if pending.fetch_cap is not None and len(frame) > pending.fetch_cap:
-        pending.response = _trimmed(frame, pending.header.api_version, pending.fetch_cap)
-        if pending.response is not None:
-            frame = pending.response
+    if pending.fetch_cap is not None:
+        room = enforcement.fetch_room(user, client_id, now_ms)
+        cap = pending.fetch_cap if room is None else min(pending.fetch_cap, room)
+        if len(frame) > cap:
+            pending.response = _trimmed(frame, pending.header.api_version, cap)
+            if pending.response is not None:
+                frame = pending.response
     decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
     pending.oversized = decision.oversized
     return RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
@@ -104,9 +107,11 @@ def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user
 
 
 def _trimmed(frame: bytes, version: int, cap: int) -> bytes | None:
-    """The upstream's Fetch response cut to whole batches within the quota's cap, as a Kafka broker would have
-    answered the capped request (tansu answers beyond ``max_bytes``); None to keep it as it is (nothing to cut, or
-    a response kafka-python cannot decode, which is then decided and forwarded unchanged)."""
+    """The upstream's Fetch response cut to whole batches within ``cap``: the quota's cap, as a Kafka broker would
+    have answered the capped request (tansu answers beyond ``max_bytes``), or less, the room left in the consumer's
+    quota window now, so that what it gets is not emptied by a throttle (the first batch is always kept, KIP-74);
+    None to keep it as it is (nothing to cut, or a response kafka-python cannot decode, which is then decided and
+    forwarded unchanged)."""
     try:
         return protocol.trim_fetch_response(frame, version, cap)
     except Exception:  # kafka-python raises assorted errors on malformed input

@@ -104,6 +104,12 @@ class Enforcement:
         cap = java_double_to_int(self.managers.fetch.max_value_in_quota_window(user, client_id))
         return None if cap >= INT_MAX else cap
 
+    def fetch_room(self, user: str, client_id: str, now_ms: int) -> int | None:
+        """The bytes a consumer's next fetch response may hold without being throttled now (its quota window's
+        room), None while it has no finite consumer quota or nothing recorded."""
+        room = self.managers.fetch.room(user, client_id, now_ms)
+        return None if room is None else max(0, int(room))
+
     def mutation_quota(self, user: str, client_id: str, api_key: int, api_version: int,
                        now_ms: int) -> ControllerMutationQuota | None:
         """A per-request controller-mutation quota (strict or permissive by version), or None while no
