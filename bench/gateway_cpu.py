@@ -139,7 +139,7 @@ def free_port() -> int:
 @contextmanager
 def haproxy(binary: str, work: Path, plain: AdvertisedTansu, tls: AdvertisedTansu, pem: Path) -> Iterator[int]:
     """HAProxy in TCP mode, one thread: a plaintext frontend to ``plain`` and a TLS one to ``tls``; yields its PID."""
-    plain_port, tls_port = free_port(), free_port()
+    plain_port, tls_port = behind_proxy(plain, tls)
     config = work / "haproxy.cfg"
     config.write_text(f"""global
     nbthread 1
@@ -160,9 +160,6 @@ backend plain
 backend tls
     server s1 {tls.bootstrap}
 """)
-    plain.advertised, tls.advertised = f"127.0.0.1:{plain_port}", f"127.0.0.1:{tls_port}"
-    plain.start()
-    tls.start()
     proc = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=subprocess.DEVNULL,
                             stderr=open(work / "haproxy.log", "wb"))  # noqa: SIM115
     try:
@@ -176,23 +173,41 @@ backend tls
 @contextmanager
 def forwarder(work: Path, plain: AdvertisedTansu, tls: AdvertisedTansu, pem: Path) -> Iterator[int]:
     """bench/l4_forwarder.py in its own process (plaintext and TLS listeners); yields its PID."""
-    # the forwarder picks its ports and tansu must advertise them: the forwarder starts first (it connects upstream
-    # only when a client connects), the brokers once its ports are known
+    plain_port, tls_port = behind_proxy(plain, tls)
     proc = subprocess.Popen([sys.executable, str(HERE / "l4_forwarder.py"), "--upstream", plain.bootstrap,
-                             "--upstream-tls", tls.bootstrap, "--cert", str(pem)],
+                             "--upstream-tls", tls.bootstrap, "--cert", str(pem), "--port", str(plain_port),
+                             "--tls-port", str(tls_port)],
                             stdout=subprocess.PIPE, stderr=open(work / "forwarder.log", "wb"))  # noqa: SIM115
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
-        found = re.match(r"forwarder ready: (\d+) (\d+)", line)
-        if found is None:
+        if not line.startswith("forwarder ready"):
             raise RuntimeError(f"forwarder did not start: {line!r} {(work / 'forwarder.log').read_text()}")
-        plain.advertised, tls.advertised = f"127.0.0.1:{found.group(1)}", f"127.0.0.1:{found.group(2)}"
-        plain.start()
-        tls.start()
         yield proc.pid
     finally:
         stop_process(proc, 10)
+
+
+def behind_proxy(*brokers: AdvertisedTansu) -> list[int]:
+    """Start each broker advertising a port of its own for the proxy in front of it, and return those ports.
+
+    The brokers bind first and the proxy's ports are picked distinct from theirs: a port picked (bound and released)
+    but not yet bound again is what the kernel hands out next, so a proxy started on port 0 before its broker
+    could take the very port the broker was given."""
+    taken = {b.port for b in brokers}
+    ports: list[int] = []
+    while len(ports) < len(brokers):
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            ports.append(port)
+    for broker, port in zip(brokers, ports, strict=True):
+        expected = broker.port
+        broker.advertised = f"127.0.0.1:{port}"
+        broker.start()
+        if broker.port != expected:
+            raise RuntimeError(f"tansu could not bind 127.0.0.1:{expected} (now on {broker.port}); run again")
+    return ports
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -362,13 +377,16 @@ def main() -> None:
                 assert gw.pid is not None
                 targets.append(Target(name, False, gw.bootstrap, gw.pid, broker.pid))
                 targets.append(Target(name, True, f"127.0.0.1:{ssl_port(gw)}", gw.pid, broker.pid))
-        hp, hp_tls, fw, fw_tls = (AdvertisedTansu() for _ in range(4))  # started once their proxy's ports are known
-        for t in (hp, hp_tls, fw, fw_tls):
-            stack.callback(t.close)
+        hp, hp_tls = AdvertisedTansu(), AdvertisedTansu()  # started by haproxy() (behind_proxy)
+        stack.callback(hp.close)
+        stack.callback(hp_tls.close)
         hp_pid = stack.enter_context(haproxy(binary, work, hp, hp_tls, pem))
         assert hp.pid is not None and hp_tls.pid is not None
         targets.append(Target("haproxy", False, hp.advertised, hp_pid, hp.pid))
         targets.append(Target("haproxy", True, hp_tls.advertised, hp_pid, hp_tls.pid))
+        fw, fw_tls = AdvertisedTansu(), AdvertisedTansu()
+        stack.callback(fw.close)
+        stack.callback(fw_tls.close)
         fw_pid = stack.enter_context(forwarder(work, fw, fw_tls, pem))
         assert fw.pid is not None and fw_tls.pid is not None
         targets.append(Target("forwarder", False, fw.advertised, fw_pid, fw.pid))
@@ -379,7 +397,11 @@ def main() -> None:
 
         for t in targets:
             print(f"creating a topic through {t.name} ({'TLS' if t.tls else 'plain'})", flush=True)
-            create_topic(t, ca_path)
+            try:
+                create_topic(t, ca_path)
+            except Exception as e:
+                logs = "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-2000:]}" for p in work.glob("*.log"))
+                raise RuntimeError(f"no topic through {t.name} at {t.bootstrap}: {e!r}{logs}") from e
         loads: dict[str, tuple[Load, int]] = {"one at a time": (one_at_a_time, args.requests),
                                               "pipelined": (pipelined, args.messages)}
         results: dict[tuple[str, str, bool], Figures] = {}

@@ -1,11 +1,12 @@
 """The Python floor for a Kafka proxy: cut the client's stream into frames by their 4-byte length, forward them, and
 forward the broker's bytes back untouched. Nothing else (no header parse, no quota, no log).
 
-    python bench/l4_forwarder.py --upstream HOST:PORT [--upstream-tls HOST:PORT --cert PEM]
+    python bench/l4_forwarder.py --upstream HOST:PORT [--upstream-tls HOST:PORT --cert PEM] [--port P] [--tls-port P]
 
-Listens on a free 127.0.0.1 port per upstream (plaintext; with ``--cert``, a TLS listener in front of the second
-upstream) and prints ``forwarder ready: PORT [TLS_PORT]``. One ``asyncio.Protocol`` per side on uvloop (when
-installed): the cheapest frame-aware forwarding Python can do, which bench/gateway_cpu.py reports as the floor.
+Listens on 127.0.0.1: plaintext in front of the first upstream and, with ``--cert``, TLS in front of the second
+(``--port`` / ``--tls-port``, else free ports), and prints ``forwarder ready: PORT [TLS_PORT]``. One
+``asyncio.Protocol`` per side on uvloop (when installed): the cheapest frame-aware forwarding Python can do, which
+bench/gateway_cpu.py reports as the floor.
 """
 
 from __future__ import annotations
@@ -53,10 +54,14 @@ class _Client(asyncio.Protocol):
             self.transport.close()
             return
         self.upstream = upstream
+        if self.buf:  # bytes that arrived before the upstream was up (a pause may come too late to stop them)
+            self.data_received(b"")
         self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        assert self.upstream is not None
+        if self.upstream is None:
+            self.buf += data
+            return
         buf = self.buf
         if not buf:  # the common case: whole frames in one read, forwarded without a copy
             end = _complete(data)
@@ -94,18 +99,19 @@ def _address(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def _serve(upstream: str, upstream_tls: str | None, cert: str | None) -> None:
+async def _serve(upstream: str, upstream_tls: str | None, cert: str | None, port: int, tls_port: int) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    host, port = _address(upstream)
-    servers = [await loop.create_server(lambda: _Client(host, port), "127.0.0.1", 0)]
+    host, up_port = _address(upstream)
+    servers = [await loop.create_server(lambda: _Client(host, up_port), "127.0.0.1", port)]
     if upstream_tls is not None and cert is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert)
-        tls_host, tls_port = _address(upstream_tls)
-        servers.append(await loop.create_server(lambda: _Client(tls_host, tls_port), "127.0.0.1", 0, ssl=context))
+        tls_host, tls_up_port = _address(upstream_tls)
+        servers.append(await loop.create_server(lambda: _Client(tls_host, tls_up_port), "127.0.0.1", tls_port,
+                                                ssl=context))
     ports = " ".join(str(s.sockets[0].getsockname()[1]) for s in servers)
     print(f"forwarder ready: {ports}", flush=True)
     await stop.wait()
@@ -118,13 +124,15 @@ def main() -> None:
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--upstream-tls", default=None)
     ap.add_argument("--cert", default=None, help="PEM with the key and certificate chain of the TLS listener")
+    ap.add_argument("--port", type=int, default=0, help="plaintext listener port on 127.0.0.1 (0: any free one)")
+    ap.add_argument("--tls-port", type=int, default=0, help="TLS listener port on 127.0.0.1 (0: any free one)")
     args = ap.parse_args()
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_serve(args.upstream, args.upstream_tls, args.cert))
+        asyncio.run(_serve(args.upstream, args.upstream_tls, args.cert, args.port, args.tls_port))
     else:
-        uvloop.run(_serve(args.upstream, args.upstream_tls, args.cert))
+        uvloop.run(_serve(args.upstream, args.upstream_tls, args.cert, args.port, args.tls_port))
     sys.exit(0)
 
 
