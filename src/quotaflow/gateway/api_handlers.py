@@ -161,18 +161,35 @@ def _fetch_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes
 
 
 def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
-    """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
+    """KIP-599 on CreateTopics, CreatePartitions and DeleteTopics: the request to forward (refused topics cut
+    out), or None if none is left. Partition counts were fetched by :func:`prepare_request` just before."""
     header = pending.header
     quota = scope.enforcement.mutation_quota(scope.principal, header.client_id or "", header.api_key,
                                              header.api_version, pending.received_ms)
     if quota is None:
         return frame
     with map_errors(CLOSE_ON_INVALID):
-        pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
+        pending.mutations = mutations.decide(frame, header, quota, pending.received_ms,
+                                             scope.gateway.partition_counts.count)
     if pending.mutations.forward is None:
-        pending.local = mutations.local_response(header.api_version, header.correlation_id,
+        pending.local = mutations.local_response(header.api_key, header.api_version, header.correlation_id,
                                                  pending.mutations.refused)
     return pending.mutations.forward
+
+
+async def prepare_request(scope: HandlerScope, frame: bytes) -> None:
+    """Before a DeleteTopics or CreatePartitions is decided under a controller-mutation quota: the upstream's
+    partition counts of its topics (their permits). Anything else returns at once (a look at two bytes)."""
+    if len(frame) < 2 or int.from_bytes(frame[:2], "big") not in mutations.NEEDS_COUNTS or scope.sasl.pending_auth:
+        return
+    try:
+        header = protocol.parse_request_header(frame)
+        if not scope.enforcement.mutations_metered(scope.principal):
+            return
+        names, ids = mutations.count_requests(frame, header)
+    except InvalidRequestError:
+        return  # the request path reports it
+    await scope.gateway.partition_counts.refresh(names, ids)
 
 
 # -- responses on their way to the client ----------------------------------------------------------------------
@@ -199,7 +216,10 @@ def _address_response(scope: HandlerScope, pending: Pending, frame: bytes, throt
 
 def _sasl_response(scope: HandlerScope, pending: Pending, frame: bytes, _throttle: int) -> bytes | None:
     if scope.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
-        scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        hold = scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        if hold > 0:  # the principal is over its connection creation rate: nothing sent, held, then closed
+            pending.hold_then_close_ms = hold
+            return b""
         return PASS_THROUGH
     return frame
 
@@ -210,7 +230,7 @@ def _create_topics_response(_scope: HandlerScope, pending: Pending, frame: bytes
     version = pending.header.api_version
     if pending.upstream is None:
         return protocol.set_throttle(frame[4:], pending.header.api_key, version, throttle) or frame
-    return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
+    return mutations.merge_response(frame, pending.header.api_key, version, pending.mutations.refused, throttle)
 
 
 def _fetch_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
@@ -299,8 +319,8 @@ _ADDRESSES: Final = ApiHandler(response=_address_response)
 HANDLERS: Final[Mapping[int, ApiHandler]] = {
     ApiKey.Produce: ApiHandler(request=_produce_request, decide=_decide_produce),
     ApiKey.Fetch: ApiHandler(request=_fetch_request, decide=_decide_fetch, response=_fetch_response),
-    ApiKey.CreateTopics: ApiHandler(request=_create_topics_request, decide=_decide_create_topics,
-                                    response=_create_topics_response),
+    **{key: ApiHandler(request=_create_topics_request, decide=_decide_create_topics,
+                       response=_create_topics_response) for key in mutations.METERED_APIS},
     ApiKey.ApiVersions: ApiHandler(response=_api_versions_response, local=_api_versions_before_auth),
     ApiKey.SaslHandshake: ApiHandler(response=_sasl_response, local=_sasl_handshake),
     ApiKey.SaslAuthenticate: ApiHandler(response=_sasl_response, local=_sasl_authenticate),

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from quotaflow.core.acl import Authorizer
+    from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.gateway.acl_admin import AclAdminHandler
     from quotaflow.gateway.addresses import AddressOf
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.config import GatewayConfig
+    from quotaflow.gateway.partition_counts import PartitionCounts
     from quotaflow.gateway.pending import Pending
     from quotaflow.gateway.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.request_memory import RequestMemory
@@ -58,6 +60,12 @@ class ConnectionContext(Protocol):
     def scram_store(self) -> ScramStore | None: ...
     @property
     def quota_admin(self) -> QuotaAdminHandler: ...
+    @property
+    def partition_counts(self) -> PartitionCounts:
+        """The upstream's partition counts (KIP-599 permits of DeleteTopics / CreatePartitions)."""
+    @property
+    def connection_quotas(self) -> ConnectionQuotas:
+        """KIP-612 connection quotas (a principal's connection creation rate is checked at authentication)."""
     @property
     def acl_admin(self) -> AclAdminHandler:
         """The local answers to DescribeAcls / CreateAcls / DeleteAcls."""
