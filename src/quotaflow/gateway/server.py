@@ -29,7 +29,7 @@ from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
-from quotaflow.core.errors import StoreError
+from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway import protocol
 from quotaflow.gateway.acl_admin import AclAdminHandler
@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
 API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
+EVENT_LOG_BUFFER_MAX_BYTES: Final = "quotaflow.event.log.buffer.max.bytes"  # rows waiting for a refusing disk
 
 
 class Gateway:
@@ -99,6 +100,7 @@ class Gateway:
         self.config_path = Path(config_path) if config_path is not None else None
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
+        self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
         conn_config = connection_quota_config(props)
         # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
@@ -200,9 +202,12 @@ class Gateway:
         if self.cluster_quotas is not None:
             await self.cluster_quotas.start()
         if self.event_log_dir is not None:
-            from quotaflow.gateway.eventlog import EventLog
+            from quotaflow.gateway.eventlog import MAX_BUFFERED_BYTES, EventLog
 
-            self._event_log = EventLog(self.event_log_dir, broker=self.broker)
+            self._event_log = EventLog(self.event_log_dir, broker=self.broker,
+                                       max_buffered_bytes=self.event_log_buffer_bytes or MAX_BUFFERED_BYTES)
+            # pyarrow's first conversion and Parquet write cost ~0.3 s of CPU: done before the first client is served
+            await loop.run_in_executor(None, self._event_log.wait_ready)
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
                                                  config_path=self.config_path,
                                                  interval_s=self.config.store_poll_ms / 1000)
@@ -233,6 +238,8 @@ class Gateway:
                                                self.authz_audit])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
+        if self._event_log is not None:
+            self._metrics.add_source(self._event_log)
         if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
             self._metrics.add_source(self.store)
         for source in self._metric_sources:
@@ -267,8 +274,11 @@ class Gateway:
             await self._metrics.close()
             self._metrics = None
         if self._event_log is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._event_log.close)
-            self._event_log = None
+            event_log, self._event_log = self._event_log, None
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, event_log.close)
+            except QuotaflowError as e:  # rows the disk refused: already logged with their seq ranges
+                log.error("%s", e)
         self.sasl.close()
         if self._owns_store:
             self.store.close()
@@ -550,6 +560,16 @@ class GatewayThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _positive_int(props: Mapping[str, str], key: str) -> int | None:
+    """An optional positive integer setting, with Kafka's wording when it is not one."""
+    raw = props.get(key)
+    if raw is None:
+        return None
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be at least 1")
+    return int(raw)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
