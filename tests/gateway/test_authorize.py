@@ -501,3 +501,20 @@ def test_decisions_are_cached_until_the_acls_change() -> None:
     for _ in range(2):
         _plan(access, ApiKey.Produce, 9, **produce)
     assert plain.calls == 2
+
+
+@pytest.mark.parametrize("version", [10, 11, 12])
+def test_a_topic_named_by_id_in_metadata_is_refused(version: int) -> None:
+    import uuid
+
+    cls = protocol.REQUESTS[ApiKey.Metadata]
+    topic_id = uuid.uuid4()
+    plan, header = _plan(_access(None), ApiKey.Metadata, version, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False,
+                         topics=[cls.MetadataRequestTopic(name=None, topic_id=topic_id)])
+    assert plan is not None and plan.merge is not None and not _forwarded(plan, header).topics
+    response = _metadata_response(version)
+    plan.merge(response)
+    decoded = protocol.decode_response(protocol.encode_response(response, version, 7)[4:], ApiKey.Metadata,
+                                       version)
+    assert [(t.topic_id, t.error_code) for t in decoded.topics] == [(topic_id, 29)]

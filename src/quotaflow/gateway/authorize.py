@@ -550,7 +550,8 @@ def _metadata(check: Check, header: protocol.RequestHeader, frame: bytes) -> Pla
                 t.authorized_operations = check.operations(RT.TOPIC, t.name, TOPIC_OPERATIONS)
             topics.append(t)
         for t in refused:
-            topics.append(_new(owner, "topics", name=t.name, topic_id=t.topic_id,
+            topics.append(_new(owner, "topics", name=t.name if t.name is not None or version >= 12 else "",
+                               topic_id=t.topic_id,
                                error_code=TOPIC_AUTHORIZATION_FAILED, is_internal=False, partitions=[],
                                authorized_operations=NO_OPERATIONS))
         message.topics = topics
