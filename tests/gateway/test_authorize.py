@@ -395,25 +395,26 @@ _TOPIC_APIS = frozenset({ApiKey.Produce, ApiKey.Fetch, ApiKey.ListOffsets, ApiKe
                          ApiKey.DescribeTopicPartitions})
 
 
-def _filled(cls: Any, version: int, depth: int = 0) -> dict[str, Any]:
-    """Every field of ``cls`` at ``version``: topic positions hold a hidden name, other strings "g", one element
-    per array (to depth 4)."""
+def _filled(cls: Any, version: int, depth: int = 0, topic: str = STORE) -> dict[str, Any]:
+    """Every field of ``cls`` at ``version``: topic positions hold ``topic`` (a hidden name by default), other
+    strings "g", one element per array (to depth 4)."""
     values: dict[str, Any] = {}
     for name, field in cls._struct.fields.items():
         if not field.for_version_q(version):
             continue
         kind, wire = type(field).__name__, getattr(field, "type_str", "")
-        topic = name in _TOPIC_FIELDS
+        is_topic = name in _TOPIC_FIELDS
         if kind == "StructArrayField":
-            values[name] = [field.data_class(**_filled(field.data_class, version, depth + 1))] if depth < 4 else []
+            values[name] = [field.data_class(**_filled(field.data_class, version, depth + 1, topic))] \
+                if depth < 4 else []
         elif kind == "StructField":
-            values[name] = field.data_class(**_filled(field.data_class, version, depth + 1))
+            values[name] = field.data_class(**_filled(field.data_class, version, depth + 1, topic))
         elif wire == "[]string":
-            values[name] = [STORE if topic else "g"]
+            values[name] = [topic if is_topic else "g"]
         elif wire.startswith("[]int"):
             values[name] = [0]
         elif wire == "string":
-            values[name] = STORE if topic else "g"
+            values[name] = topic if is_topic else "g"
         elif wire in ("int8", "int16", "int32", "int64"):
             values[name] = {"replica_id": -1, "resource_type": 2}.get(name, 0)
         elif wire == "bool":
@@ -518,3 +519,61 @@ def test_a_topic_named_by_id_in_metadata_is_refused(version: int) -> None:
     decoded = protocol.decode_response(protocol.encode_response(response, version, 7)[4:], ApiKey.Metadata,
                                        version)
     assert [(t.topic_id, t.error_code) for t in decoded.topics] == [(topic_id, 29)]
+
+
+# -- per-API required operations (facts of Kafka's AuthorizerIntegrationTest): a principal without ACLs ---------
+
+def _errors(message: Any) -> set[int]:
+    """Every error code in a response, at any depth."""
+    found = set()
+    for name in message._struct.fields:
+        value = getattr(message, name, None)
+        if name in ("error_code", "partition_error_code") and isinstance(value, int):
+            found.add(value)
+        for item in value if isinstance(value, list) else [value]:
+            if hasattr(item, "_struct"):
+                found |= _errors(item)
+    return found
+
+
+@pytest.mark.parametrize(("api", "version", "code"), [
+    (ApiKey.ListOffsets, 5, 29), (ApiKey.DeleteRecords, 1, 29), (ApiKey.DescribeProducers, 0, 29),
+    (ApiKey.AlterConfigs, 1, 29), (ApiKey.IncrementalAlterConfigs, 1, 29), (ApiKey.OffsetDelete, 0, 30),
+    (ApiKey.JoinGroup, 5, 30), (ApiKey.SyncGroup, 3, 30), (ApiKey.Heartbeat, 3, 30), (ApiKey.LeaveGroup, 3, 30),
+    (ApiKey.DescribeGroups, 3, 30), (ApiKey.DeleteGroups, 1, 30), (ApiKey.OffsetFetch, 5, 30),
+    (ApiKey.EndTxn, 2, 53), (ApiKey.AddOffsetsToTxn, 2, 53), (ApiKey.TxnOffsetCommit, 2, 53),
+    (ApiKey.DescribeTransactions, 0, 53), (ApiKey.UpdateFeatures, 1, 31), (ApiKey.AlterPartitionReassignments, 0, 31),
+    (ApiKey.DescribeQuorum, 0, 31), (ApiKey.ListConfigResources, 0, 31), (ApiKey.ElectLeaders, 1, 31),
+])
+def test_each_api_answers_its_kafka_error_to_a_principal_without_acls(api: int, version: int, code: int) -> None:
+    cls = protocol.REQUESTS[api]
+    fields = _filled(cls[version], version, topic="orders")
+    plan, header = _plan(_access(MemoryAuthorizer()), api, version, **fields)
+    assert plan is not None and plan.forward is None, protocol.api_name(api)
+    assert _errors(_local(plan, header)) == {code}, protocol.api_name(api)
+    # a super user's request goes upstream untouched
+    plan, _ = _plan(_access(MemoryAuthorizer(super_users=frozenset({"User:bob"}))), api, version, **fields)
+    assert plan is None or plan.forward is not None
+
+
+def test_listings_keep_only_what_the_principal_may_describe() -> None:
+    authorizer = MemoryAuthorizer([Acl("User:bob", Op.DESCRIBE, Rt.GROUP, "bob-", prefixed=True),
+                                   Acl("User:bob", Op.DESCRIBE, Rt.TRANSACTIONAL_ID, "bob-", prefixed=True)])
+    plan, _ = _plan(_access(authorizer), ApiKey.ListGroups, 3)
+    assert plan is not None and plan.merge is not None
+    groups = protocol.response_class(ApiKey.ListGroups, 3)
+    response = groups(error_code=0, groups=[groups.ListedGroup(group_id=g, protocol_type="consumer")
+                                            for g in ("bob-1", "alice-1")])
+    plan.merge(response)
+    assert [g.group_id for g in response.groups] == ["bob-1"]
+    plan, _ = _plan(_access(authorizer), ApiKey.ListTransactions, 0, state_filters=[], producer_id_filters=[])
+    assert plan is not None and plan.merge is not None
+    txns = protocol.response_class(ApiKey.ListTransactions, 0)
+    response = txns(error_code=0, unknown_state_filters=[], transaction_states=[
+        txns.TransactionState(transactional_id=t, producer_id=1, transaction_state="Ongoing")
+        for t in ("bob-tx", "alice-tx")])
+    plan.merge(response)
+    assert [t.transactional_id for t in response.transaction_states] == ["bob-tx"]
+    # with DESCRIBE on the cluster, ListGroups is the upstream's as it is
+    authorizer.acls.append(Acl("User:bob", Op.DESCRIBE, Rt.CLUSTER, "kafka-cluster"))
+    assert _plan(_access(authorizer), ApiKey.ListGroups, 3)[0] is None
