@@ -92,7 +92,8 @@ def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
     pos = body_offset(frame, header) if body is None else body
     names: list[str] = []
     try:
-        if version >= 9:  # flexible: compact strings and arrays, tagged fields
+        if version >= 9:  # flexible: compact strings and arrays, tagged fields (the hot path: one-byte varints
+            # and empty tag sections read inline)
             n, pos = _uvarint(data, pos)
             transactional_id = None if n == 0 else _name(data, pos, n - 1)
             pos += max(n - 1, 0) + 6  # acks, timeout_ms
@@ -104,8 +105,8 @@ def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
                 for _ in range(partitions - 1):
                     size, pos = _uvarint(data, pos + 4)  # index, then the records' length + 1
                     pos += max(size - 1, 0)
-                    pos = _skip_tags(data, pos)
-                pos = _skip_tags(data, pos)
+                    pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
+                pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
         else:
             (n,) = _I16.unpack_from(data, pos)
             transactional_id = None if n < 0 else _name(data, pos + 2, n)
