@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.gateway.acl_admin import AclAdminHandler
     from quotaflow.gateway.addresses import AddressOf
+    from quotaflow.gateway.authorize import Access
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.config import GatewayConfig
     from quotaflow.gateway.partition_counts import PartitionCounts
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from quotaflow.gateway.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.request_memory import RequestMemory
     from quotaflow.gateway.sasl import SaslVerifier
+    from quotaflow.gateway.scram_admin import ScramAdmin
     from quotaflow.store.base import ScramStore
 
 
@@ -77,6 +79,14 @@ class ConnectionContext(Protocol):
     def authorizer(self) -> Authorizer | None:
         """Kafka's authorizer at the gateway (``authorizer.class.name``); None: every request is allowed, as on a
         broker without one (quotaflow's own topics stay hidden either way)."""
+
+    @property
+    def access(self) -> Access:
+        """What per-API authorization uses: the authorizer (None in SASL passthrough), quotaflow's hidden topics,
+        the audit of decisions (:mod:`quotaflow.gateway.authorize`)."""
+    @property
+    def scram_admin(self) -> ScramAdmin | None:
+        """KIP-554 answers from the gateway's own credentials (None: the store keeps no SCRAM credentials)."""
 
     async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
                                                                 int | None]: ...

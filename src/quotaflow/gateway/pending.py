@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from quotaflow.gateway import protocol
 from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
@@ -39,3 +39,4 @@ class Pending:
     # a Fetch response larger than the consumer quota's window holds: delivered with its throttle, not emptied
     oversized: bool = False
     decisions: RequestDecisions = NO_DECISIONS
+    authz: Any = None  # the authorization plan (gateway.authorize.Plan) when the request was rewritten or refused
