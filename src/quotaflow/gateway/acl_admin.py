@@ -2,14 +2,15 @@
 ``AclApis`` answers them.
 
 Order of checks, as Kafka's: a request naming an UNKNOWN (undefined) code cannot be parsed, so the connection is
-closed; then ALTER (create, delete) or DESCRIBE (describe) on the CLUSTER (CLUSTER_AUTHORIZATION_FAILED; decided
-by ``authorize.cluster_allowed``: the authorizer, or without one the ``--admin-principal`` list); then, with no
+closed; then ALTER (create, delete) or DESCRIBE (describe) on the CLUSTER (CLUSTER_AUTHORIZATION_FAILED; decided by
+``authorize.cluster_allowed``: the authorizer, or without one the ``--admin-principal`` list); then, with no
 authorizer configured, SECURITY_DISABLED ("No Authorizer is configured on the broker" / "No Authorizer is
-configured."), as a broker without ``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's ``AclBinding`` refuses to build) fails
-whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides. After a change the gateway's own
-authorizer is reloaded at once (the others follow within ``quotaflow.store.poll.ms``). Store work runs in an
-executor thread; its CPU time is returned so the request quota can charge it. With SASL passthrough the cluster
-authenticates and authorizes, so these APIs are forwarded to it instead (``versions.PASSTHROUGH_APIS``).
+configured."), as a broker without ``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's
+``AclBinding`` refuses to build) fails whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides.
+After a change the gateway's own authorizer is reloaded at once (the others follow within
+``quotaflow.store.poll.ms``). Store work runs in an executor thread; its CPU time is returned so the request quota
+can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs are forwarded to it
+instead (``versions.PASSTHROUGH_APIS``).
 """
 
 from __future__ import annotations
