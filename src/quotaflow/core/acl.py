@@ -69,6 +69,13 @@ def kafka_principal(user: str) -> str:
     return user if ":" in user and user.split(":", 1)[0] in ("User", "Group") else f"User:{user}"
 
 
+def principal_allowed(admins: frozenset[str] | None, name: str) -> bool:
+    """The admin list's rule (``--admin-principal``: the gateway's and the console's super users when no
+    authorizer decides): ``admins`` None, every authenticated principal may; else ``name`` is listed as it is
+    (``alice``) or as Kafka's principal (``User:alice``)."""
+    return admins is None or name in admins or kafka_principal(name) in admins
+
+
 @functools.lru_cache(maxsize=4096)
 def _java_ipv6(host: str) -> str:
     try:

@@ -34,11 +34,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, kafka_principal
+from quotaflow.core.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, kafka_principal, principal_allowed
+from quotaflow.core.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
 from quotaflow.gateway import protocol, topic_names
 from quotaflow.gateway.authz_audit import AuthzAudit
 from quotaflow.gateway.hidden_topics import RESERVED_PREFIX, HiddenTopics
-from quotaflow.gateway.quota_admin import principal_allowed
 
 if TYPE_CHECKING:
     from quotaflow.gateway.api_handlers import HandlerScope
@@ -47,10 +52,10 @@ OP: Final = AclOperation
 RT: Final = ResourceType
 NONE: Final = 0
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
-TOPIC_AUTHORIZATION_FAILED: Final = 29
-GROUP_AUTHORIZATION_FAILED: Final = 30
-CLUSTER_AUTHORIZATION_FAILED: Final = 31
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+TOPIC_AUTHORIZATION_FAILED: Final = TopicAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED: Final = GroupAuthorizationFailedError.errno
+CLUSTER_AUTHORIZATION_FAILED: Final = ClusterAuthorizationFailedError.errno
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = TransactionalIdAuthorizationFailedError.errno
 OPERATION_NOT_ATTEMPTED: Final = 55
 NO_OPERATIONS: Final = None  # authorized_operations when not asked for (kafka-python's bitfield for -2^31)
 
@@ -1118,7 +1123,7 @@ def cluster_allowed(access: Access, scope: HandlerScope, api: int, client_ip: st
                     super_only: bool = False) -> bool:
     """The one cluster check of the APIs the gateway answers itself (the quota, ACL and SCRAM APIs): ``op`` on the
     cluster, decided, audited and counted as every other decision. Without an authorizer, the admin list
-    (``--admin-principal``, Kafka's super users: ``quota_admin.principal_allowed``): no list means everyone, as a
+    (``--admin-principal``, Kafka's super users: ``core.acl.principal_allowed``): no list means everyone, as a
     broker without an authorizer, except with ``super_only`` (KIP-554), where it means nobody."""
     if access.authorizer is not None:
         return Check(access, scope.principal, client_ip, api).cluster(op)

@@ -18,17 +18,11 @@ from typing import Any
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.admin import Admin, Alteration, AlterResult, DescribedEntity, QuotaOp
-from quotaflow.core.acl import kafka_principal
+from quotaflow.core.acl import principal_allowed as principal_allowed  # the admin list's rule, re-exported
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
 from quotaflow.gateway.protocol import response_class
-
-
-def principal_allowed(admins: frozenset[str] | None, principal: str) -> bool:
-    """The admin list's rule (``--admin-principal``, Kafka's super users, when the gateway has no authorizer):
-    ``admins`` None, everyone may. Entries may be ``alice`` or Kafka's ``User:alice``."""
-    return admins is None or principal in admins or kafka_principal(principal) in admins
 
 
 def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:
