@@ -252,3 +252,4 @@ def test_an_authorizer_without_a_generation_is_asked_every_time() -> None:
     assert authorizer.calls == 2
     authorizer.acls.remove(acl)
     assert not check.topic(AclOperation.READ, "t")
+

@@ -17,6 +17,7 @@ decision sees the old or the new set, never a mix).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -280,17 +281,21 @@ class StandardAuthorizer:
         self.store_backed = not self.index.bindings if store_backed is None else store_backed
         self.version = 0  # the store's ACL version the index was built from
         self.generation = 0  # Authorizer.generation: moves on every load, after the new index is in place
+        self._load_lock = threading.Lock()
 
     def load(self, bindings: Iterable[AclBinding] | AclIndex, version: int = 0) -> None:
         """Replace every ACL (an :class:`AclIndex` may be built elsewhere, off the event loop). A load of an older
-        store version than the current one is ignored (two loaders raced)."""
-        if version and version < self.version:
-            return
-        self.index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
-        self.version = version
-        # last: a reader (the gateway's loop, while this runs in an executor thread) that sees the new generation
-        # sees the new index too, so a decision cached under it is the new ACLs' decision
-        self.generation += 1
+        store version than the current one is ignored (two loaders raced: the poll and a change made here, each in
+        an executor thread; the lock makes the check and the swap one step, so the older never lands last)."""
+        index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
+        with self._load_lock:
+            if version and version < self.version:
+                return
+            self.index = index
+            self.version = version
+            # last: a reader (the gateway's loop) that sees the new generation sees the new index too, so a
+            # decision cached under it is the new ACLs' decision
+            self.generation += 1
 
     def explain(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                 name: str) -> Decision:
