@@ -87,7 +87,8 @@ class Access:
         self.hidden = hidden
         self.audit = audit or AuthzAudit()
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
-        self._generation: tuple[Authorizer, int] | None = None  # what the cache was computed from
+        self._cached_from: Authorizer | None = None  # the authorizer and generation the cache was computed from
+        self._cached_generation: int | None = None
         self.principals: dict[str, str] = {}  # session user -> Kafka's principal string (``User:alice``)
 
     def decide(self, authorizer: Authorizer, principal: str, host: str, op: AclOperation, rtype: ResourceType,
@@ -96,10 +97,9 @@ class Access:
         if number is None:
             return bool(authorizer.authorize(principal, host, op, rtype, name))
         cache = self._cache
-        generation = self._generation
-        if generation is None or generation[1] != number or generation[0] is not authorizer:
+        if number != self._cached_generation or authorizer is not self._cached_from:
             cache.clear()
-            self._generation = (authorizer, number)
+            self._cached_from, self._cached_generation = authorizer, number
         key = (principal, host, int(op), int(rtype), name)
         found = cache.get(key)
         if found is None:
