@@ -94,3 +94,57 @@ def test_recommended_values_equal_numpy_of_the_definition(spark: Any, traffic: P
     # heavy tails: the biggest tenant's value is far above the median tenant's
     produce = sorted(v["producer_byte_rate"] for v in got.values())
     assert produce[-1] > 10 * produce[len(produce) // 2]
+
+
+def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
+    return table.sort_by([(k, "ascending") for k in keys])
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("level", ["user", "client-id"])
+def test_proposal_applied_and_replayed_throttles_as_its_backtest_predicted(spark: Any, traffic: Path,
+                                                                          quota_store: Path, tmp_path: Path,
+                                                                          level: str) -> None:
+    from quotaflow.admin import Admin
+    from quotaflow.admin.batch import alterations_from_json
+    from quotaflow.pipeline import job, replay
+    from quotaflow.pipeline.advisor import AdvisorSettings
+    from quotaflow.pipeline.recommend import PROPOSED_PREFIX, PROPOSED_WINDOWS, RecommendSpec, run
+    from quotaflow.store import open_store
+
+    out = tmp_path / "rec"
+    run(RecommendSpec(traffic, quota_store, out, level, AdvisorSettings(90.0, 1.0, 1.0)), spark=spark)
+    applied = tmp_path / "applied.db"
+    shutil.copy(quota_store, applied)
+    admin = Admin(open_store(applied))
+    results = admin.alter(alterations_from_json(json.loads((out / "proposal.json").read_text())))
+    admin.close()
+    assert results and all(r.ok for r in results)
+
+    decided = _sorted(pq.read_table(out / "decisions"), ["broker", "seq"])
+    cols = ["throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request", "throttle_ms"]
+    window_keys = ["broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms"]
+    for store, prefix, windows in ((applied, PROPOSED_PREFIX, PROPOSED_WINDOWS), (quota_store, "", "windows")):
+        rp = tmp_path / f"replay-{prefix or 'store'}"
+        replay.run(job.JobSpec(traffic, store, rp))
+        want = _sorted(pq.read_table(rp / "decisions"), ["broker", "seq"])
+        assert decided.num_rows == want.num_rows
+        for c in cols:
+            assert decided[prefix + c].equals(want[c]), (prefix, c)
+        assert _sorted(pq.read_table(out / windows), window_keys).equals(
+            _sorted(pq.read_table(rp / "windows"), window_keys))
+    # the proposal (p90, no headroom) throttles: the comparison is not between two empty sets
+    assert pc.sum(pc.greater(decided[PROPOSED_PREFIX + "throttle_ms"], 0)).as_py() > 100
+    outcome = pq.read_table(out / "outcome")
+    assert pc.sum(outcome["throttled_requests_after"]).as_py() == pc.sum(
+        pc.greater(decided[PROPOSED_PREFIX + "throttle_ms"], 0)).as_py() - _unowned_throttled(traffic, decided, level)
+
+
+def _unowned_throttled(events: Path, decided: pa.Table, level: str) -> int:
+    """Throttled requests (after) of clients without an entity of their own (an empty name)."""
+    t = read_dataset(events, "requests")
+    assert t is not None
+    t = _sorted(t.select(["broker", "seq", "user", "client_id"]), ["broker", "seq"])
+    name = t["user"] if level == "user" else t["client_id"]
+    hit = pc.greater(decided["proposed_throttle_ms"], 0)
+    return int(pc.sum(pc.and_(hit, pc.equal(name, ""))).as_py() or 0)
