@@ -148,3 +148,35 @@ def _unowned_throttled(events: Path, decided: pa.Table, level: str) -> int:
     name = t["user"] if level == "user" else t["client_id"]
     hit = pc.greater(decided["proposed_throttle_ms"], 0)
     return int(pc.sum(pc.and_(hit, pc.equal(name, ""))).as_py() or 0)
+
+
+@pytest.mark.spark
+def test_recommend_cli_then_report(spark: Any, traffic: Path, quota_store: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    out = tmp_path / "rec"
+    result = CliRunner().invoke(cli, ["recommend", "--events", str(traffic), "--store", str(quota_store), "--out",
+                                      str(out), "--entity-type", "user,client-id", "--keys", "producer_byte_rate",
+                                      "--percentile", "50", "--min-rate", "1000"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "proposal.json").read_text())
+    assert doc and all(set(e["values"]) == {"producer_byte_rate"} for e in doc)
+    assert all(v["producer_byte_rate"] >= 1000 for v in (e["values"] for e in doc))
+    assert all(set(e["entity"]) == {"user", "client-id"} for e in doc)
+    usage = pq.read_table(out / "usage")
+    assert set(usage.column_names) >= {"entity_user", "entity_client_id", "p99", "peak", "seconds", "quantiles",
+                                       "current_limit", "recommended"}  # fmt: skip
+    # tenant-0003's app-0 holds a (user, client-id) quota of 1e5 in the store: the current limit is that
+    row = usage.filter(pc.equal(usage["entity_client_id"], "tenant-0003-app-0")).to_pylist()
+    assert row and row[0]["current_limit"] == 1e5 and row[0]["current_value"] == 1e5
+    report = CliRunner().invoke(cli, ["report", "--in", str(out), "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "quotaflow recommend report" in page and "usage distribution per entity" in page
+    assert "throttle time s before" in page
+    assert (tmp_path / "report" / "usage_distribution.png").stat().st_size > 10_000
+    bad = CliRunner().invoke(cli, ["recommend", "--events", str(traffic), "--store", str(quota_store), "--out",
+                                   str(out), "--keys", "controller_mutation_rate"])  # fmt: skip
+    assert bad.exit_code != 0 and "--keys takes producer_byte_rate" in bad.output
