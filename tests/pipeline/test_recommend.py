@@ -20,7 +20,8 @@ from quotaflow.events import read_dataset
 KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
 
 
-def expected(events: Path, level: str, percentile: float, headroom: float, min_rate: float) -> dict[Any, dict[str, float]]:
+def expected(events: Path, level: str, percentile: float, headroom: float,
+             min_rate: float) -> dict[Any, dict[str, float]]:  # fmt: skip
     """The definition, written out directly: per entity, zero-filled (broker, second) cells, np.percentile."""
     t = read_dataset(events, "requests")
     assert t is not None
