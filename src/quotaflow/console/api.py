@@ -101,20 +101,29 @@ async def _json_body(request: Request) -> Any:
         raise InvalidRequestError("The request body is not JSON") from None
 
 
-async def quotas_post(request: Request) -> Response:
+async def _admin_write(request: Request, route: str) -> tuple[Any, Response | None]:
+    """(the JSON body, None) of a write an admin may make, else (None, the refusal): a cross-site page, a body that
+    is not JSON, no admin signed in, a read-only console."""
     console = console_of(request)
     if not _same_origin(request):
-        return error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
+        return None, error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        return error_response(InvalidRequestError("POST /api/quotas takes application/json"))
+        return None, error_response(InvalidRequestError(f"POST {route} takes application/json"))
     try:
         await run_in_threadpool(console.access.require_admin, request.headers.get("authorization"))
     except KafkaError as e:
-        return error_response(e, challenge=PAGE_HEADER not in request.headers)
+        return None, error_response(e, challenge=PAGE_HEADER not in request.headers)
     try:
-        body = await _json_body(request)
+        return await _json_body(request), None
     except InvalidRequestError as e:
-        return error_response(e)
+        return None, error_response(e)
+
+
+async def quotas_post(request: Request) -> Response:
+    console = console_of(request)
+    body, refused = await _admin_write(request, "/api/quotas")
+    if refused is not None:
+        return refused
     try:
         alteration, validate_only = parse_alteration(body)
     except InvalidRequestError as e:
@@ -207,18 +216,9 @@ async def apply_proposal(request: Request) -> Response:
     """``POST /api/proposals/{id}`` ``{"entries": [i, ...] | null, "validate_only": bool}``: apply entries of a
     recommend output's proposal.json (each entity all-or-nothing); admins only, like every write."""
     console = console_of(request)
-    if not _same_origin(request):
-        return error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        return error_response(InvalidRequestError("POST /api/proposals takes application/json"))
-    try:
-        await run_in_threadpool(console.access.require_admin, request.headers.get("authorization"))
-    except KafkaError as e:
-        return error_response(e, challenge=PAGE_HEADER not in request.headers)
-    try:
-        body = await _json_body(request)
-    except InvalidRequestError as e:
-        return error_response(e)
+    body, refused = await _admin_write(request, "/api/proposals")
+    if refused is not None:
+        return refused
     if not isinstance(body, dict) or not isinstance(body.get("validate_only", False), bool):
         return error_response(InvalidRequestError('Expected {"entries": [index, ...] | null, "validate_only": bool}'))
     entries = body.get("entries")
