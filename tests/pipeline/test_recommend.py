@@ -34,35 +34,43 @@ def expected(events: Path, level: str, percentile: float, headroom: float,
         "consumer_byte_rate": np.where((api == 1) & ~follower, t["response_bytes"].to_numpy(), 0),
         "request_percentage": np.where(~exempt, t["io_thread_ns"].to_numpy() + t["network_thread_ns"].to_numpy(), 0),
     }
-    counted = (api == 0) | ((api == 1) & ~follower) | ~exempt
+    recorded = {"producer_byte_rate": api == 0, "consumer_byte_rate": (api == 1) & ~follower,
+                "request_percentage": ~exempt}  # fmt: skip
     ts = t["ts_ms"].to_numpy()
     first, last = ts.min() // 1000, ts.max() // 1000
     seconds = last - first + 1
-    users, cids, brokers = t["user"].to_pylist(), t["client_id"].to_pylist(), t["broker"].to_pylist()
+    users, cids = t["user"].to_pylist(), t["client_id"].to_pylist()
+    brokers = np.array(t["broker"].to_pylist(), dtype=object)
     if level == "user":
         names = [(u,) for u in users]
     elif level == "client-id":
         names = [(c,) for c in cids]
     else:
         names = list(zip(users, cids, strict=True))
+    ids = {n: i for i, n in enumerate(sorted(set(names)))}
+    name_ids = np.array([ids[n] for n in names])
     out: dict[Any, dict[str, float]] = {}
-    for name in sorted({n for n, c in zip(names, counted, strict=True) if c}):
+    for name in sorted(set(names)):
         if not all(name):
             continue  # Kafka refuses empty names
-        rows = np.array([n == name for n in names]) & counted
-        used = sorted({b for b, r in zip(brokers, rows, strict=True) if r})
+        mine = name_ids == ids[name]
         vals: dict[str, float] = {}
         for key in KEYS:
+            rows = mine & recorded[key]
+            used = sorted(set(brokers[rows]))  # the brokers where this key's manager recorded the entity
+            if not used:
+                continue  # never used the key: no value
             cells = np.zeros((len(used), seconds), dtype=np.int64)
             for i, b in enumerate(used):
-                sel = rows & np.array([x == b for x in brokers])
+                sel = rows & (brokers == b)
                 np.add.at(cells[i], ts[sel] // 1000 - first, values[key][sel])
             usage = cells.ravel().astype(np.float64)
             if key == "request_percentage":
                 usage = usage * (100.0 / 1e9)  # KIP-124: nanoseconds of one thread per second, in percent
             v = max(float(np.percentile(usage, percentile)) * headroom, min_rate)
             vals[key] = float(np.ceil(v)) if key != "request_percentage" else v
-        out[name] = vals
+        if vals:
+            out[name] = vals
     return out
 
 
@@ -91,9 +99,10 @@ def test_recommended_values_equal_numpy_of_the_definition(spark: Any, traffic: P
     want = expected(traffic, level, percentile, headroom, 1.0)
     got = proposal_by_name(out, level)
     assert len(want) > 10
+    assert any(len(v) < 3 for v in want.values())  # some entities do not use every key, and get no value for it
     assert got == want  # exact: the same float arithmetic as np.percentile
     # heavy tails: the biggest tenant's value is far above the median tenant's
-    produce = sorted(v["producer_byte_rate"] for v in got.values())
+    produce = sorted(v["producer_byte_rate"] for v in got.values() if "producer_byte_rate" in v)
     assert produce[-1] > 10 * produce[len(produce) // 2]
 
 

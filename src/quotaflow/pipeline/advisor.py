@@ -9,10 +9,11 @@ For an entity at the chosen level (``user``, ``client-id`` or ``user,client-id``
   ones: exempt-throttle APIs, follower fetches, produce with acks=0), as KIP-124 counts it: nanoseconds × 1e-7,
   percent of one thread (the integer nanoseconds of the second are summed first, then converted).
 
-Cells are zero-filled from the trace's first to its last epoch second, over the brokers the entity used (sent at
-least one request some manager records). The recommended value is the P-th percentile (numpy's default linear
-interpolation) of the entity's cells × headroom, never below ``min_rate``; byte rates (Kafka ``LONG`` keys, which
-take whole numbers only) are rounded up. The zeros are never materialised: the percentile is read off the sorted
+Cells are zero-filled from the trace's first to its last epoch second, over the brokers where the key's manager
+recorded the entity (at least one of its requests); an entity gets a value for the keys it used. The recommended
+value is the P-th percentile (numpy's default linear interpolation) of the entity's cells × headroom, never below
+``min_rate``; byte rates (Kafka ``LONG`` keys, which take whole numbers only) are rounded up. The zeros are never
+materialised: the percentile is read off the sorted
 non-zero cells and the zero count, with numpy's own interpolation arithmetic (equal bit for bit; a test checks it
 against ``np.percentile`` of the zero-filled array).
 
@@ -99,12 +100,13 @@ class AdvisorSettings:
 
 @dataclass(frozen=True, slots=True)
 class Metered:
-    """Per row: what each manager records (bytes, bytes, thread nanoseconds) and whether any records it."""
+    """Per row: what each manager records (bytes, bytes, thread nanoseconds; 0 where it records nothing) and
+    whether it records the row at all."""
 
     produce: I64
     fetch: I64
     request_ns: I64
-    counted: npt.NDArray[np.bool_]
+    records: dict[str, npt.NDArray[np.bool_]]  # key -> the key's manager records the row
 
     def of_key(self, key: str) -> I64:
         return {PRODUCER_BYTE_RATE: self.produce, CONSUMER_BYTE_RATE: self.fetch, REQUEST_PERCENTAGE: self.request_ns}[
@@ -113,14 +115,15 @@ class Metered:
 
 
 def metered(rows: RequestRows) -> Metered:
-    """What the three quota managers record for each row (0 where a manager does not record it)."""
+    """What the three quota managers record for each row."""
     produce = rows.api_key == API_PRODUCE
     fetch = (rows.api_key == API_FETCH) & ~rows.is_follower
     recorded = ~exempt_from_request_quota(rows.api_key, rows.acks, rows.is_follower)
     zero = np.zeros(len(rows.ts_ms), dtype=np.int64)
     return Metered(
         np.where(produce, rows.request_bytes, zero), np.where(fetch, rows.response_bytes, zero),
-        np.where(recorded, rows.io_thread_ns + rows.network_thread_ns, zero), produce | fetch | recorded,
+        np.where(recorded, rows.io_thread_ns + rows.network_thread_ns, zero),
+        {PRODUCER_BYTE_RATE: produce, CONSUMER_BYTE_RATE: fetch, REQUEST_PERCENTAGE: recorded},
     )  # fmt: skip
 
 
@@ -175,57 +178,51 @@ class UsageInputs:
 
 
 def usage_table(rows: RequestRows, m: Metered, u: UsageInputs, settings: AdvisorSettings) -> pa.Table:
-    """One row per (entity present in ``rows``, key): the distribution of its cells and the recommended value.
-    ``rows`` must hold every row of each of its entities (all brokers)."""
-    take = np.flatnonzero((u.entity >= 0) & m.counted)
+    """One row per (entity present in ``rows``, key it used): the distribution of its cells and the recommended
+    value. ``rows`` must hold every row of each of its entities (all brokers)."""
+    parts = [_usage_of_key(rows, m, u, settings, key) for key in settings.keys]
+    return pa.concat_tables(parts) if parts else USAGE_SCHEMA.empty_table()
+
+
+def _usage_of_key(rows: RequestRows, m: Metered, u: UsageInputs, settings: AdvisorSettings, key: str) -> pa.Table:
+    take = np.flatnonzero((u.entity >= 0) & m.records[key])
     if not len(take):
         return USAGE_SCHEMA.empty_table()
-    ent = u.entity[take]
     seconds = u.seconds
     second = rows.ts_ms[take] // 1000 - u.first_second
     broker = rows.broker[take]
     n_brokers = int(broker.max()) + 1
-    # dense entities of these rows; brokers each used
-    ents, e_local = np.unique(ent, return_inverse=True)
+    ents, e_local = np.unique(u.entity[take], return_inverse=True)  # the entities using this key, densely
     e_local = e_local.reshape(-1).astype(np.int64)
-    used = np.unique(e_local * n_brokers + broker)
-    brokers_used = np.bincount(used // n_brokers, minlength=len(ents)).astype(np.int64)
+    n = len(ents)
+    used = np.unique(e_local * n_brokers + broker)  # the (entity, broker) where this key's manager recorded
+    brokers_used = np.bincount(used // n_brokers, minlength=n).astype(np.int64)
     cells_total = brokers_used * seconds
     cell_key = (e_local * n_brokers + broker) * seconds + second
     order = np.argsort(cell_key, kind="stable")
     sorted_key = cell_key[order]
     starts = np.flatnonzero(np.diff(sorted_key, prepend=-1) != 0)
-    cell_entity = sorted_key[starts] // (n_brokers * seconds)
-    columns: dict[str, list[object]] = {f.name: [] for f in USAGE_SCHEMA}
-    for key in settings.keys:
-        summed = np.add.reduceat(m.of_key(key)[take][order], starts) if len(starts) else np.zeros(0, np.int64)
-        value = cell_value(key, summed)
-        pos = value > 0
-        g, v = cell_entity[pos], value[pos]
-        by = np.lexsort((v, g))
-        g, v = g[by], v[by]
-        stats = {name: percentile_zero_filled(g, v, cells_total, q)
-                 for name, q in (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))}  # fmt: skip
-        chosen = percentile_zero_filled(g, v, cells_total, settings.percentile)
-        grid = np.stack([percentile_zero_filled(g, v, cells_total, q) for q in QUANTILE_GRID], axis=1)
-        total = np.bincount(g, weights=v, minlength=len(ents))
-        peak = np.zeros(len(ents))
-        np.maximum.at(peak, g, v)
-        columns["entity"] += ents.tolist()
-        columns["key"] += [key] * len(ents)
-        columns["seconds"] += [seconds] * len(ents)
-        columns["brokers"] += brokers_used.tolist()
-        columns["cells"] += cells_total.tolist()
-        columns["active_cells"] += np.bincount(g, minlength=len(ents)).tolist()
-        columns["total"] += total.tolist()
-        columns["mean"] += (total / cells_total).tolist()
-        for name, arr in stats.items():
-            columns[name] += arr.tolist()
-        columns["at_percentile"] += chosen.tolist()
-        columns["peak"] += peak.tolist()
-        columns["recommended"] += settings.recommend(key, chosen).tolist()
-        columns["quantiles"] += grid.tolist()
-    return pa.table(columns, schema=USAGE_SCHEMA)
+    value = cell_value(key, np.add.reduceat(m.of_key(key)[take][order], starts))
+    pos = value > 0
+    g, v = (sorted_key[starts] // (n_brokers * seconds))[pos], value[pos]
+    by = np.lexsort((v, g))
+    g, v = g[by], v[by]
+
+    def pct(q: float) -> F64:
+        return percentile_zero_filled(g, v, cells_total, q)
+
+    chosen = pct(settings.percentile)
+    total = np.bincount(g, weights=v, minlength=n)
+    peak = np.zeros(n)
+    np.maximum.at(peak, g, v)
+    grid = np.stack([pct(q) for q in QUANTILE_GRID], axis=1)
+    cols = {
+        "entity": ents, "key": [key] * n, "seconds": np.full(n, seconds), "brokers": brokers_used,
+        "cells": cells_total, "active_cells": np.bincount(g, minlength=n), "total": total,
+        "mean": total / cells_total, "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "at_percentile": chosen,
+        "peak": peak, "recommended": settings.recommend(key, chosen), "quantiles": list(grid),
+    }  # fmt: skip
+    return pa.table({f.name: pa.array(cols[f.name], f.type) for f in USAGE_SCHEMA}, schema=USAGE_SCHEMA)
 
 
 # -- outcome: what the throttling did to each entity ------------------------------------------------------------
@@ -249,7 +246,7 @@ def outcome_table(rows: RequestRows, m: Metered, entity: I64, applied: Sequence[
     local = local.reshape(-1).astype(np.int64)
     n = len(ents)
     cols: dict[str, object] = {"entity": ents, "requests": np.bincount(local, minlength=n)}
-    moved = (m.produce + m.fetch)[take]
+    moved = (m.produce + m.fetch)[take]  # a row is produce or fetch, never both
     second = rows.ts_ms[take] // 1000
     for side, throttle in zip(OUTCOME_SIDES, applied, strict=True):
         t = throttle[take]

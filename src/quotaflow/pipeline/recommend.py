@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -38,6 +38,7 @@ from quotaflow.admin.codec import describe_to_json
 from quotaflow.admin.local import DescribedEntity
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError
+from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from quotaflow.core.precedence import entity_bit
 from quotaflow.core.sanitize import sanitize
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
@@ -113,20 +114,27 @@ def _snapshot(store: str | Path) -> Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class Entities:
-    """The entities at the chosen level: each resolution row's entity (-1: none), and each entity's wire form."""
+    """The entities at the chosen level: each resolution row's entity (-1: none), each entity's wire form and the
+    keys it used (some request of its clients that key's manager records)."""
 
     of_pair: np.ndarray
     wire: list[dict[str, str | None]]
+    keys: list[frozenset[str]]
 
 
-def entities_of(res: pa.Table, level: str, counted: set[tuple[str, str]]) -> Entities:
-    """Entities of the clients some quota manager records (``counted``) whose names Kafka accepts."""
+def entities_of(res: pa.Table, level: str, used: Mapping[tuple[str, str], frozenset[str]]) -> Entities:
+    """Entities of the clients that used any of the keys (``used``: per (user, client_id)) whose names Kafka
+    accepts; an entity used the keys its clients used."""
     pairs = list(zip(res.column("user").to_pylist(), res.column("client_id").to_pylist(), strict=True))
-    wires = [entity_wire(level, u, c) if (u, c) in counted else None for u, c in pairs]
-    distinct = sorted({tuple(w.items()) for w in wires if w is not None and settable(w)})
+    wires = [entity_wire(level, u, c) if used.get((u, c)) else None for u, c in pairs]
+    keys: dict[tuple[tuple[str, str | None], ...], set[str]] = {}
+    for pair, w in zip(pairs, wires, strict=True):
+        if w is not None and settable(w):
+            keys.setdefault(tuple(w.items()), set()).update(used[pair])
+    distinct = sorted(keys)
     ids = {e: i for i, e in enumerate(distinct)}
     of_pair = np.array([-1 if w is None else ids.get(tuple(w.items()), -1) for w in wires], dtype=np.int64)
-    return Entities(of_pair, [dict(e) for e in distinct])
+    return Entities(of_pair, [dict(e) for e in distinct], [frozenset(keys[e]) for e in distinct])
 
 
 def placeholder(entity: int) -> float:
@@ -134,14 +142,16 @@ def placeholder(entity: int) -> float:
     return -float(entity + 1)
 
 
-def proposal_config(config: QuotaConfig, ents: Entities, keys: tuple[str, ...]) -> QuotaConfig:
-    """The store's config with every entity's ``keys`` set (to placeholders), as ``alter`` would set them."""
+def proposal_config(config: QuotaConfig, ents: Entities) -> QuotaConfig:
+    """The store's config with every entity's keys set (to placeholders), as ``alter`` would set them."""
     types = dict(config.types)
-    for key in keys:
+    for key in sorted({k for ks in ents.keys for k in ks}):
         t = KEY_TYPE[key]
         overrides = dict(types[t].overrides)
         mask = types[t].mask
         for e, wire in enumerate(ents.wire):
+            if key not in ents.keys[e]:
+                continue
             user, client = wire.get("user"), wire.get("client-id")
             overrides[(None if user is None else sanitize(user), client)] = placeholder(e)
             mask |= int(entity_bit(user, client))
@@ -219,38 +229,44 @@ def _partition_fn(plan: Plan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
     return fn
 
 
-def _counted_expr() -> Any:
-    """:func:`.advisor.metered`'s ``counted`` as a Spark expression: some quota manager records the row."""
+def _recorded_exprs() -> dict[str, Any]:
+    """:func:`.advisor.metered`'s ``records`` as Spark expressions: the key's manager records the row."""
     from pyspark.sql import functions as F
 
     api, follower = F.col("api_key"), F.col("is_follower")
     exempt = api.isin(*sorted(EXEMPT_THROTTLE_API_KEYS)) | follower | (
         (api == API_PRODUCE) & (F.coalesce(F.col("acks"), F.lit(1)) == 0))  # fmt: skip
-    return (api == API_PRODUCE) | ((api == API_FETCH) & ~follower) | ~exempt
+    return {PRODUCER_BYTE_RATE: api == API_PRODUCE, CONSUMER_BYTE_RATE: (api == API_FETCH) & ~follower,
+            REQUEST_PERCENTAGE: ~exempt}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class Clients:
-    """The distinct-clients query: (broker, user, client_id) seen, those some manager records, the trace's span."""
+    """The distinct-clients query: (broker, user, client_id) seen, the keys each (user, client_id) used (of those
+    asked for), the trace's span."""
 
     found: list[tuple[str, str, str]]
-    counted: set[tuple[str, str]]
+    used: dict[tuple[str, str], frozenset[str]]
     first_ms: int
     last_ms: int
 
 
-def clients(good: Any) -> Clients:
+def clients(good: Any, keys: tuple[str, ...]) -> Clients:
     from pyspark.sql import functions as F
 
+    recorded = _recorded_exprs()
     rows = good.groupBy("broker", "user", "client_id").agg(
         F.min("ts_ms").alias("first"), F.max("ts_ms").alias("last"),
-        F.max(_counted_expr().cast("int")).alias("counted"),
+        *(F.max(recorded[k].cast("int")).alias(k) for k in keys),
     ).collect()  # fmt: skip
-    found = [(r["broker"], r["user"], r["client_id"]) for r in rows]
-    counted = {(r["user"], r["client_id"]) for r in rows if r["counted"]}
     if not rows:
-        return Clients([], set(), 0, 0)
-    return Clients(found, counted, min(r["first"] for r in rows), max(r["last"] for r in rows))
+        return Clients([], {}, 0, 0)
+    used: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        used.setdefault((r["user"], r["client_id"]), set()).update(k for k in keys if r[k])
+    return Clients([(r["broker"], r["user"], r["client_id"]) for r in rows],
+                   {p: frozenset(k) for p, k in used.items()}, min(r["first"] for r in rows),
+                   max(r["last"] for r in rows))  # fmt: skip
 
 
 def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
@@ -278,11 +294,13 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
         raise CommandError(f"no request events under {spec.events / REQUESTS_DIR}")
     summary.counts.update(requests=req.total, requests_quarantined=req.quarantined)
     with summary.timed("clients", progress):
-        found = clients(req.good)
+        found = clients(req.good, spec.advisor.keys)
+    if not found.found:
+        raise CommandError(f"no valid request events under {spec.events / REQUESTS_DIR} to recommend from")
     brokers = sorted({b for b, _, _ in found.found})
     res_a = resolve_clients(config, [(u, c) for _, u, c in found.found])
-    ents = entities_of(res_a, spec.level, found.counted)
-    res_b = resolve_clients(proposal_config(config, ents, spec.advisor.keys), [(u, c) for _, u, c in found.found])
+    ents = entities_of(res_a, spec.level, found.used)
+    res_b = resolve_clients(proposal_config(config, ents), [(u, c) for _, u, c in found.found])
     entity_group = np.where(ents.of_pair >= 0, ents.of_pair, len(ents.wire) + np.arange(res_a.num_rows))
     component = components(res_a, *(res_b.column(f"{t}_qid").to_pylist() for t in QUOTA_TYPES),
                            entity_group.tolist())  # fmt: skip
