@@ -167,8 +167,8 @@ def stage_backtest_report(ctx: DemoContext) -> None:
     ctx.results["quota advisor (proposal.json, usage, backtest)"] = Path(result["advisor"])
     ctx.results["quota advisor report (HTML)"] = Path(result["advisor_report"])
     table = Table(title="quota advisor: proposed quotas for the demo's clients (p99 of per-broker-second usage x 1.2)")
-    for column in ("client-id", "key", "current", "proposed", "p99", "peak"):
-        table.add_column(column, justify="left" if column in ("client-id", "key") else "right")
+    for column in ("entity", "key", "current", "proposed", "p99", "peak"):
+        table.add_column(column, justify="left" if column in ("entity", "key") else "right")
     for r in result["proposal"]:
         table.add_row(r["entity"], r["key"], "unlimited" if r["current"] is None else f"{r['current']:,.6g}",
                       f"{r['proposed']:,.6g}", f"{r['p99']:,.6g}", f"{r['peak']:,.6g}")

@@ -10,13 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from quotaflow.core.entities import entity_text
 from quotaflow.pipeline.report import build_report
 
 BACKTEST_DIR = "backtest"
 REPORT_DIR = "report"
 ADVISOR_DIR = "advisor"
 ADVISOR_REPORT_DIR = "advisor-report"
-ADVISOR_LEVEL = "client-id"  # the demo's clients share one principal (ANONYMOUS): its tenants are client-ids
+ADVISOR_LEVEL = "user,client-id"  # the demo's clients share one principal (ANONYMOUS) and hold (user, client-id) quotas
 
 
 def run(events_dir: Path, store_path: Path, out_dir: Path,
@@ -66,7 +67,8 @@ def proposal_rows(advisor_out: Path) -> list[dict[str, Any]]:
 
     usage = ds.dataset(advisor_out / "usage", format="parquet").to_table().to_pylist()
     return [
-        {"entity": r["entity_client_id"] if r["entity_user"] is None else r["entity_user"], "key": r["key"],
+        {"entity": entity_text({k: v for k, v in (("user", r["entity_user"]), ("client-id", r["entity_client_id"]))
+                                if v is not None}), "key": r["key"],
          "current": r["current_limit"], "proposed": r["recommended"], "p99": r["p99"], "peak": r["peak"]}
         for r in usage
     ]  # fmt: skip
