@@ -7,9 +7,9 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test setup lint typecheck conformance bench clean chromium
+.PHONY: demo test setup lint typecheck conformance bench clean chromium kcat
 
-setup: $(STAMP) $(NODE_STAMP) chromium
+setup: $(STAMP) $(NODE_STAMP) chromium kcat
 
 # Debian's chromium, driven by Playwright in the console's browser tests (Playwright's own browser download is not
 # used). Installed once, only when missing; needs root (CI runs as root), else says what to run.
@@ -17,6 +17,13 @@ chromium:
 	@test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "the console's browser tests need Debian's chromium: sudo apt-get install -y chromium" >&2; fi; }
+
+# Debian's kcat (librdkafka 2.0.2), one of the real clients of the gateway's client-matrix test (SCRAM through it
+# needs quotaflow.sasl.scram.legacy.client.nonce: librdkafka < 2.6.1). Installed once, only when missing, as chromium.
+kcat:
+	@test -x /usr/bin/kcat || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; \
+	  else echo "the client-matrix test needs Debian's kcat: sudo apt-get install -y kcat" >&2; fi; }
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)

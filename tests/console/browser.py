@@ -21,8 +21,10 @@ SCREENSHOTS_ENV = "QUOTAFLOW_SCREENSHOTS"  # a directory to keep the pages' scre
 
 
 @contextmanager
-def browser(credentials: tuple[str, str] | None = None) -> Iterator[Any]:
-    """A fresh chromium profile (its own --user-data-dir); HTTP Basic answered with ``credentials`` when given."""
+def browser(credentials: tuple[str, str] | None = None, *, refusals_expected: bool = False) -> Iterator[Any]:
+    """A fresh chromium profile (its own --user-data-dir); HTTP Basic answered with ``credentials`` when given.
+    Any JavaScript error, or content the page's Content-Security-Policy refused (unless ``refusals_expected``),
+    fails the test."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} not found: `make setup` installs Debian's chromium (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
@@ -37,11 +39,16 @@ def browser(credentials: tuple[str, str] | None = None) -> Iterator[Any]:
         context.set_default_timeout(20_000)
         errors: list[str] = []
         context.on("weberror", lambda e: errors.append(str(e.error)))
+        # the Content-Security-Policy refuses anything inline or foreign: chromium reports each refusal as a
+        # console error, and a page that needed one is broken
+        if not refusals_expected:
+            context.on("console", lambda m: errors.append(m.text)
+                       if m.type == "error" and "Content Security Policy" in m.text else None)
         try:
             yield context
         finally:
             context.close()
-        assert not errors, f"JavaScript errors on the page: {errors}"
+        assert not errors, f"JavaScript errors or refused content on the page: {errors}"
 
 
 def screenshot(page: Any, tmp_path: Path, name: str) -> Path:

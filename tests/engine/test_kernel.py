@@ -18,7 +18,7 @@ from quotaflow.engine.kernel import (
     decide_groups,
     read_window,
 )
-from quotaflow.engine.rate import Rate, to_int32
+from quotaflow.engine.rate import Rate, keeps_oversized_fetch, to_int32
 
 Row = tuple[int, float, int]  # (time step, value, mode)
 
@@ -40,7 +40,9 @@ def reference(rows: list[Row], bound: float, samples: int, window_ms: int, max_m
         else:
             own = to_int32(rate.record_and_throttle(value, t, None if max_ms < 0 else max_ms))
         out.append(own)
-        if unrecord and max(own, floor) > 0:
+        kept = mode == MODE_CHECK and bound != math.inf and keeps_oversized_fetch(value, *rate.reading(t), bound,
+                                                                                 samples, window_ms)
+        if unrecord and max(own, floor) > 0 and not kept:
             rate.record(-value, t)
     return out, rate
 

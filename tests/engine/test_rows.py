@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from quotaflow.core.keys import UNLIMITED
 from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.engine.kernel import KernelState, read_window
-from quotaflow.engine.rate import Rate, to_int32
+from quotaflow.engine.rate import Rate, keeps_oversized_fetch, to_int32
 from quotaflow.engine.rows import (
     ALIGN_MS,
     NO_BYTE_TYPE,
@@ -100,7 +100,9 @@ def reference(case: Case) -> tuple[np.ndarray, list[tuple[int, int, float, float
         rate = rate_of(m, c)
         own = to_int32(rate.record_and_throttle(x, t))
         out[m, r] = own
-        if m == 2 and max(own, req) > 0:
+        bound = float(q.bound[m, c])
+        kept = bound != math.inf and keeps_oversized_fetch(x, *rate.reading(t), bound, samples, window_ms)
+        if m == 2 and max(own, req) > 0 and not kept:
             rate.record(-x, t)
         w[1] += x
         w[2] += own > 0

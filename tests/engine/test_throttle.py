@@ -24,12 +24,30 @@ def test_fetch_unrecords_when_only_request_throttles() -> None:
 
 def test_fetch_bandwidth_throttle() -> None:
     _, fetch, request = managers()
+    fetch.update_quota("u", None, 100)  # the window holds 100 x (11 - 1) x 1 s = 1000 bytes
+    assert fetch_throttle(fetch, request, "u", "c", 800, 0, T).throttle_ms == 0
+    d = fetch_throttle(fetch, request, "u", "c", 800, 0, T)
+    assert d.throttle_ms == d.bandwidth_ms == 1000 * 10 * (1600 / 10 - 100) / 100
+    assert not d.by_request and not d.oversized
+    assert fetch.metric_value("u", "c", T) == 80  # the throttled (empty) response's bytes were un-recorded
+    assert fetch.delay_queue_size(T) == 1
+
+
+def test_a_fetch_larger_than_the_window_is_delivered_once_then_waits_for_the_quota() -> None:
+    """Kafka would empty and un-record it forever (it can never fit the window): delivered and throttled after,
+    its bytes kept, when the consumer was within its quota; then nothing until its rate is back within it."""
+    _, fetch, request = managers()
     fetch.update_quota("u", None, 100)
     d = fetch_throttle(fetch, request, "u", "c", 2000, 0, T)
-    assert d.throttle_ms == d.bandwidth_ms == 1000 * 10 * (2000 / 10 - 100) / 100
-    assert not d.by_request
-    assert fetch.metric_value("u", "c", T) == 0
-    assert fetch.delay_queue_size(T) == 1
+    assert d.throttle_ms == d.bandwidth_ms == 1000 * 10 * (2000 / 10 - 100) / 100 and d.oversized
+    assert fetch.metric_value("u", "c", T) == 200  # kept recorded, as a produce request's bytes are
+    # another connection of the same consumer, over its quota now: Kafka's rule again (empty, un-recorded)
+    again = fetch_throttle(fetch, request, "u", "c", 2000, 0, T + 5_000)
+    assert again.throttle_ms > 0 and not again.oversized
+    assert fetch.metric_value("u", "c", T + 5_000) == 200
+    # once the first response has left the window, the consumer is within its quota: the next one is delivered
+    later = fetch_throttle(fetch, request, "u", "c", 2000, 0, T + 12_000)
+    assert later.oversized and fetch.metric_value("u", "c", T + 12_000) == 200
 
 
 def test_produce_acks0_is_exempt_from_request_quota() -> None:

@@ -33,6 +33,7 @@ class FakeExchange:
 
     def __init__(self) -> None:
         self.inbox: list[UsageReport] = []
+        self.rejected = 0  # reports refused (unsigned, badly signed, replayed)
 
     def take(self) -> list[UsageReport]:
         out, self.inbox = self.inbox, []

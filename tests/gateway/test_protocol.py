@@ -111,3 +111,61 @@ def test_fuzzed_frames_fail_only_with_invalid_request(tail: bytes, api_key: int,
         protocol.decode_request(frame, header)
     except InvalidRequestError:
         pass  # the connection is closed; anything else would be a gateway bug
+
+
+def _batches(base: int, count: int, value_size: int) -> bytes:
+    """``count`` real record batches (kafka-python's builder, magic 2), one record of ``value_size`` bytes each."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    out = b""
+    for i in range(count):
+        builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=value_size * 2, offset=base + i)
+        builder.append(timestamp=1, key=None, value=b"v" * value_size, headers=[])
+        builder.close()
+        out += builder.buffer()
+    return out
+
+
+def _fetch_frame(version: int, partitions: list[bytes]) -> bytes:
+    P = FetchResponse[version].FetchableTopicResponse.PartitionData
+    parts = [P(partition_index=i, error_code=0, high_watermark=99, records=r) for i, r in enumerate(partitions)]
+    topic = FetchResponse[version].FetchableTopicResponse(topic="t", partitions=parts)
+    fields = {"throttle_time_ms": 0, "responses": [topic]}
+    if version >= 7:
+        fields |= {"error_code": 0, "session_id": 7}
+    return protocol.encode_response(FetchResponse[version](**fields), version, 5)[4:]
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_a_fetch_response_is_trimmed_to_whole_batches_within_max_bytes(version: int) -> None:
+    batch = len(_batches(0, 1, 1000))
+    frame = _fetch_frame(version, [_batches(0, 5, 1000), _batches(0, 5, 1000)])
+    assert protocol.trim_fetch_response(frame, version, len(frame)) is None  # within the limit: untouched
+    cap = len(frame) - 10 * batch + 3 * batch + 10  # room for three batches beside the response's own fields
+    out = protocol.trim_fetch_response(frame, version, cap)
+    assert out is not None and len(out) <= cap
+    decoded = protocol.decode_response(out, ApiKey.Fetch, version)
+    first, second = decoded.responses[0].partitions
+    assert bytes(first.records) == _batches(0, 3, 1000)  # whole batches, in order, from the first offset
+    assert bytes(second.records) == b"" and second.high_watermark == 99  # fetched again later from the same offset
+    assert decoded.header.correlation_id == 5
+    if version >= 7:
+        assert decoded.session_id == 7
+
+
+def test_the_first_batch_is_kept_even_when_it_alone_is_larger_than_max_bytes() -> None:
+    """KIP-74: the first record batch of the first partition with data is always returned, so progress is made."""
+    frame = _fetch_frame(12, [b"", _batches(10, 2, 5000), _batches(0, 1, 10)])
+    out = protocol.trim_fetch_response(frame, 12, 1000)
+    assert out is not None
+    empty, big, small = protocol.decode_response(out, ApiKey.Fetch, 12).responses[0].partitions
+    assert bytes(empty.records or b"") == b"" and bytes(big.records) == _batches(10, 1, 5000)
+    assert bytes(small.records) == b""
+
+
+def test_a_partial_batch_at_the_end_is_cut() -> None:
+    whole = _batches(0, 2, 100)
+    frame = _fetch_frame(12, [whole + _batches(2, 1, 100)[:50]])
+    out = protocol.trim_fetch_response(frame, 12, len(frame) - 1)
+    assert out is not None
+    assert bytes(protocol.decode_response(out, ApiKey.Fetch, 12).responses[0].partitions[0].records) == whole

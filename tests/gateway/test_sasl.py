@@ -96,6 +96,26 @@ def test_verifier_caches_good_logins_and_throttles_failing_ips() -> None:
     asyncio.run(run())
 
 
+def test_the_login_cache_is_no_oracle_for_another_ip() -> None:
+    """alice logged in from 10.0.0.9; a guesser on 10.0.0.66 spends its failed-login tokens, then sends alice's
+    right password: refused without a check (her cached login is her address's, not a free answer for anyone)."""
+    async def run() -> None:
+        v = _verifier(hash_password("alice", "pw", iterations=FAST), rate=1)
+        try:
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"
+            for _ in range(5):
+                assert (await v.verify(b"\x00alice\x00guess", "10.0.0.66")).principal is None
+            hashed = v.hashed
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.66")).principal is None
+            assert v.hashed == hashed
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"  # hers, from the cache
+            assert v.hashed == hashed
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
 def test_login_cache_follows_credential_changes() -> None:
     cache = LoginCache(size=2)
     old, new = hash_password("alice", "pw", iterations=FAST), hash_password("alice", "pw2", iterations=FAST)

@@ -68,3 +68,13 @@ def test_an_upstream_error_body_that_is_not_v0_steps_the_client_down() -> None:
     decoded = ApiVersionsResponse.decode(out[4:], version=0, header=True)
     assert decoded.error_code == 35 and decoded.header.correlation_id == 7
     assert [(a.api_key, a.min_version, a.max_version) for a in decoded.api_keys] == [(18, 0, 2)]
+
+
+def test_acl_apis_are_the_gateways_unless_the_cluster_authenticates() -> None:
+    upstream = [(18, 0, 3), (29, 0, 3), (30, 0, 3), (31, 0, 3)]
+    own = {k: (lo, hi) for k, lo, hi in versions.merge(upstream)}
+    assert own[29] == own[30] == own[31] == (1, 3)  # answered from the store, what kafka-python encodes
+    assert {k: (lo, hi) for k, lo, hi in versions.merge([(18, 0, 3)])}[30] == (1, 3)  # whatever the upstream offers
+    passthrough = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, sasl_passthrough=True)}
+    assert passthrough[29] == passthrough[30] == passthrough[31] == (0, 3)  # the cluster's own, forwarded as bytes
+    assert 30 not in {k for k, _lo, _hi in versions.merge([(18, 0, 3)], sasl_passthrough=True)}

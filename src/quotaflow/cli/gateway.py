@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +21,9 @@ from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.brokers import parse_upstreams
 from quotaflow.gateway.server import Gateway, new_event_loop
 from quotaflow.store import store_value
+
+if TYPE_CHECKING:
+    from quotaflow.cli.gateway_workers import SlotBoard
 
 
 def _listeners(values: tuple[str, ...]) -> dict[str, tuple[str, int]]:
@@ -55,14 +60,16 @@ def _port_bases(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--store", "store", metavar="PATH|URL", default=None, help=STORE_HELP)
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
               help="server.properties-style settings (socket.request.max.bytes, connections.max.idle.ms, "
-                   "quota.window.*, connection-rate quotas; the latter reload when the file changes).")
+                   "quota.window.*, connection-rate quotas, which reload when the file changes; "
+                   "authorizer.class.name, super.users, allow.everyone.if.no.acl.found: docs/security.md).")
 @click.option("--metrics-port", type=int, default=None,
               help="Serve /metrics (Prometheus) and /resolve (JSON) on 127.0.0.1:PORT (0 = any free port).")
 @click.option("--event-log", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Append usage events (Parquet, docs/events.md) under this directory.")
 @click.option("--admin-principal", "admins", multiple=True,
               help="A principal allowed to describe/alter quotas over the wire (repeatable; 'alice' or "
-                   "'User:alice'). Without any, every principal may (a Kafka broker with no authorizer).")
+                   "'User:alice'). Without any, every principal may (a Kafka broker with no authorizer). With "
+                   "authorizer.class.name these are super users too.")
 @click.option("--inter-broker-listener", default=None, help="The listener exempt from the broker-wide connection "
                                                             "rate (inter.broker.listener.name).")
 @click.option("--broker", "broker_name", default="gateway", show_default=True,
@@ -83,7 +90,7 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
     listeners = _listeners(listen)
     bases = _port_bases(port_bases)
 
-    def serve(bind: Mapping[str, tuple[str, int]], worker: int | None) -> None:
+    def serve(bind: Mapping[str, tuple[str, int]], worker: int | None, board: SlotBoard | None = None) -> None:
         """One gateway; worker ``i`` of ``--workers`` shares the ports and takes metrics port + i, its own log."""
         worker_metrics = metrics_port if worker is None or not metrics_port else metrics_port + worker
         worker_events = event_log if worker is None or event_log is None else event_log / f"worker-{worker}"
@@ -94,9 +101,16 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
                          broker=broker_name, broker_port_base=bases, reuse_port=worker is not None)
         except (QuotaflowError, ValueError) as e:
             raise click.ClickException(str(e)) from e
+        if getattr(gw.store, "signed", True) is False:
+            logging.getLogger("quotaflow.gateway").warning(
+                "quota store %s: records are not signed (quotaflow.store.signing.key.file is not set): anyone who "
+                "can write its topic can forge quotas, credentials and ACLs (docs/store.md)", gw.store)
         loop = new_event_loop()
         try:
-            loop.run_until_complete(_run(gw))
+            if board is not None:
+                gw.add_metric_source(board)
+            loop.run_until_complete(_run(gw, None if board is None or worker is None else
+                                         functools.partial(board.mark_ready, worker)))
         except OSError as e:
             raise click.ClickException(f"cannot start the gateway: {e}") from e
         finally:
@@ -106,9 +120,9 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
         serve(listeners, None)
         return
 
-    def worker_main(index: int, bind: Mapping[str, tuple[str, int]]) -> int:
+    def worker_main(index: int, bind: Mapping[str, tuple[str, int]], board: SlotBoard) -> int:
         try:
-            serve(bind, index)
+            serve(bind, index, board)
         except click.ClickException as e:
             e.show()
             return e.exit_code
@@ -123,7 +137,7 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
     sys.exit(status)
 
 
-async def _run(gw: Gateway) -> None:
+async def _run(gw: Gateway, on_ready: Callable[[], None] | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -145,6 +159,8 @@ async def _run(gw: Gateway) -> None:
             parts += [f"{name}.{node}={host}:{port}" for node, (host, port) in sorted(nodes.items())]
         click.echo(f"quotaflow gateway ready: {' '.join(parts)}")
         sys.stdout.flush()
+        if on_ready is not None:
+            on_ready()
         await stop.wait()
     finally:
         await gw.stop()

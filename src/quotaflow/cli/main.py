@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "store": "quotaflow.cli.store:store",
     "console": "quotaflow.cli.console:console",
     "recommend": "quotaflow.cli.recommend:recommend",
+    "acls": "quotaflow.cli.acls:acls",
 }
 
 

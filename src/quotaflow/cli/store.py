@@ -23,10 +23,11 @@ def store() -> None:
 @click.argument("dst", metavar="DST")
 @click.option("--overwrite", is_flag=True, help="Replace whatever DST holds (by default DST must be empty).")
 def copy(src: str, dst: str, overwrite: bool) -> None:
-    """Copy every quota and credential from SRC to DST (a path, sqlite:///PATH or kafka://...).
+    """Copy every quota, credential and ACL from SRC to DST (a path, sqlite:///PATH or kafka://...).
 
     DST ends up equal to SRC; SRC is not changed. Passwords are never involved: credentials move as the salted
-    derived keys the store holds."""
+    derived keys the store holds. Records are re-signed: what SRC applied (with its own
+    quotaflow.store.signing.key.file, only what verified) is written with DST's key, or unsigned without one."""
     try:
         src_name, dst_name = describe_store(src), describe_store(dst)
         if src_name == dst_name:
@@ -35,8 +36,11 @@ def copy(src: str, dst: str, overwrite: bool) -> None:
             result = copy_store(source, target, overwrite=overwrite, dst_name=dst_name)
     except StoreError as e:
         store_failure(e)
-    removed = ""
-    if result.removed_entities or result.removed_credentials:
-        removed = f", removed {result.removed_entities} entities and {result.removed_credentials} users"
-    click.echo(f"Copied {result.entities} entities and {result.credentials} users from {src_name} to "
-               f"{dst_name}{removed}")
+    click.echo(f"Copied {_counts(result.entities, result.credentials, result.acls)} from {src_name} to {dst_name}"
+               + (f", removed {_counts(result.removed_entities, result.removed_credentials, result.removed_acls)}"
+                  if result.removed_entities or result.removed_credentials or result.removed_acls else ""))
+
+
+def _counts(entities: int, users: int, acls: int) -> str:
+    """``2 entities and 1 users``, with ``, ... and N ACLs`` when there are ACLs."""
+    return f"{entities} entities, {users} users and {acls} ACLs" if acls else f"{entities} entities and {users} users"

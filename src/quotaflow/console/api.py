@@ -110,7 +110,7 @@ async def _admin_write(request: Request, route: str) -> tuple[Any, Response | No
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return None, error_response(InvalidRequestError(f"POST {route} takes application/json"))
     try:
-        await run_in_threadpool(console.access.require_admin, request.headers.get("authorization"))
+        await console.authenticate(console.access.require_admin, request)
     except KafkaError as e:
         return None, error_response(e, challenge=PAGE_HEADER not in request.headers)
     try:
@@ -162,7 +162,7 @@ async def resolve(request: Request) -> Response:
 async def whoami(request: Request) -> Response:
     console = console_of(request)
     try:
-        principal = await run_in_threadpool(console.access.principal, request.headers.get("authorization"))
+        principal = await console.authenticate(console.access.principal, request)
     except KafkaError as e:
         return error_response(e)
     return JSONResponse(

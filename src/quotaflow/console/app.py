@@ -13,10 +13,12 @@ from typing import Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from quotaflow.console import api, pages
+from quotaflow.console import acls, api, pages
+from quotaflow.console.headers import SecurityHeaders
 from quotaflow.console.state import Console, ConsoleConfig
 from quotaflow.console.views import make_templates
 from quotaflow.store.base import QuotaStore
@@ -37,8 +39,10 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         finally:
             await console.live.stop()
 
-    routes = [*pages.ROUTES, *api.ROUTES, Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static")]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: api.http_error})
+    routes = [*pages.ROUTES, *acls.PAGE_ROUTES, *acls.API_ROUTES, *api.ROUTES,
+              Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static")]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: api.http_error},
+                    middleware=[Middleware(SecurityHeaders)])
     app.state.console = console
     app.state.templates = make_templates()
     return app

@@ -14,6 +14,7 @@ from quotaflow.admin import DescribedEntity
 from quotaflow.admin.codec import describe_to_json, resolution_to_json
 from quotaflow.console.access import REALM
 from quotaflow.console.api import error_response
+from quotaflow.console.headers import REPORT_CSP
 from quotaflow.console.quotas import ENTITY_TYPES, MATCHES, QUOTA_KEYS, FilterForm, filter_form
 from quotaflow.console.state import console_of
 from quotaflow.console.views import render, utc
@@ -90,7 +91,7 @@ async def report_file(request: Request) -> Response:
     name = q.get("file", "report.html")
     if rdir is None or (name != "report.html" and name not in bt.report_charts(found)):
         return error_response(CommandError(f"no report file {name!r} for {found.id}"))
-    return FileResponse(rdir / name)
+    return FileResponse(rdir / name, headers={"Content-Security-Policy": REPORT_CSP})
 
 
 async def login(request: Request) -> Response:

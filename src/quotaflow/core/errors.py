@@ -14,6 +14,7 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     │   ├── UnsupportedVersionError         35  UNSUPPORTED_VERSION
     │   ├── InvalidConfigurationError       40  INVALID_CONFIG
     │   ├── InvalidRequestError             42  INVALID_REQUEST
+    │   ├── SecurityDisabledError           54  SECURITY_DISABLED (the ACL APIs without an authorizer)
     │   ├── SaslAuthenticationFailedError   58  SASL_AUTHENTICATION_FAILED
     │   │   └── SaslAuthenticationError         a PLAIN message the gateway rejects (gateway.sasl)
     │   └── ThrottlingQuotaExceededError    89  THROTTLING_QUOTA_EXCEEDED
@@ -126,6 +127,14 @@ class InvalidRequestError(KafkaError):
     )
 
 
+class SecurityDisabledError(KafkaError):
+    """SECURITY_DISABLED: an ACL API on a gateway with no authorizer configured (as on a broker without one)."""
+
+    errno = 54
+    name = "SECURITY_DISABLED"
+    description = "Security features are disabled."
+
+
 class SaslAuthenticationFailedError(KafkaError):
     """SASL_AUTHENTICATION_FAILED: bad credentials or a malformed SASL message."""
 
@@ -152,6 +161,7 @@ _REGISTRY: dict[int, type[KafkaError]] = {
         UnsupportedVersionError,
         InvalidConfigurationError,
         InvalidRequestError,
+        SecurityDisabledError,
         SaslAuthenticationFailedError,
         ThrottlingQuotaExceededError,
     )

@@ -25,7 +25,7 @@ from quotaflow.engine.controller_mutation import (
 )
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
-from quotaflow.engine.rate import Rate
+from quotaflow.engine.rate import Rate, keeps_oversized_fetch
 from quotaflow.engine.sensors import QuotaSensor, RateSensor, TokenBucketSensor
 from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, Avg, CumulativeSum
 
@@ -260,6 +260,15 @@ class ClientQuotaManager:
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         """``unrecordQuotaSensor``: record ``-value`` unchecked (a throttled fetch's bytes)."""
         self.record_no_throttle(user, client_id, -value, now_ms)
+
+    def keeps_oversized(self, user: str, client_id: str, value: float, now_ms: int) -> bool:
+        """Right after a throttled fetch of ``value`` bytes was recorded: whether it is delivered with its bytes
+        kept (``rate.keeps_oversized_fetch``, read from the very state the check read)."""
+        sensor = self.existing_sensor(user, client_id)
+        if not isinstance(sensor, RateSensor):
+            return False
+        total, window = sensor.rate.reading(now_ms)
+        return keeps_oversized_fetch(value, total, window, sensor.bound, self.samples, self.window_ms)
 
     def record_request_time_ns(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> int:
         """Request quota, io-thread time: recorded with the check, throttle capped at one window."""

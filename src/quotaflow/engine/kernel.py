@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from quotaflow.engine.rate import Rate
+from quotaflow.engine.rate import Rate, keeps_oversized_fetch
 
 MODE_CHECK: Final = 0  # record with quota check (throttle on violation)
 MODE_NOCHECK: Final = 1  # record without check (e.g. network-thread time): throttle 0
@@ -51,6 +51,9 @@ def _jitable(fn: F) -> F:
     if HAVE_NUMBA:
         register_jitable(**NO_NRT)(fn)  # registers an overload for compiled callers; returns fn unchanged
     return fn
+
+
+_jitable(keeps_oversized_fetch)  # the one rule, callable from the compiled loops too
 
 
 def compile_kernel(fn: F) -> F:
@@ -209,13 +212,15 @@ def _decide_loop(off: I64, bounds: F64, ts: I64, vals: F64, modes: npt.NDArray[n
             x = vals[r]
             _record(value, start, last, n, current, g, slots, window_ms, x, t)
             own = 0
+            total, w = 0.0, 1
             if mode == MODE_CHECK and checked:
                 total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
                 rate = total / (w / 1000.0)
                 if not rate <= bound:
                     own = _throttle(rate, bound, w, max_ms)
             out[r] = own
-            if unrecord and max(own, floor[r]) > 0:
+            if (unrecord and max(own, floor[r]) > 0 and not (
+                    mode == MODE_CHECK and checked and keeps_oversized_fetch(x, total, w, bound, samples, window_ms))):
                 _record(value, start, last, n, current, g, slots, window_ms, -x, t)
 
 
@@ -237,7 +242,8 @@ def decide_groups(group_offsets: I64, bounds: F64, ts_ms: I64, values: F64, mode
     Rows of group ``g`` are ``[group_offsets[g], group_offsets[g + 1])``, in time order. ``floor_throttle`` is
     another manager's throttle for the same request (fetch gets the request throttle); with
     ``unrecord_if_throttled`` (fetch) a row whose applied throttle ``max(own, floor)`` is positive is unrecorded
-    at the same timestamp. ``max_throttle_ms`` -1 is unbounded (produce/fetch), else the cap (request: window).
+    at the same timestamp, unless ``rate.keeps_oversized_fetch`` keeps it (a checked row only). ``max_throttle_ms``
+    -1 is unbounded (produce/fetch), else the cap (request: window).
     ``state`` is updated in place.
     """
     off = np.ascontiguousarray(group_offsets, dtype=np.int64)

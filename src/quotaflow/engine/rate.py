@@ -52,6 +52,22 @@ def bounded_throttle_time(value: float, bound: float, window_ms: int, max_ms: in
     return min(throttle_time(value, bound, window_ms), max_ms)
 
 
+def keeps_oversized_fetch(value: float, total: float, window_ms: int, bound: float, samples: int,
+                          sample_ms: int) -> bool:
+    """Whether a throttled consumer fetch keeps its bytes recorded and is delivered (quotaflow's one departure from
+    Kafka, which always empties and un-records it): when the response is larger than the quota window can hold
+    (``getMaxValueInQuotaWindow`` = ``bound × (samples − 1) × windowSeconds``; Kafka only sends one that large when
+    a single record batch is, KIP-74), emptying it could never end, so it is delivered and throttled after, as a
+    produce request is, but only when the consumer was within its quota before it (``(total − value) / window ≤
+    bound``, read with the same total and window as the check), so a consumer over its quota still gets nothing
+    until its rate is back within it, however many connections it opens. ``total`` and ``window_ms`` are the
+    quota check's reading after recording ``value``; ``sample_ms`` is ``quota.window.size.seconds × 1000``. The
+    Rate path (``throttle.fetch_throttle``) and the kernels' loops call this same function."""
+    if not value > bound * (samples - 1) * (sample_ms // 1000):
+        return False
+    return (total - value) / (window_ms / 1000.0) <= bound
+
+
 class Rate:
     """One ``Rate(WindowedSum)`` metric with its ``MetricConfig`` (window, samples, upper-bound quota)."""
 
@@ -174,6 +190,12 @@ class Rate:
         if max_ms is None:
             return throttle_time(rate, bound, window)
         return bounded_throttle_time(rate, bound, window, max_ms)
+
+    def reading(self, now_ms: int) -> tuple[float, int]:
+        """(total, window) as the quota check reads them at ``now_ms`` (after its record)."""
+        if self._n == 0:
+            return 0.0, 1
+        return self._measure_fused(now_ms)
 
     @property
     def num_samples(self) -> int:

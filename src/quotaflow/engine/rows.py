@@ -23,6 +23,7 @@ import numpy.typing as npt
 from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.engine.kernel import HAVE_NUMBA, KernelState, _jitable, _measure, _record, _throttle, compile_kernel
 from quotaflow.engine.quota_type import NO_BYTE_TYPE
+from quotaflow.engine.rate import keeps_oversized_fetch
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -135,6 +136,7 @@ def _rows_loop(part: int, part_of: I64, lo: int, hi: int, combo: npt.NDArray[np.
         _record(value, start, last, n, current, g, slots, window_ms, x, t)
         own = 0
         q = bound[m, c]
+        total, w = 0.0, 1
         if q != math.inf:
             total, w = _measure(value, start, last, n, g, age, samples, window_ms, t)
             rate = total / (w / 1000.0)
@@ -143,7 +145,9 @@ def _rows_loop(part: int, part_of: I64, lo: int, hi: int, combo: npt.NDArray[np.
         out[m, r] = own
         if own > req_ms:
             out[3, r] = own
-        if m == 2 and max(own, req_ms) > 0:
+        # a throttled fetch is un-recorded, unless it is too large for the window from a consumer within its quota
+        if m == 2 and max(own, req_ms) > 0 and not (
+                q != math.inf and keeps_oversized_fetch(x, total, w, q, samples, window_ms)):
             _record(value, start, last, n, current, g, slots, window_ms, -x, t)
         if track:
             wf[g] += x

@@ -1,7 +1,8 @@
 """How several managers' throttles combine into the one a response carries (``KafkaApis``).
 
 Produce records bandwidth first, then request time (none for acks=0, which is exempt); fetch records request time
-first, then bandwidth, and un-records the fetch bytes when the response is throttled (an empty response is sent).
+first, then bandwidth, and un-records the fetch bytes when the response is throttled (an empty response is sent),
+unless the response is larger than the quota window can ever hold (:func:`fetch_throttle`).
 The applied throttle is ``max(bandwidth, request)``; the throttle-time sensor and delay queue of the manager that
 gave the larger value record it (request on a tie). The gateway and the pipeline use these, not their own copies.
 """
@@ -20,6 +21,7 @@ class ThrottleDecision:
     throttle_ms: int
     bandwidth_ms: int
     request_ms: int
+    oversized: bool = False  # a fetch response larger than the quota window holds: delivered, recorded, throttled
 
     @property
     def by_request(self) -> bool:
@@ -57,12 +59,17 @@ def produce_throttle(produce: ClientQuotaManager, request: ClientQuotaManager, u
 def fetch_throttle(fetch: ClientQuotaManager, request: ClientQuotaManager, user: str, client_id: str,
                    response_bytes: int, thread_ns: int, now_ms: int, *, apply: bool = True) -> ThrottleDecision:
     """A consumer fetch: request time, then bandwidth; a throttled response is empty, so its bytes are
-    un-recorded."""
+    un-recorded (Kafka's rule). One departure, so that a consumer always makes progress: a response larger than
+    the quota window holds, from a consumer within its quota before it (:func:`~quotaflow.engine.rate.
+    keeps_oversized_fetch`), is delivered and throttled after, its bytes kept recorded (``oversized``)."""
     req = request.record_request_time_ns(user, client_id, thread_ns, now_ms)
     bw = fetch.record_and_get_throttle_ms(user, client_id, response_bytes, now_ms)
     decision = combine(bw, req)
     if decision.throttle_ms > 0:
-        fetch.unrecord(user, client_id, response_bytes, now_ms)
+        if fetch.keeps_oversized(user, client_id, response_bytes, now_ms):
+            decision = ThrottleDecision(decision.throttle_ms, bw, req, oversized=True)
+        else:
+            fetch.unrecord(user, client_id, response_bytes, now_ms)
     if apply:
         _apply(decision, fetch, request, user, client_id, now_ms)
     return decision

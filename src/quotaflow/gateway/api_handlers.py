@@ -6,11 +6,14 @@ Each :class:`ApiHandler` has up to four hooks, all optional but ``decide``:
   CreateTopics: the controller-mutation quota, KIP-599); returns the frame to forward, or None when nothing awaits
   an upstream response;
 * ``decide``: the quota decisions when the response is ready (KIP-219): bandwidth and request quotas for Produce
-  and Fetch, request with controller mutation for CreateTopics, the request quota (or its exemption) for the rest;
+  and Fetch (a Fetch response beyond its quota cap is first cut to it, ``pending.response``), request with
+  controller mutation for CreateTopics, the request quota (or its exemption) for the rest;
 * ``response``: the response before it is sent (address rewrite for Metadata, FindCoordinator and DescribeCluster;
-  the ApiVersions merge; an empty throttled Fetch; SASL passthrough); None leaves it to the default (throttle field);
+  the ApiVersions merge; an empty throttled Fetch, or the cut one; SASL passthrough); None leaves it to the default
+  (throttle field);
 * ``local``: the answer the gateway makes itself: ApiVersions (18) before authentication, SaslHandshake (17) and
-  SaslAuthenticate (36) in terminate mode, DescribeClientQuotas (48) and AlterClientQuotas (49).
+  SaslAuthenticate (36) in terminate mode, DescribeClientQuotas (48) and AlterClientQuotas (49), DescribeAcls (29),
+  CreateAcls (30) and DeleteAcls (31).
 
 Hooks see the connection through :class:`HandlerScope`, never the connection class itself.
 """
@@ -50,6 +53,8 @@ class HandlerScope(Protocol):
     @property
     def principal(self) -> str: ...
     @property
+    def client_ip(self) -> str: ...
+    @property
     def enforcement(self) -> Enforcement: ...
     @property
     def sasl(self) -> SaslSession: ...
@@ -88,9 +93,24 @@ def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user
                   thread_ns: int, now_ms: int) -> RequestDecisions:
     if pending.upstream is None:
         return decide_request(enforcement, pending, frame, user, client_id, thread_ns, now_ms)
+    if pending.fetch_cap is not None and len(frame) > pending.fetch_cap:
+        pending.response = _trimmed(frame, pending.header.api_version, pending.fetch_cap)
+        if pending.response is not None:
+            frame = pending.response
     decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
+    pending.oversized = decision.oversized
     return RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
                             throttle_ms=decision.throttle_ms)
+
+
+def _trimmed(frame: bytes, version: int, cap: int) -> bytes | None:
+    """The upstream's Fetch response cut to whole batches within the quota's cap, as a Kafka broker would have
+    answered the capped request (tansu answers beyond ``max_bytes``); None to keep it as it is (nothing to cut, or
+    a response kafka-python cannot decode, which is then decided and forwarded unchanged)."""
+    try:
+        return protocol.trim_fetch_response(frame, version, cap)
+    except Exception:  # kafka-python raises assorted errors on malformed input
+        return None
 
 
 def _decide_create_topics(enforcement: Enforcement, pending: Pending, frame: bytes, user: str, client_id: str,
@@ -130,6 +150,7 @@ def _fetch_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes
     quota_cap = scope.enforcement.fetch_max_bytes(scope.principal, header.client_id or "")
     if quota_cap is not None:
         cap = min(cap, quota_cap)
+        pending.fetch_cap = cap  # the response is held to it too, in whole batches (_decide_fetch)
     with map_errors(CLOSE_ON_INVALID):
         return protocol.cap_fetch_max_bytes(frame, header, cap)
 
@@ -187,10 +208,21 @@ def _create_topics_response(_scope: HandlerScope, pending: Pending, frame: bytes
     return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
 
 
-def _fetch_response(_scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
-    if pending.upstream is None or throttle <= 0:
+def _fetch_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
+    """A throttled fetch is answered empty (Kafka's rule), unless it is larger than the quota window holds: then it
+    is delivered with its throttle, so the consumer always makes progress. A response cut to the quota's cap
+    (``_decide_fetch``) is sent as cut."""
+    if pending.upstream is None:
         return None
-    return protocol.empty_fetch_response(frame, pending.header.api_version, throttle)
+    header = pending.header
+    body = frame if pending.response is None else pending.response
+    if throttle > 0 and not pending.oversized:
+        return protocol.empty_fetch_response(body, header.api_version, throttle)
+    if pending.response is None:
+        return None
+    if throttle > 0:
+        return rewrite(scope, body, header.api_key, header.api_version, throttle)
+    return protocol.SIZE.pack(len(body)) + body
 
 
 def _api_versions_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
@@ -235,6 +267,16 @@ async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> P
     return pending
 
 
+async def _acl_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
+    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.acl_admin``)."""
+    header = pending.header
+    response, executor_ns = await scope.gateway.acl_admin.handle(header.api_key, header.api_version, request,
+                                                                 scope.principal, scope.client_ip)
+    pending.thread_ns += executor_ns
+    pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+    return pending
+
+
 @dataclass(frozen=True, slots=True)
 class ApiHandler:
     """The hooks of one API (see the module docstring)."""
@@ -259,8 +301,11 @@ HANDLERS: Final[Mapping[int, ApiHandler]] = {
     ApiKey.SaslAuthenticate: ApiHandler(response=_sasl_response, local=_sasl_authenticate),
     ApiKey.DescribeClientQuotas: ApiHandler(local=_quota_admin),
     ApiKey.AlterClientQuotas: ApiHandler(local=_quota_admin),
+    ApiKey.DescribeAcls: ApiHandler(local=_acl_admin),
+    ApiKey.CreateAcls: ApiHandler(local=_acl_admin),
+    ApiKey.DeleteAcls: ApiHandler(local=_acl_admin),
     **{key: _ADDRESSES for key in REWRITTEN_APIS},
 }
 LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
-                               ApiKey.AlterClientQuotas})
+                               ApiKey.AlterClientQuotas, ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
 """Answered by the gateway (SASL only when it terminates SASL); ApiVersions only before authentication."""

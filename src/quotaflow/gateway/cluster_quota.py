@@ -46,6 +46,8 @@ from quotaflow.engine.cluster_share import (
 from quotaflow.engine.connection import GROUP as SOCKET_SERVER_GROUP
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
+from quotaflow.store.ratelog import RejectionLog
+from quotaflow.store.signing import RecordSigner, ReplayGuard
 
 if TYPE_CHECKING:
     from quotaflow.engine.connection import ConnectionQuotas
@@ -62,12 +64,14 @@ USAGE_TOPIC: Final = "quotaflow.quota.cluster.usage.topic"
 FLOOR_FRACTION: Final = "quotaflow.quota.cluster.floor.fraction"
 EXPIRY_WINDOWS: Final = "quotaflow.quota.cluster.expiry.windows"
 BOOTSTRAP_SERVERS: Final = "quotaflow.quota.cluster.bootstrap.servers"
+SIGNING_KEY_FILE: Final = "quotaflow.quota.cluster.signing.key.file"  # the store's file: one fleet key
 BROKER_SCOPE: Final = "broker"
 CLUSTER_SCOPE: Final = "cluster"
 DEFAULT_USAGE_TOPIC: Final = "__quotaflow_usage"
 USAGE_RETENTION_MS: Final = 3_600_000  # reports are read from the end: an hour of history is plenty
 APPLY_PER_WINDOW: Final = 4  # shares are re-applied a few times a window (new sensors, quota changes)
 _TYPES: Final = {t.name: t for t in (*SHARED_TYPES, IP_CONNECTION_RATE)}
+MAX_WRITERS: Final = 10_000  # gateway ids remembered for replay checks before the stale ones are dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,7 @@ class ClusterQuotaSettings:
     floor_fraction: float = DEFAULT_FLOOR_FRACTION
     expiry_windows: int = DEFAULT_EXPIRY_WINDOWS
     bootstrap_servers: str | None = None  # default: the gateway's upstream
+    signing_key_file: str | None = None  # reports signed and verified with its keys (quotaflow.store.signing)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ClusterQuotaSettings:
@@ -93,7 +98,8 @@ class ClusterQuotaSettings:
         if expiry < 1:
             raise CommandError(f"Invalid value {expiry} for configuration {EXPIRY_WINDOWS}: Value must be at least 1")
         topic = props.get(USAGE_TOPIC, DEFAULT_USAGE_TOPIC).strip() or DEFAULT_USAGE_TOPIC
-        return cls(scope, topic, floor, expiry, props.get(BOOTSTRAP_SERVERS) or None)
+        return cls(scope, topic, floor, expiry, props.get(BOOTSTRAP_SERVERS) or None,
+                   props.get(SIGNING_KEY_FILE, "").strip() or None)
 
     @property
     def cluster(self) -> bool:
@@ -143,9 +149,16 @@ def _now_ms() -> int:
 class UsageExchange:
     """The usage topic: publish this gateway's reports, collect everyone else's (kafka-python, own thread)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, signer: RecordSigner | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        # with a signer, reports are signed, and only signed, fresh ones count: a writer of the topic without the
+        # fleet key cannot shrink every gateway's share by reporting huge usage, nor replay a peer's old report
+        self.signer = signer
+        self._replays = ReplayGuard()
+        self._latest: dict[bytes, int] = {}  # gateway id (the record key) -> the newest signed time taken from it
+        self._rejections = RejectionLog(log, f"usage topic {topic}")
+        self.rejected = 0
         self._lock = threading.Lock()
         self._inbox: list[UsageReport] = []
         self._stop = threading.Event()
@@ -202,6 +215,11 @@ class UsageExchange:
             reports: list[UsageReport] = []
             for records in batches.values():
                 for record in records:
+                    error = self._check(record.key, record.value, record.headers)
+                    if error is not None:
+                        self.rejected += 1
+                        self._rejections.skipped(record.offset, error)
+                        continue
                     try:
                         reports.extend(decode_report(record.value, received))
                     except (ValueError, TypeError, KeyError) as e:
@@ -216,8 +234,31 @@ class UsageExchange:
             reports, self._inbox = self._inbox, []
         return reports
 
+    def _check(self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+               ) -> str | None:
+        """Why a report must not count (unsigned, badly signed, replayed), None when it may. Reader thread."""
+        if self.signer is None:
+            return None
+        verified = self.signer.verify(self.topic, key, value, headers)
+        if verified.ts_ms is None:
+            return verified.error
+        writer = key or b""
+        if verified.ts_ms <= self._latest.get(writer, -1):
+            return f"replayed report of {writer.decode(errors='replace')!r}"
+        error = self._replays.admit(verified.ts_ms)
+        if error is None:
+            self._latest[writer] = verified.ts_ms
+            if len(self._latest) > MAX_WRITERS:  # gateways that restarted long ago
+                horizon = self._replays.newest_ms - self._replays.window_ms
+                self._latest = {w: ts for w, ts in self._latest.items() if ts >= horizon}
+        return error
+
     def publish(self, gateway: str, value: bytes) -> None:
-        self._producer.send(self.topic, key=gateway.encode(), value=value)
+        key = gateway.encode()
+        headers = None
+        if self.signer is not None:
+            headers = self.signer.sign(self.topic, key, value, self._replays.stamp(time.time_ns() // 1_000_000))
+        self._producer.send(self.topic, key=key, value=value, headers=headers)
 
     def close(self) -> None:
         self._stop.set()
@@ -241,7 +282,11 @@ class ClusterQuotas:
         self.window_ms = window_ms
         self.gateway_id = gateway_id or uuid.uuid4().hex[:16]
         self.table = ShareTable(self.gateway_id, window_ms, settings.expiry_windows, settings.floor_fraction)
-        self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic)
+        signer = RecordSigner.from_file(settings.signing_key_file) if settings.signing_key_file else None
+        if signer is None:
+            log.warning("usage topic %s: reports are not signed (%s is not set): anyone who can write the topic "
+                        "can change every gateway's share of its quotas", settings.usage_topic, SIGNING_KEY_FILE)
+        self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic, signer)
         self.shares: dict[str, dict[UsageKey, float]] = {}  # broker -> quota-id -> local bound
         # this gateway's rates as last published: shares divide by what everyone published, its own included, so
         # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
@@ -342,6 +387,8 @@ class ClusterQuotas:
         yield MetricSample("live-participants", "ClusterQuota", (), float(self.live_participants),
                            "Participants (engine managers per gateway and broker, this gateway's included) whose "
                            "usage is fresh")
+        yield MetricSample("rejected-reports", "ClusterQuota", (), float(self.exchange.rejected),
+                           "Usage reports refused: unsigned, badly signed or replayed")
 
 
 def cluster_quotas_for(props: Mapping[str, str], broker_quotas: BrokerQuotas, upstreams: Sequence[tuple[str, int]],

@@ -29,6 +29,7 @@ FAILED_AUTHENTICATION_DELAY_MS: Final = "connection.failed.authentication.delay.
 MAX_UNSENT_RESPONSE_BYTES: Final = "quotaflow.max.unsent.response.bytes"
 SASL_VERIFY_THREADS: Final = "quotaflow.sasl.verify.threads"
 SASL_FAILED_PER_IP_RATE: Final = "quotaflow.sasl.failed.authentication.rate.per.ip"
+SCRAM_LEGACY_CLIENT_NONCE: Final = "quotaflow.sasl.scram.legacy.client.nonce"
 UPSTREAM_BACKOFF_MS: Final = "quotaflow.upstream.reconnect.backoff.ms"
 UPSTREAM_BACKOFF_MAX_MS: Final = "quotaflow.upstream.reconnect.backoff.max.ms"
 UPSTREAM_CONNECT_TIMEOUT_MS: Final = "quotaflow.upstream.connect.timeout.ms"
@@ -61,6 +62,8 @@ class GatewayConfig:
     failed_authentication_delay_ms: int = 100  # Kafka's default: a failed login is answered after this delay
     sasl_verify_threads: int = 1  # the bounded pool that hashes passwords, off the event loop
     sasl_failed_rate_per_ip: int = 1  # password hashes per second per client IP for failing logins (burst 3)
+    # accept librdkafka < 2.6.1's SCRAM client-final nonce (its own nonce repeated), as Kafka 3.8.1-3.9 did
+    scram_legacy_client_nonce: bool = False
     upstream_backoff_ms: int = 100  # first wait before retrying an unreachable upstream
     upstream_backoff_max_ms: int = 2_000  # the exponential backoff's ceiling
     upstream_connect_timeout_ms: int = 30_000  # how long a client is held while its upstream is retried
@@ -97,6 +100,8 @@ class GatewayConfig:
         for key, raw in props.items():
             if key == LISTENER_SECURITY_PROTOCOL_MAP:
                 values["security_protocols"] = parse_security_protocol_map(raw)
+            elif key == SCRAM_LEGACY_CLIENT_NONCE:
+                values["scram_legacy_client_nonce"] = parse_boolean(key, raw)
             elif key in typed:
                 try:
                     number = int(raw)
@@ -119,6 +124,14 @@ class GatewayConfig:
     def security_protocol(self, listener: str) -> str:
         default = listener if listener in SECURITY_PROTOCOLS else PLAINTEXT
         return self.security_protocols.get(listener, default)
+
+
+def parse_boolean(key: str, raw: str) -> bool:
+    """A BOOLEAN setting as Kafka's ConfigDef parses one: ``true`` or ``false``, any case, trimmed."""
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise CommandError(f"Invalid value {raw} for configuration {key}: Expected value to be either true or false")
+    return value == "true"
 
 
 def parse_security_protocol_map(raw: str) -> dict[str, str]:

@@ -43,7 +43,8 @@ from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
 from quotaflow.gateway.sasl import ANONYMOUS
 from quotaflow.gateway.sasl_session import SaslSession
-from quotaflow.gateway.versions import SASL_APIS
+from quotaflow.gateway.tls_errors import log_connection_failure
+from quotaflow.gateway.versions import PASSTHROUGH_APIS, SASL_APIS
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext
@@ -109,7 +110,7 @@ class ClientConnection:
             for exc in results:
                 if isinstance(exc, Exception) and not isinstance(
                         exc, ConnectionClosed | ConnectionError | asyncio.IncompleteReadError | asyncio.CancelledError):
-                    log.error("connection from %s:%s failed", self.client_ip, self.client_port, exc_info=exc)
+                    log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
             self._fail_awaiting()
             self.close()
             await self._wait_closed()
@@ -285,7 +286,7 @@ class ClientConnection:
             # cannot frame a response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         passthrough = self.sasl.passthrough is not None
-        if key in LOCAL_APIS and (not passthrough or key not in SASL_APIS):
+        if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
             self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
@@ -394,6 +395,8 @@ class ClientConnection:
             enforcement.exempt_network_time(pending.network_ns, now_ms)
         else:
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
+        if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
+            frame = pending.response
         response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
         self.gateway.on_request(self, pending, response_bytes, now_ms)
 

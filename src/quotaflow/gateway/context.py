@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from quotaflow.core.acl import Authorizer
+    from quotaflow.gateway.acl_admin import AclAdminHandler
     from quotaflow.gateway.addresses import AddressOf
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.config import GatewayConfig
@@ -57,6 +58,9 @@ class ConnectionContext(Protocol):
     def scram_store(self) -> ScramStore | None: ...
     @property
     def quota_admin(self) -> QuotaAdminHandler: ...
+    @property
+    def acl_admin(self) -> AclAdminHandler:
+        """The local answers to DescribeAcls / CreateAcls / DeleteAcls."""
     @property
     def authorizer(self) -> Authorizer | None:
         """Kafka's authorizer at the gateway (``authorizer.class.name``); None: every request is allowed, as on a

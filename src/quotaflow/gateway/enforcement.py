@@ -82,7 +82,8 @@ class Enforcement:
         return produce.quotas_enabled and produce.quota_limit(user, client_id) < UNLIMITED
 
     def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
-        """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response)."""
+        """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response),
+        unless the response is larger than the quota window holds (``decision.oversized``: delivered, throttled)."""
         m = self.managers
         return fetch_throttle(m.fetch, m.request, user, client_id, response_size, thread_ns, now_ms)
 

@@ -32,6 +32,7 @@ from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
 from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.tls import accept_tls
+from quotaflow.gateway.tls_errors import log_connection_failure, tls_reason
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,12 @@ class QuotaListener:
                 reader, writer = await asyncio.open_connection(sock=conn)
             else:
                 reader, writer = await accept_tls(conn, context, limit=STREAM_LIMIT)
+        except ssl.SSLError as e:
+            log.info("TLS handshake with %s:%d on %s failed: %s", accepted.client_ip, accepted.client_port,
+                     accepted.listener, tls_reason(e))
+            conn.close()
+            self._release(accepted)
+            return
         except OSError as e:
             log.info("connection from %s closed before it was served: %s", accepted.client_ip, e)
             conn.close()
@@ -248,9 +255,8 @@ class QuotaListener:
             await self._handler(reader, writer, accepted)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
-        except Exception:
-            log.exception("handler failed for %s:%d on %s", accepted.client_ip, accepted.client_port,
-                          accepted.listener)
+        except Exception as e:  # a client's TLS error: one INFO line; anything else: a traceback
+            log_connection_failure(log, e, accepted.client_ip, accepted.client_port, accepted.listener)
         finally:
             writer.close()
             with contextlib.suppress(Exception):

@@ -33,4 +33,8 @@ class Pending:
     # to the exempt-request-time sensor
     exempt: bool = False
     mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
+    fetch_cap: int | None = None  # a Fetch under a consumer quota: the max_bytes it was capped to
+    response: bytes | None = None  # the upstream response as answered, when cut before its decision (Fetch)
+    # a Fetch response larger than the consumer quota's window holds: delivered with its throttle, not emptied
+    oversized: bool = False
     decisions: RequestDecisions = NO_DECISIONS

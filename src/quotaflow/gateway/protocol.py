@@ -247,3 +247,44 @@ def cap_fetch_max_bytes(frame: bytes, header: RequestHeader, cap: int) -> bytes:
     out = bytearray(frame)
     _INT32.pack_into(out, pos, cap)
     return bytes(out)
+
+
+_BATCH_HEAD: Final = struct.Struct(">qi")  # base offset, length: the framing of every record batch / message set
+
+
+def whole_batches(records: bytes | memoryview, budget: int, keep_first: bool) -> int:
+    """How many leading bytes of a partition's ``records`` are whole record batches fitting ``budget`` (each batch,
+    whatever its magic, is ``offset int64, length int32, length bytes``); with ``keep_first`` the first batch is
+    kept even if it alone is larger (KIP-74). A partial batch at the end (Kafka may cut one) is never counted."""
+    pos, end = 0, len(records)
+    while pos + _BATCH_HEAD.size <= end:
+        size = _BATCH_HEAD.size + _BATCH_HEAD.unpack_from(records, pos)[1]
+        if size <= _BATCH_HEAD.size or pos + size > end or (pos + size > budget and not (keep_first and pos == 0)):
+            break
+        pos += size
+    return pos
+
+
+def trim_fetch_response(frame: bytes, version: int, max_bytes: int) -> bytes | None:
+    """A Fetch response (unframed, header included) cut to at most ``max_bytes`` in whole record batches, as a
+    Kafka broker answers (``ReplicaManager``: partitions in order, each taking batches while the response's
+    budget lasts, the first batch of the first partition with data always, KIP-74); the partitions cut keep their
+    watermarks and error codes and are fetched again from the same offset. The budget counts the whole response,
+    so that a trimmed response fits the limit the consumer quota set. None when nothing had to be cut."""
+    message = decode_response(frame, ApiKey.Fetch, version)
+    partitions = [p for topic in message.responses for p in topic.partitions]
+    sizes = [len(p.records) if p.records is not None else 0 for p in partitions]
+    budget = max_bytes - (len(frame) - sum(sizes))  # what the records may take beside the response's own fields
+    used, cut, first = 0, False, True
+    for p, size in zip(partitions, sizes, strict=True):
+        if not size:
+            continue
+        keep = whole_batches(p.records, budget - used, first)
+        first = False
+        if keep < size:
+            p.records = bytes(memoryview(p.records)[:keep])
+            cut = True
+        used += keep
+    if not cut:
+        return None
+    return encode_response(message, version, response_correlation_id(frame))[SIZE.size:]

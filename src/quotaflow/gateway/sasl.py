@@ -5,7 +5,8 @@ re-exported here for existing callers.
 
 The hash is slow on purpose (~130 ms of CPU per check), which makes wrong passwords an attack surface, so the
 gateway checks through :class:`SaslVerifier`: PBKDF2 in a small bounded thread pool off the event loop, no hash for
-an IP that keeps failing (a token bucket of hashes per IP), and successful logins remembered as a cheap keyed
+an IP that keeps failing (a token bucket of hashes per IP, :mod:`quotaflow.engine.failed_logins`, shared with the
+console), and successful logins remembered as a cheap keyed
 digest, so a good client reconnecting is verified without PBKDF2 even while its IP is being throttled.
 """
 
@@ -18,12 +19,12 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
 from quotaflow.core.errors import SaslAuthenticationFailedError
+from quotaflow.engine.failed_logins import FailureBuckets
 from quotaflow.store.base import Credential, QuotaStore
 from quotaflow.store.credentials import (
     DEFAULT_ITERATIONS,
@@ -97,71 +98,43 @@ def authenticate_plain(store: QuotaStore, data: bytes) -> str:
 INVALID_CREDENTIALS: Final = "Authentication failed: Invalid username or password"
 _UNKNOWN_USER: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
 LOGIN_CACHE_SIZE: Final = 10_000
-_IP_BUCKETS_MAX: Final = 100_000
 
 
 class LoginCache:
-    """Successful logins as ``HMAC-SHA256(process key, salt + password)`` per user, tied to the credential they
-    were verified against (a changed or removed credential no longer matches). The key lives only in this process,
-    so the cache gives nothing away; LRU-bounded. Thread-safe (checks run in the verifier's pool)."""
+    """Successful logins as ``HMAC-SHA256(process key, salt + client IP + password)`` per user and client IP, tied to
+    the credential they were verified against (a changed or removed credential no longer matches). The key lives
+    only in this process, so the cache gives nothing away; LRU-bounded. Thread-safe (checks run in the verifier's
+    pool). Per IP, because a hit needs no failed-login token: were it shared, a guesser on another address whose
+    tokens are spent would still learn the right password of any recently logged-in user from the cache."""
 
     def __init__(self, size: int = LOGIN_CACHE_SIZE) -> None:
         self._key = os.urandom(32)
         self._size = size
-        self._entries: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], tuple[bytes, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _digest(self, credential: Credential, password: str) -> bytes:
-        return hmac.new(self._key, credential.salt + password.encode("utf-8"), hashlib.sha256).digest()
+    def _digest(self, credential: Credential, password: str, client_ip: str) -> bytes:
+        return hmac.new(self._key, b"\0".join([credential.salt, client_ip.encode(), password.encode("utf-8")]),
+                        hashlib.sha256).digest()
 
-    def hit(self, credential: Credential, password: str) -> bool:
+    def hit(self, credential: Credential, password: str, client_ip: str = "") -> bool:
+        entry_key = (credential.user, client_ip)
         with self._lock:
-            entry = self._entries.get(credential.user)
+            entry = self._entries.get(entry_key)
             if entry is not None:
-                self._entries.move_to_end(credential.user)
+                self._entries.move_to_end(entry_key)
         if entry is None or not hmac.compare_digest(entry[0], credential.hash):
             return False
-        return hmac.compare_digest(entry[1], self._digest(credential, password))
+        return hmac.compare_digest(entry[1], self._digest(credential, password, client_ip))
 
-    def remember(self, credential: Credential, password: str) -> None:
-        digest = self._digest(credential, password)
+    def remember(self, credential: Credential, password: str, client_ip: str = "") -> None:
+        digest = self._digest(credential, password, client_ip)
+        entry_key = (credential.user, client_ip)
         with self._lock:
-            self._entries[credential.user] = (credential.hash, digest)
-            self._entries.move_to_end(credential.user)
+            self._entries[entry_key] = (credential.hash, digest)
+            self._entries.move_to_end(entry_key)
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
-
-
-class FailureBuckets:
-    """Password hashes per client IP as token buckets (``rate`` per second, burst ``3 × rate``): a check takes a token
-    before it hashes and a successful one gives it back, so only failed logins use them up. An IP without a token
-    gets no hash, only the failure. Bounded: the least recently used IPs are forgotten first."""
-
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = rate
-        self.burst = 3 * rate  # a user who mistypes twice can still log in at once
-        self._clock = clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # ip -> (tokens, at)
-
-    def _put(self, ip: str, delta: float) -> float:
-        now = self._clock()
-        tokens, at = self._buckets.get(ip, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate) + delta
-        self._buckets[ip] = (tokens, now)
-        self._buckets.move_to_end(ip)
-        while len(self._buckets) > _IP_BUCKETS_MAX:
-            self._buckets.popitem(last=False)
-        return tokens
-
-    def take(self, ip: str) -> bool:
-        """Take a token for one hash; False (nothing taken) when the IP has none left."""
-        if self._put(ip, 0.0) < 1.0:
-            return False
-        self._put(ip, -1.0)
-        return True
-
-    def give_back(self, ip: str) -> None:
-        self._put(ip, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +162,7 @@ class SaslVerifier:
 
     async def verify(self, token: bytes, client_ip: str) -> Verdict:
         loop = asyncio.get_running_loop()
-        message, credential, hit, ns = await loop.run_in_executor(None, self._lookup, token)
+        message, credential, hit, ns = await loop.run_in_executor(None, self._lookup, token, client_ip)
         if isinstance(message, SaslAuthenticationError):
             return Verdict(None, message.message, ns)
         if hit:
@@ -206,17 +179,18 @@ class SaslVerifier:
         if not ok or credential is None:
             return Verdict(None, INVALID_CREDENTIALS, ns + hash_ns)
         self.failures.give_back(client_ip)
-        self.cache.remember(credential, message.password)
+        self.cache.remember(credential, message.password, client_ip)
         return Verdict(message.username, None, ns + hash_ns)
 
-    def _lookup(self, token: bytes) -> tuple[PlainMessage | SaslAuthenticationError, Credential | None, bool, int]:
+    def _lookup(self, token: bytes, client_ip: str
+                ) -> tuple[PlainMessage | SaslAuthenticationError, Credential | None, bool, int]:
         start = time.thread_time_ns()
         try:
             message = PlainMessage.parse(token)
         except SaslAuthenticationError as e:
             return e, None, False, time.thread_time_ns() - start
         credential = self._store.get_credential(message.username)
-        hit = credential is not None and self.cache.hit(credential, message.password)
+        hit = credential is not None and self.cache.hit(credential, message.password, client_ip)
         return message, credential, hit, time.thread_time_ns() - start
 
     @staticmethod

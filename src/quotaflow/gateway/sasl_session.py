@@ -100,7 +100,8 @@ class SaslSession:
             error = 0
             self.state = HANDSHAKEN_V0 if version == 0 else HANDSHAKEN
             if request.mechanism != PLAIN and gateway.scram_store is not None:
-                self._scram = ScramServer(request.mechanism, gateway.scram_store.get_scram_credential)
+                self._scram = ScramServer(request.mechanism, gateway.scram_store.get_scram_credential,
+                                          legacy_client_nonce=gateway.config.scram_legacy_client_nonce)
         mechanisms = list(gateway.sasl_mechanisms)
         pending.local = protocol.encode_response(cls(error_code=error, mechanisms=mechanisms), version,
                                                  pending.header.correlation_id)

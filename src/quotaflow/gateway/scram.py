@@ -4,8 +4,19 @@ The exchange is two SaslAuthenticate rounds (or two raw tokens after SaslHandsha
 (``n,,n=user,r=cnonce``) is answered with ``r=cnonce+snonce,s=salt,i=iterations``; the client-final message
 (``c=biws,r=...,p=proof``) is checked against the stored StoredKey (``H(proof XOR HMAC(StoredKey, AuthMessage))``)
 and answered with the server signature ``v=HMAC(ServerKey, AuthMessage)``. Only the derived keys are stored
-(``quotaflow.store.scram``). An unknown user costs the same as a wrong proof and gets the same message, so a
-client cannot probe which users exist; an authorization id other than the user is refused, as Kafka does.
+(``quotaflow.store.scram``). An authorization id other than the user is refused, as Kafka does.
+
+An unknown user is indistinguishable from a known one with a wrong password (Kafka itself refuses an unknown user
+at the client-first message; the gateway does not tell): its server-first message carries a salt as long as a new
+credential's and the store's default iteration count, the salt an HMAC of the user name under a secret drawn
+at process start (stable per name, so asking twice tells nothing; unrelated across processes), and the exchange
+fails at the proof with the same error, message and delay. The work is the same too: one store lookup and the same
+HMACs whoever asks (the server runs no PBKDF2 for SCRAM: the store keeps the derived keys).
+
+The client-final nonce must equal the server-first one (RFC 5802; Kafka 4.x's check since CVE-2024-56128).
+librdkafka before 2.6.1 repeats its own nonce in front of it (PR #4895); Kafka 3.8.1-3.9 accepted that (the
+nonce only had to end with the server's), and so does the gateway under
+``quotaflow.sasl.scram.legacy.client.nonce=true``; otherwise the refusal names the cause in the log.
 """
 
 from __future__ import annotations
@@ -14,15 +25,20 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import os
 from collections.abc import Callable
 from typing import Final
 
+from quotaflow.gateway.config import SCRAM_LEGACY_CLIENT_NONCE
 from quotaflow.gateway.sasl import SaslAuthenticationError
 from quotaflow.store.base import ScramCredential
-from quotaflow.store.scram import HASHES, MIN_ITERATIONS, digest, hmac_digest, scram_credential
+from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, SALT_BYTES, digest, hmac_digest, scram_credential
+
+log = logging.getLogger(__name__)
 
 FAILED: Final = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
+_UNKNOWN_USER_SECRET: Final = os.urandom(32)  # per process: made-up salts are stable here, unrelated elsewhere
 
 Lookup = Callable[[str, str], ScramCredential | None]
 
@@ -36,6 +52,15 @@ def _attributes(message: str) -> dict[str, str]:
     return out
 
 
+def unknown_user_credential(mechanism: str, user: str) -> ScramCredential:
+    """What an unknown user is answered with: a salt as long as a new credential's, an HMAC of the name under the
+    process's secret; the store's default iterations; keys no proof can match (and never checked: see ``final``)."""
+    key = hmac.new(_UNKNOWN_USER_SECRET, f"{mechanism}\0{user}".encode(), "sha512").digest()
+    salt, stored = key[:SALT_BYTES], digest(mechanism, key)
+    return ScramCredential(user, mechanism, salt, stored, hmac_digest(mechanism, key, b"Server Key"),
+                           DEFAULT_ITERATIONS)
+
+
 def _username(value: str) -> str:
     if "=" in value.replace("=2C", "").replace("=3D", ""):
         raise SaslAuthenticationError("Invalid SCRAM user name")
@@ -45,10 +70,12 @@ def _username(value: str) -> str:
 class ScramServer:
     """One client's SCRAM exchange: :meth:`first` then :meth:`final`; ``SaslAuthenticationError`` on failure."""
 
-    def __init__(self, mechanism: str, lookup: Lookup, nonce: Callable[[], str] | None = None) -> None:
+    def __init__(self, mechanism: str, lookup: Lookup, nonce: Callable[[], str] | None = None, *,
+                 legacy_client_nonce: bool = False) -> None:
         if mechanism not in HASHES:
             raise ValueError(mechanism)
         self.mechanism = mechanism
+        self.legacy_client_nonce = legacy_client_nonce  # quotaflow.sasl.scram.legacy.client.nonce
         self._lookup = lookup
         self._nonce = nonce or (lambda: base64.b64encode(os.urandom(24)).decode("ascii"))
         self.user: str | None = None
@@ -76,10 +103,10 @@ class ScramServer:
                                           "different from username")
         self.user = user
         credential = self._lookup(user, self.mechanism)
-        # an unknown user gets a made-up (stable) salt and keys, and fails at the proof like a wrong password
-        fake = digest(self.mechanism, b"quotaflow-unknown-user:" + user.encode())
-        self._credential = credential or ScramCredential(user, self.mechanism, fake[:16], os.urandom(len(fake)),
-                                                         os.urandom(len(fake)), MIN_ITERATIONS)
+        # an unknown user gets a made-up (stable) salt and keys, and fails at the proof like a wrong password; made
+        # for everyone, so both paths do the same work
+        fake = unknown_user_credential(self.mechanism, user)
+        self._credential = credential or fake
         self._known = credential is not None
         self._nonce_value = attrs["r"] + self._nonce()
         salt = base64.b64encode(self._credential.salt).decode("ascii")
@@ -94,7 +121,7 @@ class ScramServer:
             raise SaslAuthenticationError("Invalid SCRAM client-final message")
         attrs = _attributes(without_proof)
         channel = base64.b64encode(self._gs2.encode("utf-8")).decode("ascii")
-        if attrs.get("c") != channel or attrs.get("r") != self._nonce_value:
+        if attrs.get("c") != channel or not self._nonce_accepted(attrs.get("r", "")):
             raise SaslAuthenticationError("Invalid SCRAM client-final message: nonce or channel binding mismatch")
         try:
             proof = base64.b64decode(proof_part, validate=True)
@@ -109,6 +136,20 @@ class ScramServer:
         self.done = True
         server_signature = hmac_digest(self.mechanism, self._credential.server_key, auth_message)
         return b"v=" + base64.b64encode(server_signature)
+
+    def _nonce_accepted(self, nonce: str) -> bool:
+        """RFC 5802: the client-final nonce is the server-first one. One that only ends with it (old librdkafka
+        repeats its own nonce in front) passes under the legacy setting (Kafka 3.8.1-3.9's rule), else it is
+        refused with the cause logged (once: the refusal ends the connection's exchange)."""
+        if nonce == self._nonce_value:
+            return True
+        if not nonce.endswith(self._nonce_value):
+            return False
+        if self.legacy_client_nonce:
+            return True
+        log.warning("SCRAM login of %r refused: client repeated its nonce: librdkafka < 2.6.1; set %s=true to "
+                    "accept", self.user, SCRAM_LEGACY_CLIENT_NONCE)
+        return False
 
 
 MECHANISMS: Final = ("PLAIN", *HASHES)  # what SaslHandshake offers when the gateway terminates SASL

@@ -23,11 +23,16 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from quotaflow.admin import Admin
+from quotaflow.admin.acls import AclAdmin
 from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
+from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
+from quotaflow.core.errors import StoreError
+from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway import protocol
+from quotaflow.gateway.acl_admin import AclAdminHandler
 from quotaflow.gateway.addresses import AddressOf
 from quotaflow.gateway.broker_quotas import BrokerQuotas
 from quotaflow.gateway.brokers import (
@@ -53,7 +58,7 @@ from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
 from quotaflow.gateway.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
 from quotaflow.store import open_store
-from quotaflow.store.base import QuotaStore, ScramStore
+from quotaflow.store.base import AclStore, QuotaStore, ScramStore
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +120,16 @@ class Gateway:
         self.brokers: BrokerRoutes | None = None  # after start
         self.admin = Admin(self.store)
         self.quota_admin = QuotaAdminHandler(self.admin, admin_principals)
+        # authorizer.class.name in --config (the --admin-principal list are super users too), unless one is given
+        if authorizer is None:
+            authorizer = authorizer_from_properties(props, admin_principals or ())
         self.authorizer = authorizer
+        self.acl_store = self.store if isinstance(self.store, AclStore) else None
+        if isinstance(authorizer, StandardAuthorizer) and authorizer.store_backed and self.acl_store is None:
+            raise StoreError(f"the quota store {getattr(self.store, 'path', self.store)} keeps no ACLs; the "
+                             f"authorizer needs one")
+        self.acl_admin = AclAdminHandler(AclAdmin(self.acl_store) if self.acl_store is not None else None,
+                                         authorizer, admin_principals, reload=self.reload_acls)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
                                  failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
@@ -130,9 +144,11 @@ class Gateway:
         self._listener: QuotaListener | None = None
         self._reloader: ConnectionQuotaReloader | None = None
         self._metrics: Any = None
+        self._metric_sources: list[MetricSource] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: Any = None
         self._store_seq = 0
+        self._acls_loaded = False
         self._last_decision_ms = 0
         self.upstream_warnings = RateLimitedLog(log)
         self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
@@ -141,8 +157,30 @@ class Gateway:
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
+    def _managed_authorizer(self) -> tuple[StandardAuthorizer, AclStore] | None:
+        """The authorizer whose ACLs come from the store (one built from ``--config``, or given store-backed)."""
+        a = self.authorizer
+        if isinstance(a, StandardAuthorizer) and a.store_backed and self.acl_store is not None:
+            return a, self.acl_store
+        return None
+
+    def reload_acls(self) -> None:
+        """Rebuild the authorizer's index from the store when its ACL version moved (any thread; the swap is one
+        assignment, and an older snapshot never replaces a newer one)."""
+        managed = self._managed_authorizer()
+        if managed is None:
+            return
+        authorizer, store = managed
+        if self._acls_loaded and store.acl_version() == authorizer.version:
+            return
+        snapshot = store.acls()
+        authorizer.load(AclIndex(snapshot.bindings), snapshot.version)
+        self._acls_loaded = True
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._managed_authorizer() is not None:  # every ACL loaded before the first client is accepted
+            await loop.run_in_executor(None, self.reload_acls)
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
         self.broker_quotas.load(snapshot)
         self._store_seq = snapshot.seq
@@ -169,6 +207,8 @@ class Gateway:
         if self.metrics_port is not None:
             await self._start_metrics()
         self._tasks.append(asyncio.create_task(self._poll_store()))
+        if self._managed_authorizer() is not None:
+            self._tasks.append(asyncio.create_task(self._poll_acls()))
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         log.info("gateway up: %s -> upstream %s", self.addresses, self.brokers.describe())
 
@@ -179,10 +219,20 @@ class Gateway:
                                       sources=[self.broker_quotas, self.connection_quotas])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
+        if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
+            self._metrics.add_source(self.store)
+        for source in self._metric_sources:
+            self._metrics.add_source(source)
         self._metrics.add_json_route("/resolve", self._resolve_route)
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
         self.metrics_address = self._metrics.address
+
+    def add_metric_source(self, source: MetricSource) -> None:
+        """One more source for ``/metrics`` (the ``--workers`` supervisor's slot board); before or after start."""
+        self._metric_sources.append(source)
+        if self._metrics is not None:
+            self._metrics.add_source(source)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -378,6 +428,17 @@ class Gateway:
             if changes:
                 self.broker_quotas.apply_changes(changes)
                 self._store_seq = changes[-1].seq
+
+    async def _poll_acls(self) -> None:
+        """ACL changes (through any gateway, the CLI or the console) reach this authorizer within a second: poll the
+        store's ACL version, rebuild the index off the event loop when it moved."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.store_poll_ms / 1000)
+            try:
+                await loop.run_in_executor(None, self.reload_acls)
+            except Exception:
+                log.exception("reloading ACLs from the store failed; retrying")
 
     async def _housekeeping(self) -> None:
         """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does); end elapsed

@@ -2,10 +2,11 @@
 
 The advertised set is every API the upstream offers (forwarded as bytes, whether or not kafka-python models it),
 with the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
-store, and SaslHandshake (17) / SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway
-must decode: the address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's
-``max_bytes`` cap and empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what
-kafka-python 3.0.12 decodes; address-bearing versions it does not rewrite are capped below them
+store, DescribeAcls / CreateAcls / DeleteAcls (29–31) v1–3, answered from the store's ACLs, and SaslHandshake (17) /
+SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway must decode: the
+address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's ``max_bytes`` cap and
+empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what kafka-python 3.0.12
+decodes; address-bearing versions it does not rewrite are capped below them
 (``addresses.ADDRESS_VERSION_CAPS``); an API with no version free of broker addresses is not offered.
 
 KIP-511: a client asking for a newer ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body
@@ -27,6 +28,10 @@ from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_ver
 GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DescribeClientQuotas: (0, 1),
     ApiKey.AlterClientQuotas: (0, 1),
+    # the ACL APIs, answered from the store: v1-3, what kafka-python encodes (v0 left Kafka in 4.0)
+    ApiKey.DescribeAcls: (1, 3),
+    ApiKey.CreateAcls: (1, 3),
+    ApiKey.DeleteAcls: (1, 3),
     ApiKey.SaslHandshake: (0, 1),
     ApiKey.SaslAuthenticate: (0, 2),
 }
@@ -34,20 +39,23 @@ APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
 # APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
 DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
 SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+ACL_APIS: Final = frozenset({ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
+# with SASL passthrough the cluster authenticates and authorizes: its SASL and its ACL APIs answer, not the gateway's
+PASSTHROUGH_APIS: Final = SASL_APIS | ACL_APIS
 
 
 def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
-    """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL APIs are the
-    upstream's (read by the gateway, so capped to what it decodes, and SaslHandshake from v1: v0's raw tokens have no
-    Kafka framing to forward)."""
-    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in SASL_APIS)}
+    """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL and ACL APIs are the
+    upstream's (capped to what the gateway decodes, and SaslHandshake from v1: v0's raw tokens have no Kafka framing
+    to forward)."""
+    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in PASSTHROUGH_APIS)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
         if key in own or key in NEVER_OFFERED:
             continue
         if key == ApiKey.SaslHandshake:
             lo = max(lo, 1)
-        if key in DECODED_APIS or key in SASL_APIS:
+        if key in DECODED_APIS or key in PASSTHROUGH_APIS:
             known = max_known_version(key)
             hi = min(hi, -1 if known is None else known)
         if key in ADDRESS_VERSION_CAPS:

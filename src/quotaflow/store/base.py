@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
+from quotaflow.core.acl import AclBinding
 from quotaflow.core.entities import QuotaEntity
 
 Values: TypeAlias = dict[str, float]
@@ -100,3 +101,30 @@ class ScramStore(Protocol):
     def put_scram_credential(self, credential: ScramCredential) -> None: ...
 
     def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AclSnapshot:
+    """Every stored ACL binding, as of ACL version ``version`` (0: none was ever written)."""
+
+    version: int
+    bindings: frozenset[AclBinding]
+
+
+@runtime_checkable
+class AclStore(Protocol):
+    """A store that also keeps Kafka ACL bindings (both stores do), shared by every gateway on it. The version grows
+    with every effective change, so a gateway polls :meth:`acl_version` and reloads only when it moved. Validation is
+    the caller's (``quotaflow.admin.acls``)."""
+
+    def acls(self) -> AclSnapshot: ...
+
+    def acl_version(self) -> int: ...
+
+    def add_acls(self, bindings: Sequence[AclBinding]) -> int:
+        """Add every binding (an existing one changes nothing); the ACL version after."""
+        ...
+
+    def remove_acls(self, bindings: Sequence[AclBinding]) -> int:
+        """Remove every binding (an absent one changes nothing); the ACL version after."""
+        ...

@@ -1,8 +1,8 @@
-"""Copy a whole store (quotas and credentials) into another: SQLite to a Kafka cluster and back.
+"""Copy a whole store (quotas, credentials and ACLs) into another: SQLite to a Kafka cluster and back.
 
 The destination ends up equal to the source: every entity's values, every credential (derived keys as stored,
-never passwords). A destination that already holds anything is refused unless ``overwrite`` is given, so a typo
-cannot wipe a live store.
+never passwords), every ACL binding. A destination that already holds anything is refused unless ``overwrite`` is
+given, so a typo cannot wipe a live store.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quotaflow.core.errors import StoreError
-from quotaflow.store.base import Credential, EntityChange, QuotaStore, ScramCredential, ScramStore
+from quotaflow.store.base import AclStore, Credential, EntityChange, QuotaStore, ScramCredential, ScramStore
 from quotaflow.store.scram import HASHES
 
 
@@ -21,6 +21,8 @@ class CopyResult:
     removed_entities: int
     removed_credentials: int
     seq: int
+    acls: int = 0
+    removed_acls: int = 0
 
 
 def copy_store(
@@ -39,11 +41,15 @@ def copy_store(
             scram += [c for m in sorted(HASHES) if (c := src.get_scram_credential(user, m)) is not None]
     if scram and not isinstance(dst, ScramStore):
         raise StoreError(f"{dst_name} keeps PLAIN credentials only; the source has SCRAM credentials")
+    acls = src.acls().bindings if isinstance(src, AclStore) else frozenset()
+    if acls and not isinstance(dst, AclStore):
+        raise StoreError(f"{dst_name} keeps no ACLs; the source has {len(acls)}")
     existing = dst.snapshot().entities
     existing_users = set(dst.list_credentials())
-    if (existing or existing_users) and not overwrite:
-        raise StoreError(f"{dst_name} is not empty ({len(existing)} entities, {len(existing_users)} users); "
-                         f"--overwrite replaces its contents with the source's")
+    existing_acls = dst.acls().bindings if isinstance(dst, AclStore) else frozenset()
+    if (existing or existing_users or existing_acls) and not overwrite:
+        raise StoreError(f"{dst_name} is not empty ({len(existing)} entities, {len(existing_users)} users, "
+                         f"{len(existing_acls)} ACLs); --overwrite replaces its contents with the source's")
     changes: list[EntityChange] = []
     for entity, values in snapshot.entities.items():
         ops: dict[str, float | None] = dict.fromkeys(existing.get(entity, {}))
@@ -62,4 +68,10 @@ def copy_store(
     gone = existing_users - set(users)
     for user in sorted(gone):
         dst.delete_credential(user)
-    return CopyResult(len(snapshot.entities), len(users), len(stale), len(gone), seq)
+    stale_acls = existing_acls - acls
+    if isinstance(dst, AclStore):
+        if stale_acls:
+            dst.remove_acls(sorted(stale_acls, key=lambda b: b.sort_key()))
+        if acls - existing_acls:
+            dst.add_acls(sorted(acls - existing_acls, key=lambda b: b.sort_key()))
+    return CopyResult(len(snapshot.entities), len(users), len(stale), len(gone), seq, len(acls), len(stale_acls))

@@ -14,6 +14,10 @@ store's own view has applied it (read-your-writes).
 Client settings follow Kafka's client property names (``security.protocol``, ``sasl.mechanism``,
 ``sasl.jaas.config``, ``ssl.ca.location``...), as URL query parameters or in a properties file named by
 ``config=FILE``: ``kafka://b1:9093/__quotaflow_quotas?config=/etc/quotaflow/store.properties``.
+
+``quotaflow.store.signing.key.file=FILE`` (a query parameter or in that file) signs every record written and
+applies only records signed with one of the file's keys (:mod:`quotaflow.store.signing`): without it, anyone who
+can write the topic can write quotas, credentials and ACLs.
 """
 
 from __future__ import annotations
@@ -23,15 +27,19 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from quotaflow.core.acl import AclBinding
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
 from quotaflow.core.properties import parse_properties
+from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import (
+    AclSnapshot,
+    AclStore,
     Change,
     Credential,
     EntityChange,
@@ -41,7 +49,15 @@ from quotaflow.store.base import (
     Snapshot,
     Values,
 )
-from quotaflow.store.records import StoreView, credential_record, credential_tombstones, quota_record, scram_record
+from quotaflow.store.records import (
+    StoreView,
+    acl_record,
+    credential_record,
+    credential_tombstones,
+    quota_record,
+    scram_record,
+)
+from quotaflow.store.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +82,9 @@ _CLIENT_PROPERTIES: Final[dict[str, str]] = {
     "ssl.key.password": "ssl_password",
     "client.id": "client_id",
 }
+SIGNING_KEY_FILE: Final = "quotaflow.store.signing.key.file"
 _STORE_PROPERTIES: Final = frozenset({"sasl.jaas.config", "ssl.endpoint.identification.algorithm",
-                                      "request.timeout.ms", "replication.factor", "config"})
+                                      "request.timeout.ms", "replication.factor", "config", SIGNING_KEY_FILE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +96,7 @@ class KafkaStoreSpec:
     client: Mapping[str, Any] = field(default_factory=dict)
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     replication_factor: int = 1
+    signing_key_file: str | None = None  # quotaflow.store.signing.key.file
 
     def __str__(self) -> str:  # never the query string: it may carry credentials
         return f"kafka://{','.join(self.bootstrap)}/{self.topic}"
@@ -106,7 +124,7 @@ class KafkaStoreSpec:
             except OSError as e:
                 raise StoreError(f"cannot read the Kafka store's client config {query['config']}: {e.strerror}") from e
         props.update(query)
-        return cls(servers, topic, *_client_settings(props))
+        return cls(servers, topic, *_client_settings(props), signing_key_file=props.get(SIGNING_KEY_FILE) or None)
 
 
 def _client_settings(props: Mapping[str, str]) -> tuple[dict[str, Any], int, int]:
@@ -154,7 +172,9 @@ class KafkaStore:
         self.path = str(self.spec)  # for messages, like SqliteStore.path
         self._clock_ms = clock_ms
         self._cond = threading.Condition()
-        self._view = StoreView(str(self.spec))  # guarded by _cond
+        key_file = self.spec.signing_key_file
+        self.signer = RecordSigner.from_file(key_file) if key_file else None
+        self._view = StoreView(str(self.spec), signer=self.signer, topic=self.spec.topic)  # guarded by _cond
         self._error: str | None = None
         self._stop = threading.Event()
         self._timeout_s = self.spec.timeout_ms / 1000
@@ -257,7 +277,7 @@ class KafkaStore:
                 self._error = None
                 for records in batches.values():
                     for record in records:
-                        self._view.apply(record.offset, record.key, record.value)
+                        self._view.apply(record.offset, record.key, record.value, record.headers)
                 self._view.advance(position)
                 self._cond.notify_all()
 
@@ -279,13 +299,33 @@ class KafkaStore:
         from kafka.errors import KafkaError as ClientError
 
         try:
-            futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0) for k, v in records]
+            futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0, headers=self._sign(k, v))
+                       for k, v in records]
             self._producer.flush(timeout=self._timeout_s)
             offsets = [int(f.get(timeout=self._timeout_s).offset) for f in futures]
         except ClientError as e:
             raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
         self._wait_for(max(offsets) + 1, "apply")
         return offsets
+
+    def _sign(self, key: bytes, value: bytes | None) -> list[tuple[str, bytes]] | None:
+        if self.signer is None:
+            return None
+        with self._cond:
+            ts = self._view.replays.stamp(self._clock_ms())
+        return self.signer.sign(self.spec.topic, key, value, ts)
+
+    @property
+    def signed(self) -> bool:
+        """Whether this store signs and verifies its records (``quotaflow.store.signing.key.file``)."""
+        return self.signer is not None
+
+    def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
+        """``kafka_server_quota_store_rejected_records``: records skipped (unsigned, badly signed, replayed or
+        invalid) since this store was opened."""
+        yield MetricSample("rejected-records", "QuotaStore", (("topic", self.spec.topic),),
+                           float(self.rejected_records),
+                           "Records of the quota store topic skipped: unsigned, badly signed, replayed or invalid")
 
     # -- QuotaStore ----------------------------------------------------------------------------------------
 
@@ -344,6 +384,32 @@ class KafkaStore:
         with self._cond:
             return self._view.scram.get((user, mechanism))
 
+    # -- ACLs ---------------------------------------------------------------------------------------------------
+
+    def acls(self) -> AclSnapshot:
+        with self._cond:
+            return AclSnapshot(self._view.acl_version, frozenset(self._view.acls))
+
+    def acl_version(self) -> int:
+        with self._cond:
+            return self._view.acl_version
+
+    def add_acls(self, bindings: Sequence[AclBinding]) -> int:
+        """One record per binding this view does not hold yet (a duplicate from a racing writer changes nothing
+        when applied)."""
+        ts = self._clock_ms()
+        with self._cond:
+            new = [b for b in dict.fromkeys(bindings) if b not in self._view.acls]
+        if new:
+            self._append([acl_record(b, ts) for b in new])
+        return self.acl_version()
+
+    def remove_acls(self, bindings: Sequence[AclBinding]) -> int:
+        """A tombstone per binding (written even if this view lags: the log decides)."""
+        if bindings:
+            self._append([acl_record(b, None) for b in dict.fromkeys(bindings)])
+        return self.acl_version()
+
     def close(self) -> None:
         self._stop.set()
         thread = getattr(self, "_thread", None)
@@ -378,3 +444,4 @@ def _client_reason(error: BaseException) -> str:
 if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protocol exactly
     _conforms: QuotaStore = KafkaStore("kafka://127.0.0.1:9092")
     _scram: ScramStore = KafkaStore("kafka://127.0.0.1:9092")
+    _acls: AclStore = KafkaStore("kafka://127.0.0.1:9092")

@@ -43,6 +43,32 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (user, mechanism)
     ) WITHOUT ROWID;
     """,
+    # 3: Kafka ACL bindings (resource pattern + entry, Kafka's enum codes) and their change log, whose last seq is the
+    # ACL version every gateway polls
+    """
+    CREATE TABLE acls (
+        resource_type   INTEGER NOT NULL,
+        name            TEXT NOT NULL,
+        pattern_type    INTEGER NOT NULL,
+        principal       TEXT NOT NULL,
+        host            TEXT NOT NULL,
+        operation       INTEGER NOT NULL,
+        permission_type INTEGER NOT NULL,
+        PRIMARY KEY (resource_type, name, pattern_type, principal, host, operation, permission_type)
+    ) WITHOUT ROWID;
+    CREATE TABLE acl_changes (
+        seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts_ms           INTEGER NOT NULL,
+        added           INTEGER NOT NULL,   -- 1 added, 0 removed
+        resource_type   INTEGER NOT NULL,
+        name            TEXT NOT NULL,
+        pattern_type    INTEGER NOT NULL,
+        principal       TEXT NOT NULL,
+        host            TEXT NOT NULL,
+        operation       INTEGER NOT NULL,
+        permission_type INTEGER NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -21,20 +21,34 @@ import logging
 import math
 import typing
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from quotaflow.core.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    binding_problem,
+    from_code,
+)
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
 from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
+from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.scram import HASHES
+from quotaflow.store.signing import RecordSigner, ReplayGuard
 
 log = logging.getLogger(__name__)
 
 QUOTA_KIND: Final = "quota"
 CREDENTIAL_KIND: Final = "credential"
 SCRAM_KIND: Final = "scram"
+ACL_KIND: Final = "acl"
 _NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
 _SCRAM_TYPES: Final = typing.get_type_hints(ScramCredential)
@@ -88,6 +102,31 @@ def credential_tombstones(user: str) -> list[tuple[bytes, None]]:
     return [(_credential_key(user), None), *((_compact_json([SCRAM_KIND, user, m]), None) for m in sorted(HASHES))]
 
 
+def acl_record(binding: AclBinding, ts_ms: int | None) -> tuple[bytes, bytes | None]:
+    """An ACL binding is its own key (so compaction keeps the last word on each binding); ``ts_ms`` None makes the
+    tombstone that removes it."""
+    p, e = binding.pattern, binding.entry
+    key = _compact_json([ACL_KIND, int(p.resource_type), p.name, int(p.pattern_type), e.principal, e.host,
+                         int(e.operation), int(e.permission_type)])
+    return key, None if ts_ms is None else _compact_json({"ts": ts_ms})
+
+
+def _decode_acl_key(kind: list[Any]) -> AclBinding:
+    """The binding an ACL record's key names, validated as CreateAcls validates it."""
+    _kind, rt, name, pt, principal, host, op, perm = kind
+    if not all(isinstance(v, int) for v in (rt, pt, op, perm)) or not all(
+            isinstance(v, str) for v in (name, principal, host)):
+        raise ValueError("malformed ACL record key")
+    binding = AclBinding(ResourcePattern(from_code(ResourceType, rt, ResourceType.UNKNOWN), name,
+                                         from_code(PatternType, pt, PatternType.UNKNOWN)),
+                         AccessControlEntry(principal, host, from_code(AclOperation, op, AclOperation.UNKNOWN),
+                                            from_code(AclPermissionType, perm, AclPermissionType.UNKNOWN)))
+    problem = binding_problem(binding)
+    if problem is not None:
+        raise ValueError(problem)
+    return binding
+
+
 def credential_tombstone(user: str) -> tuple[bytes, None]:
     return _credential_key(user), None
 
@@ -128,14 +167,22 @@ class StoreView:
     """Entities, credentials and the change log as of ``position`` (the next offset to apply). Not thread-safe:
     the owner serializes access."""
 
-    def __init__(self, name: str = "store") -> None:
+    def __init__(self, name: str = "store", *, signer: RecordSigner | None = None, topic: str = "") -> None:
         self.name = name
+        # with a signer, only records signed with one of its keys (and not replayed) apply: the topic's writers
+        # without the fleet key can forge nothing (quotaflow.store.signing)
+        self.signer = signer
+        self.topic = topic
+        self.replays = ReplayGuard()
         self.entities: dict[QuotaEntity, Values] = {}
         self.credentials: dict[str, Credential] = {}
         self.scram: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism)
         self.changes: list[Change] = []
+        self.acls: set[AclBinding] = set()
+        self.acl_version = 0  # the position after the last effective ACL change
         self.position = 0
         self.rejected = 0
+        self._rejections = RejectionLog(log, f"quota store {name}")
         self._ordered: list[tuple[QuotaEntity, Values]] | None = None  # entities by path, until the next change
         # (offset, removed something) of the latest credential tombstones: a delete learns whether the user
         # existed right before its own record, whatever other writers did
@@ -145,9 +192,18 @@ class StoreView:
         """Offsets below ``position`` hold nothing more (compacted away, or transaction markers)."""
         self.position = max(self.position, position)
 
-    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record; one that does not decode or validate is skipped whole (and counted)."""
+    def apply(self, offset: int, key: bytes | None, value: bytes | None,
+              headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
+        """Apply one record; one that does not decode or validate, or (with a signer) is not signed with the fleet
+        key or replays an old record, is skipped whole (and counted)."""
         self.position = max(self.position, offset + 1)
+        if self.signer is not None:
+            verified = self.signer.verify(self.topic, key, value, headers)
+            error = verified.error if verified.ts_ms is None else self.replays.admit(verified.ts_ms)
+            if error is not None:
+                self.rejected += 1
+                self._rejections.skipped(offset, error)
+                return
         try:
             kind = json.loads(key or b"null")
             if not isinstance(kind, list) or len(kind) < 2:
@@ -158,6 +214,9 @@ class StoreView:
             if kind[0] == SCRAM_KIND:
                 self._apply_scram(offset, str(kind[1]), str(kind[2]), value)
                 return
+            if kind[0] == ACL_KIND:
+                self._apply_acl(offset, _decode_acl_key(kind), value)
+                return
             if kind[0] != QUOTA_KIND or value is None:
                 raise ValueError("not a quotaflow store record")
             entity, ops, ts = _decode_quota(value)
@@ -165,7 +224,7 @@ class StoreView:
                 raise ValueError("record key does not match its operations")
         except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
             self.rejected += 1
-            log.warning("quota store %s: skipped the record at offset %d: %s", self.name, offset, e)
+            self._rejections.skipped(offset, str(e))
             return
         self._apply_ops(offset + 1, ts, entity, ops)
 
@@ -188,6 +247,16 @@ class StoreView:
         if (credential.user, credential.mechanism) != (user, mechanism):
             raise ValueError("SCRAM credential does not match its key")
         self.scram[(user, mechanism)] = credential
+
+    def _apply_acl(self, offset: int, binding: AclBinding, value: bytes | None) -> None:
+        if value is None:
+            if binding in self.acls:
+                self.acls.discard(binding)
+                self.acl_version = offset + 1
+            return
+        if binding not in self.acls:
+            self.acls.add(binding)
+            self.acl_version = offset + 1
 
     def users(self) -> list[str]:
         """Every user with a credential of any kind, sorted."""

@@ -21,6 +21,7 @@ SCRAM_SHA_512: Final = "SCRAM-SHA-512"
 HASHES: Final = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MIN_ITERATIONS: Final = 4096  # Kafka's ScramMechanism minIterations
 DEFAULT_ITERATIONS: Final = 8192
+SALT_BYTES: Final = 32  # a new credential's random salt
 
 
 def hmac_digest(mechanism: str, key: bytes, data: bytes) -> bytes:
@@ -39,7 +40,7 @@ def scram_credential(user: str, mechanism: str, password: str, *, iterations: in
     if iterations < MIN_ITERATIONS:
         raise CommandError(f"Iterations {iterations} is less than the minimum {MIN_ITERATIONS} required for "
                            f"{mechanism}")
-    salt = os.urandom(32) if salt is None else salt
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
     salted = hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode("utf-8"), salt, iterations)
     client_key = hmac_digest(mechanism, salted, b"Client Key")
     return ScramCredential(user=user, mechanism=mechanism, salt=salt, stored_key=digest(mechanism, client_key),

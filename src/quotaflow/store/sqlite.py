@@ -18,9 +18,28 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from quotaflow.core.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
-from quotaflow.store.base import Change, Credential, EntityChange, QuotaStore, ScramCredential, Snapshot, Values
+from quotaflow.store.base import (
+    AclSnapshot,
+    AclStore,
+    Change,
+    Credential,
+    EntityChange,
+    QuotaStore,
+    ScramCredential,
+    Snapshot,
+    Values,
+)
 from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS: Final = 30_000
@@ -249,6 +268,49 @@ class SqliteStore:
         return None if row is None else ScramCredential(user, mechanism, bytes(row[0]), bytes(row[1]),
                                                         bytes(row[2]), int(row[3]))
 
+    # -- ACLs -------------------------------------------------------------------------------------------------
+
+    _ACL_COLUMNS: Final = "resource_type, name, pattern_type, principal, host, operation, permission_type"
+
+    def acls(self) -> AclSnapshot:
+        with self._read() as db:
+            version = self._acl_version(db)
+            rows = db.execute(f"SELECT {self._ACL_COLUMNS} FROM acls").fetchall()
+        return AclSnapshot(version, frozenset(_binding(row) for row in rows))
+
+    def acl_version(self) -> int:
+        with self._locked() as db:
+            return self._acl_version(db)
+
+    @staticmethod
+    def _acl_version(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'acl_changes'").fetchone()
+        return int(row[0]) if row else 0
+
+    def add_acls(self, bindings: Sequence[AclBinding]) -> int:
+        return self._change_acls(bindings, added=True)
+
+    def remove_acls(self, bindings: Sequence[AclBinding]) -> int:
+        return self._change_acls(bindings, added=False)
+
+    def _change_acls(self, bindings: Sequence[AclBinding], *, added: bool) -> int:
+        """One transaction; only effective changes are logged (and move the version)."""
+        ts = self._clock_ms()
+        placeholders = ", ".join("?" * 7)
+        where = " AND ".join(f"{c} = ?" for c in self._ACL_COLUMNS.split(", "))
+        with self._write() as db:
+            for binding in bindings:
+                row = _row(binding)
+                if added:
+                    changed = db.execute(f"INSERT OR IGNORE INTO acls ({self._ACL_COLUMNS}) VALUES ({placeholders})",
+                                         row).rowcount
+                else:
+                    changed = db.execute(f"DELETE FROM acls WHERE {where}", row).rowcount
+                if changed:
+                    db.execute(f"INSERT INTO acl_changes (ts_ms, added, {self._ACL_COLUMNS}) "
+                               f"VALUES (?, ?, {placeholders})", (ts, int(added), *row))
+            return self._acl_version(db)
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -284,6 +346,18 @@ def _reason(error: BaseException) -> str:
     return text
 
 
+def _row(b: AclBinding) -> tuple[int, str, int, str, str, int, int]:
+    p, e = b.pattern, b.entry
+    return (int(p.resource_type), p.name, int(p.pattern_type), e.principal, e.host, int(e.operation),
+            int(e.permission_type))
+
+
+def _binding(row: tuple[int, str, int, str, str, int, int]) -> AclBinding:
+    rt, name, pt, principal, host, op, perm = row
+    return AclBinding(ResourcePattern(ResourceType(rt), str(name), PatternType(pt)),
+                      AccessControlEntry(str(principal), str(host), AclOperation(op), AclPermissionType(perm)))
+
+
 def _same(a: float, b: float) -> bool:
     """Java ``Double.equals`` semantics for "set equal to current": NaN equals NaN."""
     return a == b or (math.isnan(a) and math.isnan(b))
@@ -291,3 +365,4 @@ def _same(a: float, b: float) -> bool:
 
 if TYPE_CHECKING:  # mypy checks that SqliteStore satisfies the QuotaStore protocol exactly
     _conforms: QuotaStore = SqliteStore(":memory:")
+    _acls: AclStore = SqliteStore(":memory:")

@@ -3,16 +3,8 @@
 //   spec: {bootstrap: "host:port", sasl: {username, password} | null,
 //          steps: [{alter: [entries], validateOnly?: bool} | {describe: [components], strict?: bool}]}
 // prints one JSON line: {results: [{ok: entries} | {error: [{id, code, message}]} per step]}
+import './node20.mjs'
 import { Admin } from '@platformatic/kafka'
-
-// @platformatic/kafka 2.x calls Promise.withResolvers (Node >= 22); the machine has Node 20
-if (typeof Promise.withResolvers !== 'function') {
-  Promise.withResolvers = function withResolvers () {
-    let resolve, reject
-    const promise = new Promise((res, rej) => { resolve = res; reject = rej })
-    return { promise, resolve, reject }
-  }
-}
 
 const spec = JSON.parse(process.argv[2])
 

@@ -1,0 +1,133 @@
+"""ACL administration over a store: create, describe and delete bindings as Kafka's controller does, and resolve
+"may P do O on R, and which ACL decides".
+
+* :meth:`AclAdmin.create`: per binding, Kafka's validation and messages (``AclApis`` and
+  ``AclControlManager.validateNewAcl``: INVALID_REQUEST "Invalid resourceType ANY", "Resource name should not be
+  empty", ...); the valid ones are stored in one call; an existing binding succeeds and changes nothing. More than
+  10,000 new bindings in one request fail it whole (UNKNOWN_SERVER_ERROR, nothing stored), as Kafka's bounded
+  record list does.
+* :meth:`AclAdmin.describe`: every binding an :class:`~quotaflow.core.acl.AclBindingFilter` matches (ANY and MATCH
+  pattern filters included).
+* :meth:`AclAdmin.delete`: per filter, every binding it matches is removed and returned; a filter with an UNKNOWN
+  part fails with "Unknown patternFilter." / "Unknown entryFilter."; one request removes at most 10,000 bindings
+  (Kafka's ``MAX_RECORDS_PER_USER_OP``; the filter that would pass it fails, UNKNOWN_SERVER_ERROR).
+* :func:`resolve` answers with the decision of a :class:`~quotaflow.core.authorizer.StandardAuthorizer` built on the
+  store's ACLs and the given super users / default, so the CLI, the console and the gateway decide alike.
+
+The CLI (``quotaflow acls``), the console and the gateway's CreateAcls / DescribeAcls / DeleteAcls answers all call
+this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from quotaflow.core.acl import ANY_FILTER, AclBinding, AclBindingFilter, AclOperation, ResourceType, binding_problem
+from quotaflow.core.authorizer import Decision, StandardAuthorizer
+from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, UnknownServerError
+from quotaflow.store.base import AclStore
+
+MAX_RECORDS_PER_USER_OP: Final = 10_000  # Kafka's QuorumController bound on one request's records
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeleteResult:
+    """One filter's outcome: its error, and the bindings it removed."""
+
+    error: ApiError = SUCCESS
+    deleted: tuple[AclBinding, ...] = field(default_factory=tuple)
+
+
+def sort_bindings(bindings: Iterable[AclBinding]) -> list[AclBinding]:
+    """A stable order for answers and listings (resource type, name, pattern type, then the entry)."""
+    return sorted(bindings, key=AclBinding.sort_key)
+
+
+class AclBackend(Protocol):
+    """What the CLI manages ACLs through: a store (:class:`AclAdmin`) or the Kafka protocol
+    (:class:`~quotaflow.admin.acl_wire.WireAclAdmin`)."""
+
+    def create(self, bindings: Sequence[AclBinding]) -> list[ApiError]: ...
+
+    def describe(self, acl_filter: AclBindingFilter) -> list[AclBinding]: ...
+
+    def delete(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]: ...
+
+
+class AclAdmin:
+    """Create / describe / delete ACL bindings in an :class:`~quotaflow.store.base.AclStore`."""
+
+    def __init__(self, store: AclStore) -> None:
+        self.store = store
+
+    def create(self, bindings: Sequence[AclBinding]) -> list[ApiError]:
+        """One result per binding, in request order."""
+        results: list[ApiError] = []
+        valid: list[AclBinding] = []
+        for binding in bindings:
+            problem = binding_problem(binding)
+            if problem is None:
+                valid.append(binding)
+                results.append(SUCCESS)
+            else:
+                results.append(ApiError(InvalidRequestError.errno, problem))
+        if valid:
+            existing = self.store.acls().bindings
+            if len({b for b in valid if b not in existing}) > MAX_RECORDS_PER_USER_OP:
+                return [ApiError(UnknownServerError.errno, None)] * len(bindings)
+            self.store.add_acls(valid)
+        return results
+
+    def describe(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        return sort_bindings(b for b in self.store.acls().bindings if acl_filter.matches(b))
+
+    def delete(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        """Every filter is matched against the same snapshot (a binding two filters match is reported by both);
+        the union is removed in one store call."""
+        current = sort_bindings(self.store.acls().bindings)
+        results: list[AclDeleteResult] = []
+        removing: set[AclBinding] = set()
+        for acl_filter in filters:
+            if acl_filter.pattern_filter.is_unknown:
+                results.append(AclDeleteResult(ApiError(InvalidRequestError.errno, "Unknown patternFilter.")))
+                continue
+            if acl_filter.entry_filter.is_unknown:
+                results.append(AclDeleteResult(ApiError(InvalidRequestError.errno, "Unknown entryFilter.")))
+                continue
+            matched = [b for b in current if acl_filter.matches(b)]
+            if len(removing | set(matched)) > MAX_RECORDS_PER_USER_OP:
+                # Kafka: BoundedListTooLongException, answered as UNKNOWN_SERVER_ERROR without a message
+                results.append(AclDeleteResult(ApiError(UnknownServerError.errno, None)))
+                continue
+            removing.update(matched)
+            results.append(AclDeleteResult(SUCCESS, tuple(matched)))
+        if removing:
+            self.store.remove_acls(sort_bindings(removing))
+        return results
+
+
+def resolve(source: AclStore | AclBackend, principal: str, host: str, operation: AclOperation,
+            resource_type: ResourceType, name: str, *, super_users: Iterable[str] = (),
+            allow_everyone_if_no_acl_found: bool = False) -> Decision:
+    """The decision the gateway's authorizer makes for this request, with the rule (the deciding ACL) behind it, over
+    a store's ACLs or every ACL a backend describes."""
+    bindings = source.acls().bindings if isinstance(source, AclStore) else source.describe(ANY_FILTER)
+    authorizer = StandardAuthorizer(super_users, allow_everyone_if_no_acl_found, bindings)
+    return authorizer.explain(principal, host, operation, resource_type, name)
+
+
+def explain(decision: Decision, principal: str, operation: AclOperation, resource_type: ResourceType,
+            name: str) -> str:
+    """One sentence for people: what was decided and why."""
+    verdict = "ALLOWED" if decision.allowed else "DENIED"
+    what = f"{principal} {operation.name} on {resource_type.name}:{name}: {verdict}"
+    if decision.rule == "SuperUser":
+        return f"{what} ({principal} is a super user)"
+    if decision.acl is not None:
+        return f"{what} by {decision.acl.pattern} {decision.acl.entry}"
+    if decision.rule == "NoMatchingAcl":
+        return f"{what} (the resource has ACLs, none of them matches)"
+    return f"{what} (no ACL on the resource; allow.everyone.if.no.acl.found=" \
+           f"{'true' if decision.allowed else 'false'})"

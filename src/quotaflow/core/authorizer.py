@@ -1,0 +1,352 @@
+"""Kafka's StandardAuthorizer decision, from memory, with an index that keeps it flat in the number of ACLs.
+
+The rules are Kafka's (``StandardAuthorizerData``): a super user is allowed everything; otherwise the ACLs whose
+pattern applies to the literal resource are those with the equal LITERAL name, the LITERAL ``*`` and every PREFIXED
+name that starts the resource name; of these, one matches the request when its principal is the session's or
+``User:*``, its host is ``*`` or the client's address, and its operation is ALL, the requested one, or (ALLOW only)
+one that implies it (READ / WRITE / DELETE / ALTER imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS). Any
+matching DENY denies; else any matching ALLOW allows; else, if the resource has no ACL at all (for anyone),
+``allow.everyone.if.no.acl.found`` decides, and if it has some, the answer is DENIED.
+
+The index: per resource type, the LITERAL names in a dict, the PREFIXED names in a dict plus the set of their
+lengths (a name of length n looks up its prefixes of those lengths only), and within every pattern the entries by
+principal, so one decision touches the session's and ``User:*``'s entries of the few patterns that apply. An index
+is immutable; :class:`StandardAuthorizer` swaps in a new one when the ACLs change (one attribute assignment, so a
+decision sees the old or the new set, never a mix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from quotaflow.core.acl import (
+    WILDCARD,
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    java_host_address,
+    kafka_principal,
+    parse_principal,
+)
+from quotaflow.core.errors import CommandError
+
+WILDCARD_PRINCIPAL: Final = "User:*"
+STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ACL_AUTHORIZER: Final = "kafka.security.authorizer.AclAuthorizer"  # ZooKeeper-era name: the same decision
+AUTHORIZER_CLASS_NAME: Final = "authorizer.class.name"
+SUPER_USERS: Final = "super.users"
+ALLOW_EVERYONE_IF_NO_ACL_FOUND: Final = "allow.everyone.if.no.acl.found"
+AUTHORIZER_CLASSES: Final = frozenset({STANDARD_AUTHORIZER, ACL_AUTHORIZER})
+
+PATTERN_CACHE_NAMES: Final = 16_384  # resource names whose applicable patterns one index remembers, per type
+_IMPLIES_DESCRIBE: Final = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
+                                      AclOperation.DELETE, AclOperation.ALTER})
+_IMPLIES_DESCRIBE_CONFIGS: Final = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
+
+
+def operation_matches(requested: AclOperation, entry: AccessControlEntry) -> bool:
+    """Whether an entry's operation covers ``requested``: ALL, equal, or (ALLOW entries only) implied."""
+    op = entry.operation
+    if op == AclOperation.ALL or op == requested:
+        return True
+    if entry.permission_type != AclPermissionType.ALLOW:
+        return False  # a DENY READ does not deny DESCRIBE
+    if requested == AclOperation.DESCRIBE:
+        return op in _IMPLIES_DESCRIBE
+    if requested == AclOperation.DESCRIBE_CONFIGS:
+        return op in _IMPLIES_DESCRIBE_CONFIGS
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One answer and the rule that gave it (Kafka's audit log names the same rules)."""
+
+    allowed: bool
+    rule: str  # SuperUser | MatchingAcl | DefaultAllow | DefaultDeny | NoMatchingAcl
+    acl: AclBinding | None = None
+
+    def __str__(self) -> str:
+        if self.acl is not None:
+            return f"{self.rule}(acl={self.acl})"
+        return self.rule
+
+
+_SUPER_USER: Final = Decision(True, "SuperUser")
+_NO_MATCH: Final = Decision(False, "NoMatchingAcl")  # the resource has ACLs, none for this request: DENIED
+
+
+# (host, operations it matches, is DENY, the entry): an entry with its operation rule precomputed, so matching is a
+# set lookup
+_Entry = tuple[str, frozenset[AclOperation], bool, AccessControlEntry]
+# principal -> entries, per resource pattern
+_Bucket = Mapping[str, tuple[_Entry, ...]]
+
+_EVERY_OPERATION: Final = frozenset(AclOperation)
+_NO_RESOURCE_ACL, _NO_MATCH_STATE, _ALLOWED, _DENIED = 0, 1, 2, 3
+
+
+def _covers(entry: AccessControlEntry) -> frozenset[AclOperation]:
+    """Every requested operation ``entry`` matches (:func:`operation_matches`, precomputed)."""
+    return frozenset(op for op in _EVERY_OPERATION if operation_matches(op, entry))
+
+
+class _TypeIndex:
+    """The ACLs of one resource type."""
+
+    __slots__ = ("_patterns", "by_principal", "literal", "prefix_lengths", "prefixed", "wildcard")
+
+    def __init__(self, bindings: Iterable[AclBinding]) -> None:
+        literal: dict[str, dict[str, list[_Entry]]] = {}
+        prefixed: dict[str, dict[str, list[_Entry]]] = {}
+        by_principal: dict[str, list[AclBinding]] = {}
+        covers: dict[tuple[AclOperation, AclPermissionType], frozenset[AclOperation]] = {}
+        for b in bindings:
+            e = b.entry
+            table = prefixed if b.pattern.pattern_type == PatternType.PREFIXED else literal
+            key = (e.operation, e.permission_type)
+            if key not in covers:
+                covers[key] = _covers(e)
+            item = (e.host, covers[key], e.permission_type == AclPermissionType.DENY, e)
+            table.setdefault(b.pattern.name, {}).setdefault(e.principal, []).append(item)
+            by_principal.setdefault(e.principal, []).append(b)
+        self.literal: dict[str, _Bucket] = {name: _freeze(v) for name, v in literal.items() if name != WILDCARD}
+        self.wildcard: _Bucket | None = _freeze(literal[WILDCARD]) if WILDCARD in literal else None
+        self.prefixed: dict[str, _Bucket] = {name: _freeze(v) for name, v in prefixed.items()}
+        self.prefix_lengths = tuple(sorted({len(name) for name in prefixed}))
+        self.by_principal = {p: tuple(v) for p, v in by_principal.items()}
+        # name -> its applicable patterns: a gateway asks about the same few names over and over, so the prefix
+        # lookups are done once per name and index (bounded; the index is replaced whole when ACLs change)
+        self._patterns: dict[str, list[tuple[ResourcePattern | None, _Bucket]]] = {}
+
+    def patterns(self, name: str) -> list[tuple[ResourcePattern | None, _Bucket]]:
+        """Every pattern that applies to the literal ``name`` with its entries: the equal LITERAL, the LITERAL
+        ``*``, then the PREFIXED ones, shortest first (the pattern objects are made only to name a deciding ACL, so
+        they are None here; :meth:`pattern_at` makes them)."""
+        cached = self._patterns.get(name)
+        if cached is not None:
+            return cached
+        if len(self._patterns) >= PATTERN_CACHE_NAMES:
+            self._patterns.clear()
+        out: list[tuple[ResourcePattern | None, _Bucket]] = []
+        bucket = self.literal.get(name)
+        if bucket is not None:
+            out.append((None, bucket))
+        if self.wildcard is not None:
+            out.append((None, self.wildcard))
+        if self.prefixed:
+            size = len(name)
+            for length in self.prefix_lengths:
+                if length > size:
+                    break
+                bucket = self.prefixed.get(name[:length])
+                if bucket is not None:
+                    out.append((None, bucket))
+        self._patterns[name] = out
+        return out
+
+    def pattern_at(self, resource_type: ResourceType, name: str, position: int) -> ResourcePattern:
+        """The ``position``-th pattern :meth:`patterns` yields for ``name``."""
+        candidates: list[ResourcePattern] = []
+        if name in self.literal:
+            candidates.append(ResourcePattern(resource_type, name, PatternType.LITERAL))
+        if self.wildcard is not None:
+            candidates.append(ResourcePattern(resource_type, WILDCARD, PatternType.LITERAL))
+        candidates += [ResourcePattern(resource_type, name[:n], PatternType.PREFIXED) for n in self.prefix_lengths
+                       if n <= len(name) and name[:n] in self.prefixed]
+        return candidates[position]
+
+
+def _freeze(v: dict[str, list[_Entry]]) -> dict[str, tuple[_Entry, ...]]:
+    return {p: tuple(entries) for p, entries in v.items()}
+
+
+class AclIndex:
+    """An immutable, indexed set of ACL bindings."""
+
+    __slots__ = ("_types", "bindings")
+
+    def __init__(self, bindings: Iterable[AclBinding] = ()) -> None:
+        self.bindings: frozenset[AclBinding] = frozenset(bindings)
+        grouped: dict[ResourceType, list[AclBinding]] = {}
+        for b in self.bindings:
+            grouped.setdefault(b.pattern.resource_type, []).append(b)
+        self._types = {rt: _TypeIndex(bs) for rt, bs in grouped.items()}
+
+    def __len__(self) -> int:
+        return len(self.bindings)
+
+    def find(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
+             name: str) -> tuple[int, int, AccessControlEntry | None]:
+        """(state, pattern position, entry): no ACL on the resource, ACLs but none matching, ALLOWED by the entry,
+        or DENIED by it (the first DENY found; any DENY wins, as in Kafka)."""
+        index = self._types.get(resource_type)
+        if index is None:
+            return _NO_RESOURCE_ACL, -1, None
+        patterns = index.patterns(name)
+        if not patterns:
+            return _NO_RESOURCE_ACL, -1, None
+        allow: AccessControlEntry | None = None
+        allow_at = -1
+        position = 0
+        for _pattern, bucket in patterns:
+            for who in (principal, WILDCARD_PRINCIPAL):
+                entries = bucket.get(who)
+                if entries is None:
+                    continue
+                for entry_host, covers, deny, entry in entries:
+                    if operation not in covers or (entry_host != WILDCARD and entry_host != host):
+                        continue
+                    if deny:
+                        return _DENIED, position, entry
+                    if allow is None:
+                        allow, allow_at = entry, position
+            position += 1
+        if allow is not None:
+            return _ALLOWED, allow_at, allow
+        return _NO_MATCH_STATE, -1, None
+
+    def decide(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str,
+               default: Decision) -> Decision:
+        """The decision for a non-super user with its rule (``default``: when the resource has no ACL at all)."""
+        state, position, entry = self.find(principal, host, operation, resource_type, name)
+        if state == _NO_RESOURCE_ACL:
+            return default
+        if entry is None:
+            return _NO_MATCH
+        binding = AclBinding(self._types[resource_type].pattern_at(resource_type, name, position), entry)
+        return Decision(state == _ALLOWED, "MatchingAcl", binding)
+
+    def by_resource_type(self, principal: str, host: str, operation: AclOperation,
+                         resource_type: ResourceType) -> bool:
+        """The ACL part of Kafka's default ``authorizeByResourceType``: some ALLOW (op equal or ALL, no implication)
+        on a pattern of this type that no DENY dominates; a DENY on the literal ``*`` denies outright."""
+        index = self._types.get(resource_type)
+        if index is None:
+            return False
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allow_literal: set[str] = set()
+        allow_prefixed: set[str] = set()
+        wildcard_allow = False
+        for who in (principal, WILDCARD_PRINCIPAL):
+            for b in index.by_principal.get(who, ()):
+                e = b.entry
+                if e.host != host and e.host != WILDCARD:
+                    continue
+                if e.operation != operation and e.operation != AclOperation.ALL:
+                    continue
+                literal = b.pattern.pattern_type == PatternType.LITERAL
+                if e.permission_type == AclPermissionType.DENY:
+                    if literal and b.pattern.name == WILDCARD:
+                        return False
+                    (deny_literal if literal else deny_prefixed).add(b.pattern.name)
+                elif e.permission_type == AclPermissionType.ALLOW:
+                    if literal and b.pattern.name == WILDCARD:
+                        wildcard_allow = True
+                    else:
+                        (allow_literal if literal else allow_prefixed).add(b.pattern.name)
+        if wildcard_allow:
+            return True
+        for literal, names in ((True, allow_literal), (False, allow_prefixed)):
+            for allowed in names:
+                if literal and allowed in deny_literal:
+                    continue
+                if not any(allowed[:n] in deny_prefixed for n in range(1, len(allowed) + 1)):
+                    return True
+        return False
+
+
+class StandardAuthorizer:
+    """:class:`quotaflow.core.acl.Authorizer` with Kafka's StandardAuthorizer semantics. ``load`` replaces the ACL
+    set (the gateway calls it when the store's ACLs change); every other method only reads. ``store_backed``: the
+    gateway loads and refreshes its ACLs from the store (the default when no ``bindings`` are given; an authorizer
+    built with fixed bindings keeps them)."""
+
+    def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False,
+                 bindings: Iterable[AclBinding] = (), *, store_backed: bool | None = None) -> None:
+        self.super_users = frozenset(super_users)
+        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self._default = Decision(allow_everyone_if_no_acl_found,
+                                 "DefaultAllow" if allow_everyone_if_no_acl_found else "DefaultDeny")
+        self.index = AclIndex(bindings)
+        self.store_backed = not self.index.bindings if store_backed is None else store_backed
+        self.version = 0  # the store's ACL version the index was built from
+
+    def load(self, bindings: Iterable[AclBinding] | AclIndex, version: int = 0) -> None:
+        """Replace every ACL (an :class:`AclIndex` may be built elsewhere, off the event loop). A load of an older
+        store version than the current one is ignored (two loaders raced)."""
+        if version and version < self.version:
+            return
+        self.index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
+        self.version = version
+
+    def explain(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
+                name: str) -> Decision:
+        """The decision and the rule behind it (super user, the deciding ACL, or the default)."""
+        if principal in self.super_users:
+            return _SUPER_USER
+        return self.index.decide(principal, java_host_address(host), operation, resource_type, name, self._default)
+
+    def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
+                  name: str) -> bool:
+        if principal in self.super_users:
+            return True
+        state = self.index.find(principal, java_host_address(host), operation, resource_type, name)[0]
+        return state == _ALLOWED or (state == _NO_RESOURCE_ACL and self.allow_everyone_if_no_acl_found)
+
+    def authorize_by_resource_type(self, principal: str, host: str, operation: AclOperation,
+                                   resource_type: ResourceType) -> bool:
+        """Kafka's ``Authorizer.authorizeByResourceType``: first the decision on a resource named ``hardcode``
+        (so super users, and the default on a type without ACLs, answer), then :meth:`AclIndex.by_resource_type`."""
+        if resource_type in (ResourceType.ANY, ResourceType.UNKNOWN) or operation in (AclOperation.ANY,
+                                                                                      AclOperation.UNKNOWN):
+            raise ValueError(f"authorizeByResourceType needs a concrete operation and resource type, got "
+                             f"{operation.name} on {resource_type.name}")
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
+            return True
+        return self.index.by_resource_type(principal, java_host_address(host), operation, resource_type)
+
+
+# -- configuration (server.properties names) -----------------------------------------------------------------------
+
+def parse_super_users(value: str | None) -> frozenset[str]:
+    """``super.users``: ``User:a;User:b`` (semicolons: DNs hold commas); each entry must be ``Type:name``."""
+    out: set[str] = set()
+    for item in (value or "").split(";"):
+        item = item.strip()
+        if item:
+            try:
+                parse_principal(item)
+            except ValueError as e:
+                raise CommandError(f"Invalid value {value} for configuration {SUPER_USERS}: {e}") from e
+            out.add(item)
+    return frozenset(out)
+
+
+def authorizer_settings(props: Mapping[str, str], admin_principals: Iterable[str] = ()
+                        ) -> tuple[frozenset[str], bool]:
+    """(super users, allow.everyone.if.no.acl.found) from server.properties; ``admin_principals`` (the gateway's
+    ``--admin-principal``) are super users too."""
+    supers = parse_super_users(props.get(SUPER_USERS)) | {kafka_principal(p) for p in admin_principals}
+    # Kafka's Boolean.parseBoolean: "true" in any case is true, anything else false
+    return supers, props.get(ALLOW_EVERYONE_IF_NO_ACL_FOUND, "false").strip().lower() == "true"
+
+
+def authorizer_from_properties(props: Mapping[str, str], admin_principals: Iterable[str] = ()
+                               ) -> StandardAuthorizer | None:
+    """The authorizer ``authorizer.class.name`` names (None when unset or empty: every request is allowed, as on a
+    broker without one). ``admin_principals`` (the gateway's ``--admin-principal``) are super users too."""
+    class_name = props.get(AUTHORIZER_CLASS_NAME, "").strip()
+    if not class_name:
+        return None
+    if class_name not in AUTHORIZER_CLASSES:
+        raise CommandError(f"Invalid value {class_name} for configuration {AUTHORIZER_CLASS_NAME}: the gateway "
+                           f"implements {STANDARD_AUTHORIZER} (and {ACL_AUTHORIZER}, the same decision) only")
+    return StandardAuthorizer(*authorizer_settings(props, admin_principals))
