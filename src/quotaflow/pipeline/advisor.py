@@ -179,32 +179,45 @@ class UsageInputs:
 
 def usage_table(rows: RequestRows, m: Metered, u: UsageInputs, settings: AdvisorSettings) -> pa.Table:
     """One row per (entity present in ``rows``, key it used): the distribution of its cells and the recommended
-    value. ``rows`` must hold every row of each of its entities (all brokers)."""
-    parts = [_usage_of_key(rows, m, u, settings, key) for key in settings.keys]
-    return pa.concat_tables(parts) if parts else USAGE_SCHEMA.empty_table()
-
-
-def _usage_of_key(rows: RequestRows, m: Metered, u: UsageInputs, settings: AdvisorSettings, key: str) -> pa.Table:
-    take = np.flatnonzero((u.entity >= 0) & m.records[key])
+    value. ``rows`` must hold every row of each of its entities (all brokers). One sort of the rows by
+    (entity, broker, second) gives every key's cells."""
+    recorded = np.zeros(len(u.entity), dtype=bool)
+    for key in settings.keys:
+        recorded |= m.records[key]
+    take = np.flatnonzero((u.entity >= 0) & recorded)
     if not len(take):
         return USAGE_SCHEMA.empty_table()
     seconds = u.seconds
-    second = rows.ts_ms[take] // 1000 - u.first_second
-    broker = rows.broker[take]
-    n_brokers = int(broker.max()) + 1
-    ents, e_local = np.unique(u.entity[take], return_inverse=True)  # the entities using this key, densely
-    e_local = e_local.reshape(-1).astype(np.int64)
-    n = len(ents)
-    used = np.unique(e_local * n_brokers + broker)  # the (entity, broker) where this key's manager recorded
-    brokers_used = np.bincount(used // n_brokers, minlength=n).astype(np.int64)
-    cells_total = brokers_used * seconds
-    cell_key = (e_local * n_brokers + broker) * seconds + second
+    ent = u.entity[take]
+    width = int(ent.max()) + 1  # entity ids are dense
+    n_brokers = int(rows.broker[take].max()) + 1
+    cell_key = (ent * n_brokers + rows.broker[take]) * seconds + (rows.ts_ms[take] // 1000 - u.first_second)
     order = np.argsort(cell_key, kind="stable")
     sorted_key = cell_key[order]
     starts = np.flatnonzero(np.diff(sorted_key, prepend=-1) != 0)
-    value = cell_value(key, np.add.reduceat(m.of_key(key)[take][order], starts))
-    pos = value > 0
-    g, v = (sorted_key[starts] // (n_brokers * seconds))[pos], value[pos]
+    cell_eb = sorted_key[starts] // seconds  # entity * n_brokers + broker of each cell
+    parts = []
+    for key in settings.keys:
+        hits = np.add.reduceat(m.records[key][take][order].astype(np.int64), starts)
+        used = np.unique(cell_eb[hits > 0])  # the (entity, broker) where this key's manager recorded
+        brokers_used = np.bincount(used // n_brokers, minlength=width)
+        present = np.flatnonzero(brokers_used)
+        if not len(present):
+            continue
+        dense = np.full(width, -1, dtype=np.int64)
+        dense[present] = np.arange(len(present))
+        value = cell_value(key, np.add.reduceat(m.of_key(key)[take][order], starts))
+        pos = value > 0
+        parts.append(_usage_rows(key, present, dense[cell_eb[pos] // n_brokers], value[pos],
+                                 brokers_used[present].astype(np.int64), seconds, settings))  # fmt: skip
+    return pa.concat_tables(parts) if parts else USAGE_SCHEMA.empty_table()
+
+
+def _usage_rows(key: str, ents: I64, g: I64, v: F64, brokers_used: I64, seconds: int,
+                settings: AdvisorSettings) -> pa.Table:  # fmt: skip
+    """The usage rows of one key: entities ``ents``, their positive cells ``v`` (``g``: index into ``ents``)."""
+    n = len(ents)
+    cells_total = brokers_used * seconds
     by = np.lexsort((v, g))
     g, v = g[by], v[by]
 
@@ -242,21 +255,23 @@ def outcome_table(rows: RequestRows, m: Metered, entity: I64, applied: Sequence[
     take = np.flatnonzero(entity >= 0)
     if not len(take):
         return OUTCOME_SCHEMA.empty_table()
-    ents, local = np.unique(entity[take], return_inverse=True)
-    local = local.reshape(-1).astype(np.int64)
-    n = len(ents)
-    cols: dict[str, object] = {"entity": ents, "requests": np.bincount(local, minlength=n)}
+    ent = entity[take]
+    width = int(ent.max()) + 1  # entity ids are dense: counted per id, then the ids present kept
+    count = np.bincount(ent, minlength=width)
+    present = np.flatnonzero(count)
+    cols: dict[str, object] = {"entity": present, "requests": count[present]}
     moved = (m.produce + m.fetch)[take]  # a row is produce or fetch, never both
     second = rows.ts_ms[take] // 1000
     for side, throttle in zip(OUTCOME_SIDES, applied, strict=True):
         t = throttle[take]
-        hit = t > 0
-        cols[f"throttled_requests_{side}"] = np.bincount(local, weights=hit, minlength=n).astype(np.int64)
-        cols[f"throttle_s_{side}"] = np.bincount(local, weights=t, minlength=n) / 1000.0
-        distinct = np.unique(local[hit] * (1 << 40) + (second[hit] - int(second.min())))
-        cols[f"throttled_seconds_{side}"] = np.bincount(distinct >> 40, minlength=n).astype(np.int64)
-        delayed = np.where(hit, moved, 0)
-        cols[f"delayed_bytes_{side}"] = np.bincount(local, weights=delayed, minlength=n).astype(np.int64)
+        hit = np.flatnonzero(t > 0)  # few rows: only these are sorted
+        e_hit = ent[hit]
+        cols[f"throttled_requests_{side}"] = np.bincount(e_hit, minlength=width)[present]
+        cols[f"throttle_s_{side}"] = np.bincount(e_hit, weights=t[hit], minlength=width)[present] / 1000.0
+        distinct = np.unique(e_hit * (1 << 40) + (second[hit] - int(second.min())))
+        cols[f"throttled_seconds_{side}"] = np.bincount(distinct >> 40, minlength=width)[present]
+        delayed = np.bincount(e_hit, weights=moved[hit], minlength=width)[present]
+        cols[f"delayed_bytes_{side}"] = delayed.astype(np.int64)
     return pa.table({f.name: pa.array(cols[f.name], f.type) for f in OUTCOME_SCHEMA}, schema=OUTCOME_SCHEMA)
 
 
