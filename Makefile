@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: demo test setup lint typecheck conformance bench clean chromium kcat
+.PHONY: demo test setup lint typecheck conformance bench bench-setup clean chromium kcat
 
 setup: $(STAMP) $(NODE_STAMP) chromium kcat
 
@@ -54,6 +54,13 @@ bench: setup
 	$(BIN)/python bench/admin.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/console.py
+
+# bench/gateway_cpu.py compares the gateway with HAProxy in TCP mode (Debian's haproxy, 2.6 on bookworm): installed
+# once, only when missing; needs root (CI runs as root), else says what to run.
+bench-setup: setup
+	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; \
+	  else echo "bench/gateway_cpu.py needs Debian's haproxy: sudo apt-get install -y haproxy" >&2; exit 1; fi; }
 
 clean:
 	rm -rf $(VENV) node_modules build *.egg-info

@@ -16,6 +16,7 @@ from typing import Final
 
 from quotaflow.core.errors import InvalidConfigurationError
 from quotaflow.core.keys import INT_MAX
+from quotaflow.core.principals import EXCLUDED_PRINCIPALS, parse_excluded_principals
 from quotaflow.core.properties import parse_properties as parse_properties  # re-exported: gateway.config, tests
 from quotaflow.engine.connection import ConnectionQuotaConfig
 from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
@@ -104,6 +105,12 @@ def connection_quota_config(props: dict[str, str]) -> ConnectionQuotaConfig:
 
 def load(path: str | os.PathLike[str]) -> ConnectionQuotaConfig:
     return connection_quota_config(parse_properties(Path(path).read_text(encoding="utf-8")))
+
+
+def excluded_principals(path: str | os.PathLike[str]) -> frozenset[str]:
+    """``quotaflow.quota.excluded.principals`` (the gateway's setting) from the same file, for backtest and replay."""
+    raw = parse_properties(Path(path).read_text(encoding="utf-8")).get(EXCLUDED_PRINCIPALS, "")
+    return parse_excluded_principals(raw)
 
 
 @dataclass(slots=True)

@@ -80,6 +80,24 @@ CONNECTION_DECISION_FIELDS: Final = (
 )
 """Optional decision columns on connection events."""
 
+AUTHORIZATION_SCHEMA: Final = pa.schema(
+    [
+        pa.field("ts_ms", pa.int64(), nullable=False),
+        pa.field("broker", pa.string(), nullable=False),
+        pa.field("principal", pa.string(), nullable=False),
+        pa.field("client_ip", pa.string(), nullable=False),
+        pa.field("api_key", pa.int16(), nullable=False),
+        pa.field("resource_type", pa.string(), nullable=False),  # Kafka's names: TOPIC, GROUP, CLUSTER, ...
+        pa.field("resource_name", pa.string(), nullable=False),
+        pa.field("operation", pa.string(), nullable=False),  # READ, WRITE, DESCRIBE, ...
+        pa.field("allowed", pa.bool_(), nullable=False),
+        pa.field("hidden_topic", pa.bool_(), nullable=False),  # one of quotaflow's own topics: refused always
+        pa.field("seq", pa.int64(), nullable=False),
+    ]
+)
+"""One row per authorization decision the gateway logs (every refusal; allowed ones when asked for)."""
+AUTHORIZATIONS_DIR: Final = "authorizations"
+
 RESULT_ACCEPTED: Final = "ACCEPTED"
 RESULT_IP_THROTTLED: Final = "IP_THROTTLED"
 

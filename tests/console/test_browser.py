@@ -178,6 +178,25 @@ def test_delete_an_entity(page: Any, console_url: str, store: SqliteStore) -> No
     assert store.get(QuotaEntity(client_id="batch-loader")) == {}
 
 
+def test_a_client_id_prefix_through_the_form(page: Any, console_url: str, store: SqliteStore) -> None:
+    """Beyond Kafka (issue 20): a prefix entity is added in the editor, filtered, and its default is refused."""
+    page.goto(f"{console_url}/quotas")
+    page.select_option("#alter-client-id-prefix-kind", "name")
+    page.fill("#alter-client-id-prefix", "etl-")
+    fill_change(page, "producer_byte_rate", "100000")
+    page.click("#apply")
+    page.wait_for_selector("#alter-result.ok")
+    assert store.get(QuotaEntity(client_id_prefix="etl-")) == {"producer_byte_rate": 100_000.0}
+    page.goto(f"{console_url}/quotas?client-id-prefix_match=any")
+    page.wait_for_selector("#quota-table")
+    assert rows(page) == ["client-id-prefix=etl-"]
+    page.select_option("#alter-client-id-prefix-kind", "default")
+    fill_change(page, "producer_byte_rate", "5")
+    page.click("#validate")
+    page.wait_for_selector("#entity-fieldset.invalid")
+    assert "client-id-prefix has no default entity" in page.inner_text("#entity-error")
+
+
 def test_acls_page_add_decide_and_remove(page: Any, console_url: str, store: SqliteStore, tmp_path: Path) -> None:
     page.goto(f"{console_url}/acls")
     page.wait_for_selector("#no-acls")

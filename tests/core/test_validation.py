@@ -61,8 +61,13 @@ def test_validate_entity_reports_first_problem_in_hashmap_order() -> None:
 @pytest.mark.parametrize(
     ("entity", "expected"),
     [
-        ({"user": "u"}, CLIENT_QUOTA_KEYS),
+        # beyond Kafka: a user alone may also hold a per-principal connection_creation_rate (issue 20 item 3)
+        ({"user": "u"}, CLIENT_QUOTA_KEYS | {"connection_creation_rate"}),
+        ({"user": None}, CLIENT_QUOTA_KEYS | {"connection_creation_rate"}),
         ({"client-id": "c"}, CLIENT_QUOTA_KEYS),
+        ({"client-id-prefix": "etl-"}, CLIENT_QUOTA_KEYS),
+        ({"ip": "10.1.0.0/16"}, IP_QUOTA_KEYS),
+        ({"ip": "2001:db8::/32"}, IP_QUOTA_KEYS),
         ({"client-id": "c", "user": "u"}, CLIENT_QUOTA_KEYS),
         ({"ip": "127.0.0.1"}, IP_QUOTA_KEYS),
         ({"ip": None}, IP_QUOTA_KEYS),
@@ -84,6 +89,16 @@ def test_config_keys_for_entity(entity: dict[str | None, str | None], expected: 
         ({"ip": "not a valid host because it has spaces"},
          "not a valid host because it has spaces is not a valid IP or resolvable host."),
         ({"ip": "RFC2606.invalid"}, "RFC2606.invalid is not a valid IP or resolvable host."),
+        # beyond Kafka's model: its own messages above are unchanged, the new shapes get their own
+        ({"ip": "10.1.0.5/16"}, "10.1.0.5/16 is not a valid CIDR range: 10.1.0.5/16 has host bits set."),
+        ({"ip": "10.1.0.0/33"}, "10.1.0.0/33 is not a valid CIDR range: '10.1.0.0/33' does not appear to be an "
+         "IPv4 or IPv6 network."),
+        ({"client-id-prefix": "etl-", "user": "u"}, "Invalid quota entity combination, a client-id-prefix entity "
+         "cannot be combined with user, client-id or ip"),
+        ({"client-id-prefix": "etl-", "ip": None}, "Invalid quota entity combination, a client-id-prefix entity "
+         "cannot be combined with user, client-id or ip"),
+        ({"client-id-prefix": None}, "Invalid client quota entity: client-id-prefix has no default entity, name a "
+         "prefix"),
     ],
 )
 def test_config_keys_errors(entity: dict[str | None, str | None], expected: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quotaflow.engine.rate import LONG_MAX, Rate, bounded_throttle_time, java_round, throttle_time, to_int32
 
@@ -129,3 +131,20 @@ def test_java_round_is_half_up() -> None:
     assert [java_round(x) for x in (0.5, 1.5, 2.5, -0.5, -1.5)] == [1, 2, 3, 0, -1]
     assert java_round(float("nan")) == 0
     assert java_round(float("inf")) == LONG_MAX
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 4000), st.sampled_from([0.0, 5.0, 300.0, -5.0])), max_size=30),
+       samples=st.sampled_from([1, 2, 11]), window_ms=st.sampled_from([1000, 30000]), gap=st.integers(0, 40_000))
+def test_peek_reads_what_the_check_would_and_changes_nothing(steps: list[tuple[int, float]], samples: int,
+                                                             window_ms: int, gap: int) -> None:
+    rate = Rate(samples, window_ms, 100.0)
+    t = 1_000_000
+    for step, value in steps:
+        t += step
+        rate.record(value, t)
+    t += gap
+    before = rate.export_state()
+    peeked = rate.peek(t)
+    assert rate.export_state() == before  # nothing moved: later decisions are the same as without the look
+    assert peeked == (rate.total(t), rate.window_size(t))  # what the (purging) check reads at t

@@ -58,12 +58,14 @@ def test_two_gateways_one_store_topic(tansu: Tansu, tmp_path: Path) -> None:
         with GatewayProcess(tansu.bootstrap, url, tmp_path / "b") as b:
             wa, wb = WireAdmin(a.bootstrap), WireAdmin(b.bootstrap)
             try:
-                # an alter through one gateway, described through the other within 2 s
+                # an alter through one gateway, described through the other (within a second on a quiet machine:
+                # quotaflow.store.poll.ms is 250 ms; the bound leaves room for a loaded one: the test is that it
+                # arrives)
                 started = time.monotonic()
                 assert wa.alter([Alteration.of(ALICE, {"producer_byte_rate": 1024.0})])[0].ok
                 expected = [DescribedEntity(ALICE, {"producer_byte_rate": 1024.0})]
                 while wb.describe(_only(ALICE)) != expected:
-                    assert time.monotonic() - started < 2.0, "not visible through the other gateway in 2 s"
+                    assert time.monotonic() - started < 20.0, "not visible through the other gateway in 20 s"
                     time.sleep(0.02)
                 # concurrent alters of one entity through both gateways: every operation is in the log
                 errors: list[str] = []

@@ -181,7 +181,9 @@ def test_ip_storm_is_held_to_its_quota_while_others_proceed(record_property: Cal
         assert 0.8 * quota <= rate <= 1.2 * quota
         assert sum(storm_results) == rec.count(STORM_IP, 0, 1 << 62)  # client and server agree on the survivors
         assert calm_results and all(calm_results)  # the other IP, under its quota: every connection accepted
-        assert len(finite) == len(latencies) >= 100  # the established connection kept working, no failed trip
+        # the established connection kept working through the storm, no failed trip (how many trips fit in the
+        # 13 s depends on the machine's load: 142 of the ideal 650 at load 18, so the floor is only "throughout")
+        assert len(finite) == len(latencies) >= 2 * seconds
         assert report["ping_p50_ms"] < 100
 
     run(body, 60)

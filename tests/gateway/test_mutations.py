@@ -1,4 +1,5 @@
-"""KIP-599 controller-mutation quota on CreateTopics through the gateway, against a real tansu."""
+"""KIP-599 controller-mutation quota on CreateTopics, DeleteTopics and CreatePartitions through the gateway, against
+a real tansu."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
@@ -72,3 +80,85 @@ def test_validate_only_records_nothing(gateway: GatewayThread) -> None:
     for i in range(3):  # distinct names: tansu creates topics even when asked only to validate
         response = _create(wire, 6, [f"v-{stamp}-{i}"], partitions=3, validate_only=True)
         assert [r.error_code for r in response.topics] == [0] and response.throttle_time_ms == 0
+
+
+# -- KIP-599 on DeleteTopics and CreatePartitions (issue 20 item 5): permits from the upstream's partition counts --
+
+def _make_topics(gateway: GatewayThread, names: list[str], partitions: int) -> None:
+    """Created through the gateway by a client no quota applies to."""
+    response = _create_as(Wire(gateway.address()), "setup", names, partitions)
+    assert [r.error_code for r in response.topics] == [0] * len(names)
+
+
+def _create_as(wire: Wire, client_id: str, names: list[str], partitions: int) -> CreateTopicsResponse:
+    t = CreateTopicsRequest.CreatableTopic
+    request = CreateTopicsRequest[5](
+        topics=[t(name=n, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]) for n in names],
+        timeout_ms=10_000, validate_only=False)
+    wire.send(request, 5, client_id=client_id)
+    return CreateTopicsResponse.decode(wire.recv(), version=5, header=True)
+
+
+def _delete_fresh(gateway: GatewayThread, tag: str, version: int) -> tuple[list[str], DeleteTopicsResponse]:
+    """Three fresh 3-partition topics, deleted in one request of ``version`` by the quota-bound client."""
+    names = [f"{tag}-{time.time_ns()}-{i}" for i in range(3)]
+    _make_topics(gateway, names, 3)
+    wire = Wire(gateway.address())
+    wire.send(DeleteTopicsRequest[version](topic_names=names, timeout_ms=10_000), version, client_id="creator")
+    return names, DeleteTopicsResponse.decode(wire.recv(), version=version, header=True)
+
+
+def test_delete_topics_strict_costs_each_topics_partitions(gateway: GatewayThread) -> None:
+    names, response = _delete_fresh(gateway, "del", 5)
+    results = {r.name: (r.error_code, r.error_message) for r in response.responses}
+    # 4 tokens: 3 partitions (1 left), 3 more pass the check (-2), the third topic is refused
+    assert results[names[0]][0] == 0 and results[names[1]][0] == 0
+    assert results[names[2]] == (89, "The throttling quota has been exceeded.")
+    # Kafka's throttle: -tokens / quota × 1000 = 2 / 2 × 1000, less what refilled since (tokens only grow)
+    assert 0 < response.throttle_time_ms <= 1000
+
+
+def test_delete_topics_below_v5_is_permissive(gateway: GatewayThread) -> None:
+    names, response = _delete_fresh(gateway, "dp", 4)
+    assert sorted((r.name, r.error_code) for r in response.responses) == [(n, 0) for n in names]
+    assert response.throttle_time_ms > 0  # 9 permits from a 4-permit bucket: throttled, nothing refused
+
+
+def test_create_partitions_strict_counts_the_new_partitions_from_the_upstream(gateway: GatewayThread) -> None:
+    """Neither tansu nor librdkafka's mock cluster implements CreatePartitions, so the bucket is drained with a
+    DeleteTopics first; the CreatePartitions that follows is refused by the gateway itself, its permits (new
+    partitions = 4 - the 1 the upstream's metadata reports) checked against the debt."""
+    stamp = time.time_ns()
+    doomed = [f"cpd-{stamp}-{i}" for i in range(2)]
+    grow = f"cp-{stamp}"
+    _make_topics(gateway, doomed, 3)
+    _make_topics(gateway, [grow], 1)
+    wire = Wire(gateway.address())
+    wire.send(DeleteTopicsRequest[5](topic_names=doomed, timeout_ms=10_000), 5, client_id="creator")
+    deleted = DeleteTopicsResponse.decode(wire.recv(), version=5, header=True)
+    assert [r.error_code for r in deleted.responses] == [0, 0]  # 3 (1 left), 3 (-2)
+    topic = CreatePartitionsRequest.CreatePartitionsTopic
+    request = CreatePartitionsRequest[3](topics=[topic(name=grow, count=4, assignments=None)], timeout_ms=10_000,
+                                         validate_only=False)
+    wire.send(request, 3, client_id="creator")
+    response = CreatePartitionsResponse.decode(wire.recv(), version=3, header=True)
+    assert [(r.name, r.error_code, r.error_message) for r in response.results] == [
+        (grow, 89, "The throttling quota has been exceeded.")]
+    assert 0 < response.throttle_time_ms <= 1000
+
+
+def test_admin_client_delete_topics_over_the_quota(gateway: GatewayThread) -> None:
+    """A real client (kafka-python's admin, its own DeleteTopics version) gets THROTTLING_QUOTA_EXCEEDED."""
+    from kafka.admin import KafkaAdminClient
+
+    stamp = time.time_ns()
+    names = [f"adm-{stamp}-{i}" for i in range(3)]
+    _make_topics(gateway, names, 3)
+    host, port = gateway.address()
+    admin = KafkaAdminClient(bootstrap_servers=f"{host}:{port}", client_id="creator", request_timeout_ms=10_000)
+    try:
+        result = admin.delete_topics(names, raise_errors=False)
+    finally:
+        admin.close()
+    codes = {t["name"]: t["error_code"] for t in result["topics"]}
+    assert codes[names[0]] == 0 and codes[names[1]] == 0 and codes[names[2]] == 89

@@ -90,6 +90,9 @@ def test_verifier_caches_good_logins_and_throttles_failing_ips() -> None:
             assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"
             assert (await v.verify(b"\x00alice\x00wrong", "10.0.0.10")).principal is None
             assert v.hashed == 5
+            # /metrics: the same counts, the failed hashes apart from the good one
+            assert {m.name: m.value for m in v.metric_samples(0)} == {
+                "password-hash-total": 5.0, "password-hash-failed-total": 4.0, "password-check-refused-total": 3.0}
         finally:
             v.close()
 

@@ -6,22 +6,32 @@ from kafka.protocol.metadata import ApiVersionsResponse
 from quotaflow.gateway import protocol, versions
 
 
-def test_merge_forwards_every_api_and_caps_only_what_is_decoded_or_names_brokers() -> None:
+def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or_names_brokers() -> None:
     upstream = [(0, 0, 11), (1, 5, 17), (3, 0, 99), (18, 0, 9), (19, 0, 99), (32, 0, 9), (48, 0, 0), (17, 0, 1),
-                (55, 0, 2), (68, 0, 1), (69, 0, 0), (71, 0, 0), (76, 0, 1), (78, 0, 1), (79, 0, 1), (9999, 0, 3)]
+                (20, 0, 6), (55, 0, 2), (68, 0, 1), (69, 0, 0), (71, 0, 0), (76, 0, 1), (78, 0, 1), (79, 0, 1),
+                (38, 0, 3), (9999, 0, 3)]
     merged = {k: (lo, hi) for k, lo, hi in versions.merge(upstream)}
-    assert merged[0] == (0, 9)  # Produce v10+ names brokers (KIP-951 NodeEndpoints), not rewritten on the hot path
-    assert merged[1] == (5, 15)  # Fetch v16+ likewise
-    assert merged[3] == (0, protocol.max_known_version(3))  # rewritten: capped to what kafka-python decodes
+    assert merged[0] == (3, 9)  # Produce v10+ names brokers (KIP-951), v13+ topic ids; v3+ read for authorization
+    assert merged[1] == (5, 12)  # Fetch v13+ names topics by id: the gateway authorizes names
+    assert merged[20] == (0, 5)  # DeleteTopics v6+ may name topics by id
+    assert merged[3] == (1, protocol.max_known_version(3))  # rewritten: capped to what kafka-python decodes
     assert merged[18] == (0, versions.APIVERSIONS_MAX)
     assert merged[19] == (0, protocol.max_known_version(19))  # CreateTopics is decoded for the mutation quota
-    assert merged[32] == (0, 9)  # DescribeConfigs: forwarded as bytes, the upstream's range as it is
+    assert merged[32] == (0, min(9, protocol.max_known_version(32) or 0))  # decoded when authorized
     assert merged[55] == (0, 1)  # DescribeQuorum v2 names the controllers
     assert merged[48] == (0, 1) and merged[49] == (0, 1)  # the gateway's own, whatever the upstream says
+    assert merged[50] == (0, 0) and merged[51] == (0, 0)  # KIP-554 from the gateway's own credentials
     assert merged[17] == (0, 1) and merged[36] == (0, 2)
-    for key in (68, 69, 71, 76, 9999):  # unknown to kafka-python: forwarded as bytes, offered as the upstream does
-        assert merged[key] == next((lo, hi) for k, lo, hi in upstream if k == key)
+    assert merged[71] == (0, 0)  # telemetry: no resource to authorize, forwarded as bytes
+    # the gateway cannot authorize these exactly: not offered (KIP-848 heartbeats carry topic ids and server-side
+    # regexes, delegation tokens would be the gateway's own, unknown APIs may name anything)
+    for key in (38, 68, 76, 9999):
+        assert key not in merged
     assert 78 not in merged and 79 not in merged  # NodeEndpoints in every version: never offered
+    assert merged[69] == (0, 0)  # ConsumerGroupDescribe names no topic: forwarded while no authorizer is on
+    assert 69 not in {k for k, _lo, _hi in versions.merge(upstream, authorizer=True)}  # it could not be checked
+    passthrough = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, sasl_passthrough=True)}
+    assert passthrough[38] == (0, 3)  # delegation tokens: the upstream issues them to the client's own principal
 
 
 def _api_versions_frame(version: int, keys: list[tuple[int, int, int]]) -> bytes:
@@ -40,7 +50,7 @@ def test_rewrite_response() -> None:
         decoded = ApiVersionsResponse.decode(out[4:], version=version, header=True)
         keys = {a.api_key: (a.min_version, a.max_version) for a in decoded.api_keys}
         assert decoded.header.correlation_id == 5
-        assert keys[ApiKey.DescribeClientQuotas] == (0, 1) and keys[0] == (0, 9) and keys[18] == (0, 4)
+        assert keys[ApiKey.DescribeClientQuotas] == (0, 1) and keys[0] == (3, 9) and keys[18] == (0, 4)
 
 
 def test_kip511_fallback_is_a_v0_body() -> None:

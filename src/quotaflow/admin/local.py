@@ -20,11 +20,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
 
+from quotaflow.core.cidr import RangeIndex, is_cidr
 from quotaflow.core.entities import DEFAULT, Name, Part, QuotaEntity
 from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, KafkaError
 from quotaflow.core.filters import QuotaFilter
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
-from quotaflow.core.precedence import ClientKey, candidates, entity_bit, quota_limit, quota_tags
+from quotaflow.core.precedence import (
+    PREFIX_LEVEL,
+    PREFIX_TAG_USER,
+    ClientIdPrefix,
+    ClientKey,
+    candidates,
+    entity_bit,
+    quota_limit,
+    quota_tags,
+)
+from quotaflow.core.prefixes import PrefixIndex
 from quotaflow.core.sanitize import sanitize
 from quotaflow.core.validation import (
     HostResolver,
@@ -145,6 +156,11 @@ _LEVELS_FOR_TAGS: dict[tuple[bool, bool], frozenset[int]] = {
     (False, True): frozenset({7, 8}),
     (False, False): frozenset(),
 }
+IP_LEVEL: Final = 1
+IP_DEFAULT_LEVEL: Final = 2
+IP_RANGE_LEVEL: Final = 3
+"""An ip's own entity (1) beats the longest CIDR range holding it (3), which beats the default ip (2): the range
+level is numbered after Kafka's two so theirs do not move."""
 
 
 class QuotaIndex:
@@ -158,19 +174,34 @@ class QuotaIndex:
         self.seq = snapshot.seq
         self._overrides: dict[str, dict[ClientKey, tuple[QuotaEntity, float]]] = {k: {} for k in CLIENT_QUOTA_KEYS}
         self._masks: dict[str, int] = dict.fromkeys(CLIENT_QUOTA_KEYS, 0)
+        self._prefixes: dict[str, PrefixIndex] = {k: PrefixIndex() for k in CLIENT_QUOTA_KEYS}
         self._ips: dict[Name, tuple[float, QuotaEntity]] = {}
+        self._ip_ranges: RangeIndex[tuple[float, QuotaEntity]] = RangeIndex()
+        self._user_connections: dict[Name, tuple[float, QuotaEntity]] = {}  # raw user -> connection_creation_rate
         for entity, values in snapshot.entities.items():
             if entity.ip is not None:
                 if CONNECTION_CREATION_RATE in values:
-                    self._ips[_ip_key(entity.ip)] = (values[CONNECTION_CREATION_RATE], entity)
+                    found = (values[CONNECTION_CREATION_RATE], entity)
+                    if isinstance(entity.ip, str) and is_cidr(entity.ip):
+                        self._ip_ranges.set(entity.ip, found)
+                    else:
+                        self._ips[_ip_key(entity.ip)] = found
                 continue
-            user: Part = sanitize(entity.user) if isinstance(entity.user, str) else entity.user
-            ckey: ClientKey = (user, entity.client_id)
-            bit = entity_bit(entity.user, entity.client_id)
+            ckey: ClientKey
+            if isinstance(entity.client_id_prefix, str):
+                ckey = (None, ClientIdPrefix(entity.client_id_prefix))
+            else:
+                user: Part = sanitize(entity.user) if isinstance(entity.user, str) else entity.user
+                ckey = (user, entity.client_id)
+                if entity.user is not None and entity.client_id is None and CONNECTION_CREATION_RATE in values:
+                    self._user_connections[entity.user] = (values[CONNECTION_CREATION_RATE], entity)
+            bit = entity_bit(*ckey)
             for key, value in values.items():
                 if key in self._overrides:
                     self._overrides[key][ckey] = (entity, value)
                     self._masks[key] |= bit
+                    if isinstance(ckey[1], ClientIdPrefix):
+                        self._prefixes[key].add(ckey[1].prefix)
 
     def mask(self, key: str) -> int:
         """``quotaTypesEnabled`` of the quota manager that enforces ``key``."""
@@ -185,16 +216,17 @@ class QuotaIndex:
         """For a connection with principal ``user`` (raw) and ``client_id``: the effective quota of every key."""
         san = sanitize(user)
         out = Resolution(QuotaEntity(user=user, client_id=client_id), self.seq)
-        levels = candidates(san, client_id)
         for key in _CLIENT_KEYS:
-            overrides, mask = self._overrides[key], self._masks[key]
+            overrides, mask, prefixes = self._overrides[key], self._masks[key], self._prefixes[key]
             if not overrides:  # nothing stored for this key: Kafka's manager records nothing, no limit
                 out.quotas[key] = _NOT_TRACKED[key]
                 continue
+            levels = candidates(san, client_id, prefixes)
             matches = [Contribution(lvl, *overrides[ck]) for lvl, ck in levels if ck in overrides]
-            tag_user, tag_client = quota_tags(overrides, mask, san, client_id) if mask else ("", client_id)
+            tag_user, tag_client = quota_tags(overrides, mask, san, client_id, prefixes) if mask else ("", client_id)
             # what Kafka enforces is quotaLimit(tags); for non-empty names it is the most specific match
-            allowed = _LEVELS_FOR_TAGS[(bool(tag_user), bool(tag_client))]
+            allowed = (frozenset({PREFIX_LEVEL}) if tag_user == PREFIX_TAG_USER
+                       else _LEVELS_FOR_TAGS[(bool(tag_user), bool(tag_client))])
             winner = next((c for c in matches if c.level in allowed), None)
             out.quotas[key] = ResolvedQuota(
                 key=key,
@@ -204,25 +236,42 @@ class QuotaIndex:
                 overridden=tuple(c for c in matches if c is not winner),
                 quota_id=None if mask == 0 else {"user": tag_user, "client-id": tag_client},
             )
+        if self._user_connections:  # a principal's connection creation rate (beyond Kafka's model)
+            out.quotas[CONNECTION_CREATION_RATE] = self._resolve_user_connections(user)
         return out
 
+    def _resolve_user_connections(self, user: str) -> ResolvedQuota:
+        matches = [Contribution(level, found[1], found[0])
+                   for level, found in ((3, self._user_connections.get(user)), (6, self._user_connections.get(DEFAULT)))
+                   if found is not None]  # fmt: skip
+        return _resolved(CONNECTION_CREATION_RATE, matches, {"user": user})
+
     def resolve_ip(self, ip: str) -> Resolution:
-        """KIP-612: the ip's own entity (level 1), else the default ip (level 2), else unlimited."""
-        matches = [
-            Contribution(level, found[1], found[0])
-            for level, found in ((1, self._ips.get(_ip_key(ip))), (2, self._ips.get(DEFAULT)))
-            if found is not None
-        ]
-        winner = matches[0] if matches else None
-        resolved = ResolvedQuota(
-            key=CONNECTION_CREATION_RATE,
-            value=None if winner is None else winner.value,
-            entity=None if winner is None else winner.entity,
-            level=None if winner is None else winner.level,
-            overridden=tuple(matches[1:]),
-            quota_id={"ip": ip},
-        )
+        """KIP-612: the ip's own entity (level 1), else the longest CIDR range holding it (level 3, every range
+        holding it listed as overridden, longest first), else the default ip (level 2), else unlimited. A range is
+        not an address: resolve one of its addresses."""
+        if is_cidr(ip):
+            first = ip.split("/", 1)[0]
+            raise InvalidRequestError(f"{ip} is a CIDR range: resolve an address, e.g. {first}")
+        own = self._ips.get(_ip_key(ip))
+        ranges = [(IP_RANGE_LEVEL, found) for _cidr, found in self._ip_ranges.matches(ip)]
+        found_at = [(IP_LEVEL, own), *ranges, (IP_DEFAULT_LEVEL, self._ips.get(DEFAULT))]
+        matches = [Contribution(level, found[1], found[0]) for level, found in found_at if found is not None]
+        resolved = _resolved(CONNECTION_CREATION_RATE, matches, {"ip": ip})
         return Resolution(QuotaEntity(ip=ip), self.seq, {CONNECTION_CREATION_RATE: resolved})
+
+
+def _resolved(key: str, matches: list[Contribution], quota_id: dict[str, str]) -> ResolvedQuota:
+    """The first match wins; the rest are what it overrides."""
+    winner = matches[0] if matches else None
+    return ResolvedQuota(
+        key=key,
+        value=None if winner is None else winner.value,
+        entity=None if winner is None else winner.entity,
+        level=None if winner is None else winner.level,
+        overridden=tuple(matches[1:]),
+        quota_id=quota_id,
+    )
 
 
 def _ip_key(ip: Name) -> Name:

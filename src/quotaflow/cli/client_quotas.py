@@ -27,7 +27,8 @@ from quotaflow.cli.common import (
     raw_args,
     store_option,
 )
-from quotaflow.core.entities import entity_text
+from quotaflow.core.cidr import is_cidr
+from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import CommandError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
@@ -82,14 +83,24 @@ def describe_text(found: Sequence[DescribedEntity]) -> str:
     return "\n".join(lines)
 
 
+def _beyond_kafka(entity: QuotaEntity) -> bool:
+    """A client-id prefix or a CIDR range: resolve names what such an entity overrides (or is overridden by)."""
+    return entity.is_prefix() or (isinstance(entity.ip, str) and is_cidr(entity.ip))
+
+
 def resolve_text(res: Resolution) -> str:
     lines = [render_entity(res.entity.to_wire())]
     for key in sorted(res.quotas):
         q = res.quotas[key]
         if q.value is None or q.entity is None:
             lines.append(f"  {key}=unlimited")
-        else:
-            lines.append(f"  {key}={java_double_str(q.value)} {render_entity(q.entity.to_wire())}")
+            continue
+        line = f"  {key}={java_double_str(q.value)} {render_entity(q.entity.to_wire())}"
+        if q.overridden and any(_beyond_kafka(e) for e in (q.entity, *(c.entity for c in q.overridden))):
+            shadowed = ", ".join(f"{render_entity(c.entity.to_wire())}={java_double_str(c.value)}"
+                                 for c in q.overridden)
+            line += f" overrides {shadowed}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -105,7 +116,8 @@ def do_resolve(backend: AdminBackend, names: dict[str, str]) -> Resolution:
 @click.option("--describe", "describe", is_flag=True, help="List entities matching the filter and their quotas.")
 @click.option("--resolve", "resolve", is_flag=True, help="Effective quotas for a (user, client-id) pair or an ip.")
 @click.option("--alter", "alter", is_flag=True, help="Set (--add) or remove (--delete) quotas of one entity.")
-@click.option("--names", metavar="TYPE=NAME,...", help="Named entity parts (user, client-id, ip).")
+@click.option("--names", metavar="TYPE=NAME,...",
+              help="Named entity parts (user, client-id, ip, client-id-prefix; an ip may be a CIDR range).")
 @click.option("--defaults", metavar="TYPE,...", help="Default entity parts.")
 @click.option("--any", "any_types", metavar="TYPE,...", help="Describe: any name of the type, default included.")
 @click.option("--strict", is_flag=True, help="Describe: only entities with exactly the given types.")

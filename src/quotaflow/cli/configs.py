@@ -21,16 +21,19 @@ from quotaflow.cli.common import (
     raw_args,
     set_command_config,
 )
+from quotaflow.core.cidr import cidr_error, is_cidr
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError, InvalidConfigurationError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
-from quotaflow.core.keys import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS
+from quotaflow.core.keys import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS, USER_QUOTA_KEYS
 from quotaflow.core.validation import is_valid_ip_entity, java_map_order
 
 TOOL: Final = "config"
-ENTITY_TYPES: Final = {"users": "user", "clients": "client-id", "ips": "ip"}
-_SHORT_NAMED: Final = {"--user": "users", "--client": "clients", "--ip": "ips"}
+ENTITY_TYPES: Final = {"users": "user", "clients": "client-id", "ips": "ip", "client-id-prefixes": "client-id-prefix"}
+_SINGULAR: Final = {"users": "user", "clients": "client", "ips": "ip", "client-id-prefixes": "client-id-prefix"}
+_SHORT_NAMED: Final = {"--user": "users", "--client": "clients", "--ip": "ips",
+                       "--client-id-prefix": "client-id-prefixes"}
 _SHORT_DEFAULT: Final = {"--user-defaults": "users", "--client-defaults": "clients", "--ip-defaults": "ips"}
 _VALUED: Final = {
     "--entity-type", "--entity-name", "--add-config", "--delete-config", "--store", "--bootstrap-server",
@@ -42,8 +45,10 @@ Add/remove or describe client quotas, as kafka-configs.sh does.
 
 \b
   --describe | --alter
-  --entity-type users|clients|ips  [--entity-name NAME | --entity-default]  (repeat for users + clients)
+  --entity-type users|clients|ips|client-id-prefixes  [--entity-name NAME | --entity-default]
+                                   (repeat for users + clients)
   --user NAME | --user-defaults, --client NAME | --client-defaults, --ip NAME | --ip-defaults
+  --client-id-prefix PREFIX   (beyond Kafka: a client-id prefix; an --ip may be a CIDR range, 10.1.0.0/16)
   --add-config k1=v1,k2=v2   --delete-config k1,k2
   --store PATH | --bootstrap-server HOST:PORT [--command-config FILE]
 """
@@ -136,7 +141,12 @@ def check_args(a: ConfigsArgs) -> list[tuple[str, str | None]]:
     if len(types) > 1 and sorted(types) != ["clients", "users"]:
         raise CommandError("Only 'users' and 'clients' entity types may be specified together")
     for t, n in parts:
-        if t == "ips" and n and not is_valid_ip_entity(n):
+        if t == "ips" and n and is_cidr(n):
+            reason = cidr_error(n)
+            if reason is not None:
+                raise CommandError(f"The entity name for ips must be a valid IP, CIDR range or resolvable host, but "
+                                   f"it is: {n} ({reason})")
+        elif t == "ips" and n and not is_valid_ip_entity(n):
             raise CommandError(f"The entity name for ips must be a valid IP or resolvable host, but it is: {n}")
     if a.alter:
         if any(n is None for _, n in parts):
@@ -167,7 +177,7 @@ def quota_filter(parts: Sequence[tuple[str, str | None]]) -> QuotaFilter:
 
 def entity_str(entity: QuotaEntity) -> str:
     """``user-principal 'u', client-id 'c'`` / ``the default user-principal`` ..."""
-    labels = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+    labels = {"user": "user-principal", "client-id": "client-id", "ip": "ip", "client-id-prefix": "client-id-prefix"}
     out = []
     for t, name in entity.to_wire().items():
         out.append(f"the default {labels[t]}" if name is None else f"{labels[t]} '{name}'")
@@ -197,7 +207,8 @@ def alter_entity(backend: AdminBackend, a: ConfigsArgs, parts: Sequence[tuple[st
     adds = parse_add_config(a.add_config)
     deletes = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
     types = {t for t, _ in parts}
-    allowed = IP_QUOTA_KEYS if types == {"ips"} else CLIENT_QUOTA_KEYS
+    # a user alone may also hold a per-principal connection_creation_rate (beyond Kafka's model)
+    allowed = IP_QUOTA_KEYS if types == {"ips"} else USER_QUOTA_KEYS if types == {"users"} else CLIENT_QUOTA_KEYS
     unexpected = [k for k in [*adds, *deletes] if k not in allowed]
     if unexpected:
         names = ",".join(dict.fromkeys(unexpected))
@@ -222,7 +233,7 @@ def alter_entity(backend: AdminBackend, a: ConfigsArgs, parts: Sequence[tuple[st
         raise result.error.exception()
     first_type, first_name = parts[0]
     if first_name:
-        return f"Completed updating config for {first_type.removesuffix('s')} {first_name}."
+        return f"Completed updating config for {_SINGULAR[first_type]} {first_name}."
     return f"Completed updating default config for {first_type} in the cluster."
 
 

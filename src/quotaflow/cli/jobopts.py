@@ -40,7 +40,8 @@ def job_options(fn: F) -> F:
             "--broker-config",
             "broker_config",
             type=click.Path(path_type=Path, dir_okay=False),
-            help="server.properties-style file: quota.window.*, connection-rate limits.",
+            help="server.properties-style file: quota.window.*, connection-rate limits, "
+            "quotaflow.quota.excluded.principals (as the gateway's --config).",
         ),
         click.option(
             "--compare",

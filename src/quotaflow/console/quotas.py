@@ -1,8 +1,8 @@
 """The Quotas page and ``/api/quotas``: describe filters from query parameters, alterations from JSON bodies.
 
-Filters take, per entity type ``T`` (``user``, ``client-id``, ``ip``), ``T_match`` = ``exact`` / ``default`` /
-``any`` and ``T`` = the name for ``exact`` (a name alone means exact), plus ``strict`` (containsOnly): the same four
-choices as ``client-quotas --describe --names/--defaults/--any/--strict``. An alteration is
+Filters take, per entity type ``T`` (``user``, ``client-id``, ``ip``, ``client-id-prefix``), ``T_match`` = ``exact`` /
+``default`` / ``any`` and ``T`` = the name for ``exact`` (a name alone means exact), plus ``strict`` (containsOnly):
+the same four choices as ``client-quotas --describe --names/--defaults/--any/--strict``. An alteration is
 ``{"entity": {"user": "u1", "client-id": null}, "ops": [{"key": "...", "value": 12.5 | null}], "validate_only": b}``
 (null name = the default entity, null value = remove the key, a string value read as Java's ``Double.parseDouble``),
 validated by :class:`quotaflow.admin.Admin` with Kafka's exact messages. :func:`field_of` tells the page which
@@ -21,7 +21,7 @@ from quotaflow.core.filters import FilterComponent, MatchType, QuotaFilter
 from quotaflow.core.javafmt import parse_double
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, CONNECTION_CREATION_RATE
 
-ENTITY_TYPES: Final = ("user", "client-id", "ip")
+ENTITY_TYPES: Final = ("user", "client-id", "ip", "client-id-prefix")
 MATCHES: Final = ("exact", "default", "any")
 QUOTA_KEYS: Final = (*sorted(CLIENT_QUOTA_KEYS), CONNECTION_CREATION_RATE)
 

@@ -12,10 +12,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
+from quotaflow.admin.local import IP_RANGE_LEVEL
 from quotaflow.console.state import console_of
 from quotaflow.core.entities import entity_text
 from quotaflow.core.javafmt import java_double_str
-from quotaflow.core.precedence import LEVEL_NAMES
+from quotaflow.core.precedence import LEVEL_NAMES, PREFIX_TAG_USER
 from quotaflow.core.sanitize import desanitize
 
 TEMPLATES_DIR: Final = Path(__file__).parent / "templates"
@@ -42,6 +43,10 @@ def resolve_link(entity: dict[str, str | None] | None) -> str | None:
     if not entity:
         return None
     named = {t: n for t, n in entity.items() if n is not None}
+    if "client-id-prefix" in named:  # a client whose id is the prefix itself is one of its clients
+        named = {"client-id": named.pop("client-id-prefix")}
+    if "/" in named.get("ip", ""):  # a CIDR range: its first address
+        named["ip"] = named["ip"].split("/", 1)[0]
     return "/resolve" + ("?" + urlencode(named) if named else "")
 
 
@@ -51,6 +56,10 @@ def shares_text(quota_id: dict[str, str] | None) -> str:
         return "not metered: no quota of this kind is configured anywhere"
     if "ip" in quota_id:
         return f"connections from ip {quota_id['ip']}"
+    if quota_id.get("user") == PREFIX_TAG_USER:
+        return f"every client whose client-id starts with {quota_id.get('client-id', '')}"
+    if set(quota_id) == {"user"}:
+        return f"connections of user {quota_id['user']}"
     user, client = desanitize(quota_id.get("user", "")), quota_id.get("client-id", "")  # the user tag is sanitized
     if user and client:
         return f"only user {user} with client-id {client}"
@@ -62,9 +71,10 @@ def shares_text(quota_id: dict[str, str] | None) -> str:
 
 
 def level_name(level: int, entity: dict[str, str | None]) -> str:
-    """The precedence level's name: KIP-55's eight for a client, KIP-612's two for an ip."""
+    """The precedence level's name: KIP-55's eight (and the client-id prefix) for a client, KIP-612's two (and the
+    CIDR range) for an ip."""
     if "ip" in entity:
-        return "ip" if level == 1 else "<default> ip"
+        return {1: "ip", 2: "<default> ip", IP_RANGE_LEVEL: "ip range (CIDR)"}.get(level, "")
     return LEVEL_NAMES.get(level, "")
 
 

@@ -1,8 +1,11 @@
 """Quota entities (KIP-55 / KIP-546 / KIP-612): who a quota is configured for.
 
-An entity has up to three parts, ``user``, ``client-id`` and ``ip``. Each part is absent (``None``), the default
-entity (``DEFAULT``) or a name. A literal name ``"<default>"`` is an ordinary name, distinct from ``DEFAULT``.
-On the wire (and in Kafka's records) the default is a null name.
+An entity has up to three of Kafka's parts, ``user``, ``client-id`` and ``ip``. Each part is absent (``None``), the
+default entity (``DEFAULT``) or a name. A literal name ``"<default>"`` is an ordinary name, distinct from
+``DEFAULT``. On the wire (and in Kafka's records) the default is a null name.
+
+Beyond Kafka's model (docs/quota-model.md): ``client-id-prefix`` (Redpanda's type and wire name), always alone and
+never the default, and ``ip`` names that are CIDR ranges (``10.1.0.0/16``) for ``connection_creation_rate``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class EntityType(StrEnum):
     USER = "user"
     CLIENT_ID = "client-id"
     IP = "ip"
+    CLIENT_ID_PREFIX = "client-id-prefix"
 
 
 ENTITY_TYPES: Final = frozenset(t.value for t in EntityType)
@@ -73,6 +77,7 @@ def entity_text(entries: WireEntity) -> str:
 
 
 _DISPLAY_ORDER: Final = {t.value: i for i, t in enumerate(EntityType)}
+_PLURALS: Final = {"user": "users", "client-id": "clients", "ip": "ips", "client-id-prefix": "client-id-prefixes"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,7 @@ class QuotaEntity:
     user: Part = None
     client_id: Part = None
     ip: Part = None
+    client_id_prefix: Part = None
 
     @classmethod
     def from_wire(cls, entries: WireEntity) -> QuotaEntity:
@@ -93,7 +99,8 @@ class QuotaEntity:
         def part(t: EntityType) -> Part:
             return from_wire_name(entries[t.value]) if t.value in entries else None
 
-        return cls(part(EntityType.USER), part(EntityType.CLIENT_ID), part(EntityType.IP))
+        return cls(part(EntityType.USER), part(EntityType.CLIENT_ID), part(EntityType.IP),
+                   part(EntityType.CLIENT_ID_PREFIX))
 
     def to_wire(self) -> dict[str, str | None]:
         """Type→name in the order user, client-id, ip; ``DEFAULT`` becomes ``None``."""
@@ -103,7 +110,8 @@ class QuotaEntity:
         return out
 
     def items(self) -> list[tuple[EntityType, Name]]:
-        pairs = ((EntityType.USER, self.user), (EntityType.CLIENT_ID, self.client_id), (EntityType.IP, self.ip))
+        pairs = ((EntityType.USER, self.user), (EntityType.CLIENT_ID, self.client_id), (EntityType.IP, self.ip),
+                 (EntityType.CLIENT_ID_PREFIX, self.client_id_prefix))
         return [(t, p) for t, p in pairs if p is not None]
 
     @property
@@ -116,12 +124,16 @@ class QuotaEntity:
     def is_ip(self) -> bool:
         return self.ip is not None
 
+    def is_prefix(self) -> bool:
+        """A ``client-id-prefix`` entity (always alone: validation refuses it with other parts)."""
+        return self.client_id_prefix is not None
+
     @property
     def path(self) -> str:
         """KIP-55 / KIP-612 entity path: ``users/<sanitized-user>/clients/<sanitized-client>``, ``ips/<ip>``."""
         segments = []
         for t, p in self.items():
-            plural = {"user": "users", "client-id": "clients", "ip": "ips"}[t.value]
+            plural = _PLURALS[t.value]
             segments.append(f"{plural}/{DEFAULT_PATH_NAME if p is DEFAULT else sanitize(p)}")  # type: ignore[arg-type]
         return "/".join(segments)
 
@@ -131,7 +143,7 @@ class QuotaEntity:
         bits = path.split("/")
         if len(bits) % 2 or not bits:
             raise ValueError(f"Invalid entity path {path!r}")
-        kinds = {"users": "user", "clients": "client-id", "ips": "ip"}
+        kinds = {plural: kind for kind, plural in _PLURALS.items()}
         entries: dict[str, str | None] = {}
         for plural, raw in zip(bits[::2], bits[1::2], strict=True):
             if plural not in kinds:

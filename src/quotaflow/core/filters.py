@@ -23,7 +23,7 @@ class MatchType(IntEnum):
     SPECIFIED = 2
 
 
-_ATTRS: dict[str, str] = {"user": "user", "client-id": "client_id", "ip": "ip"}
+_ATTRS: dict[str, str] = {"user": "user", "client-id": "client_id", "ip": "ip", "client-id-prefix": "client_id_prefix"}
 _MATCH_RULES: dict[int, tuple[bool, str]] = {
     MatchType.EXACT: (True, "Request specified MATCH_TYPE_EXACT, but set match string to null."),
     MatchType.DEFAULT: (False, "Request specified MATCH_TYPE_DEFAULT, but also specified a match string."),
@@ -105,6 +105,11 @@ class QuotaFilter:
                 "Invalid entity filter component combination. IP filter component should not be used with "
                 "user or clientId filter component."
             )
+        if EntityType.CLIENT_ID_PREFIX.value in seen and len(seen) > 1:  # beyond Kafka: a prefix entity is alone
+            raise InvalidRequestError(
+                "Invalid entity filter component combination. A client-id-prefix filter component should not be "
+                "used with any other filter component."
+            )
 
     def matches(self, entity: QuotaEntity | Mapping[str, str | None]) -> bool:
         """Whether a stored entity (type -> name, None = default) is selected. Call :meth:`validate` first."""
@@ -118,6 +123,7 @@ class QuotaFilter:
         """The same rules read straight off the entity's parts (describe scans every stored entity)."""
         if self.strict and len(self.components) != (
             (entity.user is not None) + (entity.client_id is not None) + (entity.ip is not None)
+            + (entity.client_id_prefix is not None)
         ):
             return False
         for c in self.components:

@@ -49,6 +49,9 @@ QUOTA_KEYS: Final[dict[str, QuotaKey]] = {
 }
 CLIENT_QUOTA_KEYS: Final = frozenset(k for k, q in QUOTA_KEYS.items() if not q.for_ip)
 IP_QUOTA_KEYS: Final = frozenset(k for k, q in QUOTA_KEYS.items() if q.for_ip)
+USER_QUOTA_KEYS: Final = CLIENT_QUOTA_KEYS | {CONNECTION_CREATION_RATE}
+"""A user-only entity (``user=alice`` or the default user) may also hold a per-principal connection creation rate,
+beyond Kafka's model (docs/quota-model.md)."""
 
 
 def is_client_or_user_quota_config(name: str) -> bool:

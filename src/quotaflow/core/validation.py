@@ -14,10 +14,19 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Final, TypeAlias, TypeVar
 
+from quotaflow.core.cidr import cidr_error, is_cidr
 from quotaflow.core.entities import ENTITY_TYPES, EntityType, render_entity
 from quotaflow.core.errors import InvalidRequestError, UnknownServerError
 from quotaflow.core.javaorder import hashmap_order
-from quotaflow.core.keys import CLIENT_QUOTA_KEYS, INT_MAX, IP_QUOTA_KEYS, LONG_MAX, QUOTA_KEYS, ConfigType
+from quotaflow.core.keys import (
+    CLIENT_QUOTA_KEYS,
+    INT_MAX,
+    IP_QUOTA_KEYS,
+    LONG_MAX,
+    QUOTA_KEYS,
+    USER_QUOTA_KEYS,
+    ConfigType,
+)
 
 # A requested entity: type -> name, where a None name is the default and a None type is what a malformed request
 # can carry (Kafka reports it as "Unhandled client quota entity type: null").
@@ -29,6 +38,10 @@ _NULL_SLOT: Final = "\x00"  # String.hashCode of "\0" is 0, the bucket HashMap u
 
 SHOULDNOT_COMBINE: Final = "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"
 EMPTY_ENTITY: Final = "Invalid empty client quota entity"
+# beyond Kafka's model (Kafka's own messages above are unchanged)
+PREFIX_COMBINED: Final = ("Invalid quota entity combination, a client-id-prefix entity cannot be combined with user, "
+                          "client-id or ip")
+PREFIX_DEFAULT: Final = "Invalid client quota entity: client-id-prefix has no default entity, name a prefix"
 
 
 def java_map_order(keys: Iterable[K]) -> list[K]:
@@ -100,14 +113,28 @@ def validate_entity(entries: RawEntity) -> None:
 def config_keys_for_entity(entries: RawEntity, resolver: HostResolver = resolves) -> frozenset[str]:
     """``configKeysForEntityType``: the keys this entity may hold; rejects ip combined with user or client-id."""
     has_ip = EntityType.IP.value in entries
-    has_client = EntityType.USER.value in entries or EntityType.CLIENT_ID.value in entries
+    has_user = EntityType.USER.value in entries
+    has_client = has_user or EntityType.CLIENT_ID.value in entries
     if has_ip and has_client:
         raise InvalidRequestError(SHOULDNOT_COMBINE)
+    if EntityType.CLIENT_ID_PREFIX.value in entries:
+        if len(entries) > 1:
+            raise InvalidRequestError(PREFIX_COMBINED)
+        if entries[EntityType.CLIENT_ID_PREFIX.value] is None:
+            raise InvalidRequestError(PREFIX_DEFAULT)
+        return CLIENT_QUOTA_KEYS
     if has_ip:
         name = entries[EntityType.IP.value]
+        if name is not None and is_cidr(name):
+            reason = cidr_error(name)
+            if reason is not None:
+                raise InvalidRequestError(f"{name} is not a valid CIDR range: {reason}.")
+            return IP_QUOTA_KEYS
         if not is_valid_ip_entity(name, resolver):
             raise InvalidRequestError(f"{name} is not a valid IP or resolvable host.")
         return IP_QUOTA_KEYS
+    if has_user and EntityType.CLIENT_ID.value not in entries:
+        return USER_QUOTA_KEYS  # a per-principal connection_creation_rate besides Kafka's four keys
     if has_client:
         return CLIENT_QUOTA_KEYS
     raise InvalidRequestError(EMPTY_ENTITY)

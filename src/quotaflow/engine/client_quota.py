@@ -15,7 +15,15 @@ from typing import Final, Literal, NamedTuple
 
 from quotaflow.core.entities import DEFAULT, Part
 from quotaflow.core.keys import UNLIMITED
-from quotaflow.core.precedence import ClientKey, QuotaTypeBit, entity_bit, quota_limit, quota_tags
+from quotaflow.core.precedence import (
+    ClientIdPrefix,
+    ClientKey,
+    QuotaTypeBit,
+    entity_bit,
+    quota_limit,
+    quota_tags,
+)
+from quotaflow.core.prefixes import PrefixIndex
 from quotaflow.core.sanitize import sanitize
 from quotaflow.engine.controller_mutation import (
     ControllerMutationQuota,
@@ -91,6 +99,7 @@ class ClientQuotaManager:
         # request time is capped at one window; produce/fetch are unbounded
         self._max_throttle_ms = self.window_ms if quota_type is QuotaType.REQUEST else None
         self.overrides: dict[ClientKey, float] = {}
+        self.prefixes = PrefixIndex()  # the client-id-prefix entities among the overrides
         self._mask = 0
         self._bit_counts = {bit: 0 for bit in (QuotaTypeBit.CLIENT_ID, QuotaTypeBit.USER, QuotaTypeBit.USER_CLIENT_ID)}
         self._sensors: dict[QuotaId, QuotaSensor] = {}
@@ -115,11 +124,23 @@ class ClientQuotaManager:
     def _user_key(self, user: Part) -> Part:
         return user if user is None or user is DEFAULT else sanitize(user)  # type: ignore[arg-type]
 
-    def update_quota(self, user: Part, client_id: Part, value: float | None) -> None:
-        """Set (or, with None, remove) the quota of entity (user, client_id); names are raw, None = absent."""
-        if user is None and client_id is None:
+    def update_quota(self, user: Part, client_id: Part, value: float | None, *,
+                     client_id_prefix: str | None = None) -> None:
+        """Set (or, with None, remove) the quota of entity (user, client_id); names are raw, None = absent.
+        ``client_id_prefix`` names a prefix entity instead (user and client_id then None)."""
+        key: ClientKey
+        if client_id_prefix is not None:
+            if user is not None or client_id is not None:
+                raise ValueError("a client-id-prefix entity has no user or client-id part")
+            key = (None, ClientIdPrefix(client_id_prefix))
+            if value is None:
+                self.prefixes.discard(client_id_prefix)
+            else:
+                self.prefixes.add(client_id_prefix)
+        elif user is None and client_id is None:
             raise ValueError("a client quota entity needs a user or a client-id part")
-        key: ClientKey = (self._user_key(user), client_id)
+        else:
+            key = (self._user_key(user), client_id)
         bit = entity_bit(*key)
         present = key in self.overrides
         if self.tracking == "monotonic":
@@ -136,8 +157,9 @@ class ClientQuotaManager:
         else:
             self.overrides[key] = float(value)
         self._tags.clear()
-        is_default = key[0] is DEFAULT or key[1] is DEFAULT
-        self._update_metric_configs(None if is_default else key)
+        # a default or a prefix can apply to many quota-ids: every metric is checked
+        scan = key[0] is DEFAULT or key[1] is DEFAULT or client_id_prefix is not None
+        self._update_metric_configs(None if scan else key)
 
     def _update_metric_configs(self, updated: ClientKey | None) -> None:
         """Kafka's rule: a single metric when one quota level is in use and a non-default entity changed,
@@ -169,7 +191,8 @@ class ClientQuotaManager:
         if qid is None:
             if len(self._tags) > _TAG_CACHE_LIMIT:
                 self._tags.clear()
-            qid = QuotaId(*quota_tags(self.overrides, self._mask, self.sanitized_user(user), client_id))
+            qid = QuotaId(*quota_tags(self.overrides, self._mask, self.sanitized_user(user), client_id,
+                                      self.prefixes))
             self._tags[(user, client_id)] = qid
         return qid
 
@@ -260,6 +283,18 @@ class ClientQuotaManager:
     def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         """``unrecordQuotaSensor``: record ``-value`` unchecked (a throttled fetch's bytes)."""
         self.record_no_throttle(user, client_id, -value, now_ms)
+
+    def room(self, user: str, client_id: str, now_ms: int) -> float | None:
+        """What this user/client-id may record at ``now_ms`` without being throttled: ``bound × window − total``
+        read without changing the sensor (``Rate.peek``); None while no finite quota applies or nothing was
+        recorded yet (the window is empty: all of ``max_value_in_quota_window``)."""
+        if not self._mask:
+            return None
+        sensor = self.existing_sensor(user, client_id)
+        if not isinstance(sensor, RateSensor) or sensor.bound >= UNLIMITED:
+            return None
+        total, window = sensor.rate.peek(now_ms)
+        return sensor.bound * (window / 1000.0) - total
 
     def keeps_oversized(self, user: str, client_id: str, value: float, now_ms: int) -> bool:
         """Right after a throttled fetch of ``value`` bytes was recorded: whether it is delivered with its bytes

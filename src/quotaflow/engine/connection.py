@@ -8,6 +8,11 @@ violation rolls the connection back out of every rate and raises :class:`Connect
 held for the bounded throttle and then closed). Connection *counts* (``max.connections``, per listener and per IP)
 are kept here too, because the acceptor must wait for a free slot exactly like it waits for a rate delay.
 
+Beyond Kafka's model (docs/quota-model.md): an ip quota may be a CIDR range (each address in it gets its own
+sensor, held to the range's rate as if it had its own entity; exact ip > longest range > default), and a principal
+may have a connection creation rate (``user=alice`` or the default user), checked once a connection authenticates:
+over it, the connection is held for the bounded throttle and then closed, as an IP-throttled one is.
+
 The acceptor drives it in two steps, as Kafka's ``inc`` does around its wait::
 
     delay = q.record_connection_and_get_throttle_ms(listener, now)   # acceptor sleeps ``delay``
@@ -22,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from quotaflow.core.cidr import RangeIndex, canonical_cidr, is_cidr
 from quotaflow.core.errors import ConnectionThrottledError, InvalidConfigurationError, TooManyConnectionsError
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine.metrics import MetricSample
@@ -31,6 +37,7 @@ from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDO
 GROUP: Final = "socket-server-metrics"
 ACCEPTOR_GROUP: Final = "Acceptor"
 IP_SENSOR_EXPIRATION_MS: Final = 3600 * 1000
+_RATE_CACHE_LIMIT: Final = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,12 @@ class ConnectionQuotas:
         self._ip_default = INT_MAX
         self._ip_overrides: dict[str, int] = {}
         self._ip_sensors: dict[str, _IpSensor] = {}
+        self._ip_ranges: RangeIndex[int] = RangeIndex()
+        self._ip_rate_cache: dict[str, int] = {}  # address -> its rate while ranges exist (cleared on updates)
+        self._principal_default = INT_MAX
+        self._principal_overrides: dict[str, int] = {}
+        self._principal_sensors: dict[str, _IpSensor] = {}
+        self._principal_throttle = Avg()
         self.max_connections = cfg.max_connections
         self.max_connections_per_ip = cfg.max_connections_per_ip
         self.max_connections_per_ip_overrides: dict[str, int] = dict(cfg.max_connections_per_ip_overrides)
@@ -148,24 +161,95 @@ class ConnectionQuotas:
             state.rate.bound = float(INT_MAX if rate is None else rate)
 
     def connection_rate_for_ip(self, ip: str) -> int:
-        return self._ip_overrides.get(ip, self._ip_default)
+        """The ip's own entity, else the longest CIDR range holding it, else the default."""
+        if not self._ip_ranges:
+            return self._ip_overrides.get(ip, self._ip_default)
+        rate = self._ip_rate_cache.get(ip)
+        if rate is None:
+            rate = self._ip_ranges.rate_for(ip, self._ip_overrides, self._ip_default)
+            if len(self._ip_rate_cache) >= _RATE_CACHE_LIMIT:
+                self._ip_rate_cache.clear()
+            self._ip_rate_cache[ip] = rate
+        return rate
+
+    def ip_range_for(self, ip: str) -> str | None:
+        """The CIDR range that supplies the ip's rate (None: its own entity, the default or nothing)."""
+        if ip in self._ip_overrides:
+            return None
+        found = self._ip_ranges.longest(ip)
+        return None if found is None else found[0]
 
     def update_ip_connection_rate_quota(self, ip: str | None, rate: int | None) -> None:
-        """``updateIpConnectionRateQuota``: ip None is the default entity, rate None removes the quota."""
-        if ip is not None:
+        """``updateIpConnectionRateQuota``: ip None is the default entity, rate None removes the quota; an ip
+        written as a CIDR range sets the range's rate (every address sensor is re-bounded, as for the default)."""
+        if ip is not None and is_cidr(ip):
+            cidr = canonical_cidr(ip)
+            if rate is None:
+                self._ip_ranges.remove(cidr)
+            else:
+                self._ip_ranges.set(cidr, rate)
+            self._ip_rate_cache.clear()
+            self._rebound_ip_sensors()
+        elif ip is not None:
             if rate is None:
                 self._ip_overrides.pop(ip, None)
             else:
                 self._ip_overrides[ip] = rate
+            self._ip_rate_cache.pop(ip, None)
             sensor = self._ip_sensors.get(ip)
             if sensor is not None:
                 sensor.rate.bound = float(self.connection_rate_for_ip(ip))
         else:
             self._ip_default = INT_MAX if rate is None else rate
-            for addr, sensor in self._ip_sensors.items():
-                q = float(self.connection_rate_for_ip(addr))
-                if sensor.rate.bound != q:
-                    sensor.rate.bound = q
+            self._ip_rate_cache.clear()
+            self._rebound_ip_sensors()
+
+    def _rebound_ip_sensors(self) -> None:
+        for addr, sensor in self._ip_sensors.items():
+            q = float(self.connection_rate_for_ip(addr))
+            if sensor.rate.bound != q:
+                sensor.rate.bound = q
+
+    # -- per-principal connection creation rate (beyond Kafka: checked at authentication) --------------------------
+    def connection_rate_for_principal(self, principal: str) -> int:
+        return self._principal_overrides.get(principal, self._principal_default)
+
+    def update_principal_connection_rate_quota(self, principal: str | None, rate: int | None) -> None:
+        """A ``user`` entity's connection_creation_rate: principal None is the default user, rate None removes."""
+        if principal is None:
+            self._principal_default = INT_MAX if rate is None else rate
+        elif rate is None:
+            self._principal_overrides.pop(principal, None)
+        else:
+            self._principal_overrides[principal] = rate
+        for name, sensor in self._principal_sensors.items():
+            q = float(self.connection_rate_for_principal(name))
+            if sensor.rate.bound != q:
+                sensor.rate.bound = q
+
+    def record_principal_connection_and_get_throttle_ms(self, principal: str, now_ms: int) -> int:
+        """An authenticated connection of ``principal``: recorded against its rate as KIP-612 records an IP's
+        (no sensor while unlimited); over the rate it is un-recorded and the bounded throttle returned (the caller
+        holds the connection that long, then closes it). 0: within the rate."""
+        q = self.connection_rate_for_principal(principal)
+        if q == INT_MAX:
+            return 0
+        throttle = self._record_keyed(self._principal_sensors, principal, q, now_ms)
+        if throttle > 0:
+            self._principal_throttle.record(float(throttle), now_ms)
+        return throttle
+
+    def _record_keyed(self, sensors: dict[str, _IpSensor], key: str, quota: int, now_ms: int) -> int:
+        """Record one connection into ``key``'s rate sensor (created, or re-created after an hour idle, at
+        ``quota``); over the rate it is un-recorded there and the bounded throttle returned, else 0."""
+        sensor = sensors.get(key)
+        if sensor is None or now_ms - sensor.last_record_ms > IP_SENSOR_EXPIRATION_MS:
+            sensor = sensors[key] = _IpSensor(self._rate(float(quota)), now_ms)
+        sensor.last_record_ms = now_ms
+        throttle = self._record_and_throttle(sensor.rate, now_ms)
+        if throttle > 0:
+            sensor.rate.record(-1.0, now_ms)
+        return throttle
 
     def update_max_connections(self, maximum: int) -> None:
         self.max_connections = maximum
@@ -225,13 +309,8 @@ class ConnectionQuotas:
         if q == INT_MAX:
             return
         state = self._listener(listener)
-        sensor = self._ip_sensors.get(ip)
-        if sensor is None or now_ms - sensor.last_record_ms > IP_SENSOR_EXPIRATION_MS:
-            sensor = self._ip_sensors[ip] = _IpSensor(self._rate(float(q)), now_ms)
-        sensor.last_record_ms = now_ms
-        throttle = self._record_and_throttle(sensor.rate, now_ms)
+        throttle = self._record_keyed(self._ip_sensors, ip, q, now_ms)
         if throttle > 0:
-            sensor.rate.record(-1.0, now_ms)
             state.rate.record(-1.0, now_ms)
             if not self.is_protected(listener):
                 self.broker_rate.record(-1.0, now_ms)
@@ -314,9 +393,10 @@ class ConnectionQuotas:
 
     def expire_sensors(self, now_ms: int) -> None:
         """Drop IP sensors idle for more than an hour (Kafka's ExpireSensorTask), bounding memory under storms."""
-        stale = [ip for ip, s in self._ip_sensors.items() if now_ms - s.last_record_ms > IP_SENSOR_EXPIRATION_MS]
-        for ip in stale:
-            del self._ip_sensors[ip]
+        for sensors in (self._ip_sensors, self._principal_sensors):
+            stale = [k for k, s in sensors.items() if now_ms - s.last_record_ms > IP_SENSOR_EXPIRATION_MS]
+            for k in stale:
+                del sensors[k]
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
         """Kafka's names and tags. Per-listener and per-IP rates share ``connection-accept-rate``; both carry the
@@ -330,6 +410,13 @@ class ConnectionQuotas:
         for ip, sensor in self._ip_sensors.items():
             yield MetricSample("connection-accept-rate", GROUP, (("listener", ""), ("ip", ip)),
                                sensor.rate.measure(now_ms), "accepted connections per second")
+        for principal, sensor in self._principal_sensors.items():
+            yield MetricSample("principal-connection-accept-rate", GROUP, (("user", principal),),
+                               sensor.rate.measure(now_ms), "authenticated connections per second of a principal")
+        if self._principal_sensors:
+            yield MetricSample("principal-connection-accept-throttle-time", GROUP, (),
+                               self._principal_throttle.measure(now_ms),
+                               "average hold (ms) of connections closed for their principal's connection rate")
         for name, state in self._listeners.items():
             tags = (("listener", name),)
             yield MetricSample("connection-accept-throttle-time", GROUP, tags, state.throttle.measure(now_ms),

@@ -191,6 +191,22 @@ class Rate:
             return throttle_time(rate, bound, window)
         return bounded_throttle_time(rate, bound, window, max_ms)
 
+    def peek(self, now_ms: int) -> tuple[float, int]:
+        """(total, window) as a quota check at ``now_ms`` would read them before its record, changing nothing (a
+        purge would: it restarts samples), so a caller may look without moving any later decision."""
+        age = self._purge_age
+        total = 0.0
+        oldest = now_ms
+        for i in range(self._n):
+            if now_ms - self._last[i] < age:  # else purged by the check: value 0, start now
+                total += self._value[i]
+                oldest = min(oldest, self._start[i])
+        elapsed = now_ms - oldest
+        full = java_div(elapsed, self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return total, max(elapsed, 1)
+
     def reading(self, now_ms: int) -> tuple[float, int]:
         """(total, window) as the quota check reads them at ``now_ms`` (after its record)."""
         if self._n == 0:

@@ -113,6 +113,14 @@ def apply_change(change: QuotaChange, managers: QuotaManagers | Mapping[QuotaTyp
                  connection_quotas: IpConnectionRateTarget | None = None) -> bool:
     """Apply one change; False when nothing here consumes it (unknown key, or no connection target)."""
     entity = change.entity
+    if change.key == CONNECTION_CREATION_RATE and entity.user is not None and entity.client_id is None:
+        # a principal's connection creation rate (beyond Kafka's model): for the connection quotas, if they take it
+        update = getattr(connection_quotas, "update_principal_connection_rate_quota", None)
+        if update is None:
+            return False
+        user = None if entity.user is DEFAULT else str(entity.user)
+        update(user, None if change.value is None else java_double_to_int(change.value))
+        return True
     if entity.ip is not None:
         if change.key != CONNECTION_CREATION_RATE or connection_quotas is None:
             return False
@@ -126,7 +134,13 @@ def apply_change(change: QuotaChange, managers: QuotaManagers | Mapping[QuotaTyp
     manager = managers.for_type(quota_type) if isinstance(managers, QuotaManagers) else managers.get(quota_type)
     if manager is None:
         return False
-    manager.update_quota(entity.user, entity.client_id, change.value)
+    prefix = entity.client_id_prefix
+    if prefix is not None:
+        if not isinstance(prefix, str):  # validation refuses a default prefix; nothing to apply
+            return False
+        manager.update_quota(None, None, change.value, client_id_prefix=prefix)
+    else:
+        manager.update_quota(entity.user, entity.client_id, change.value)
     return True
 
 

@@ -21,13 +21,13 @@ Hooks see the connection through :class:`HandlerScope`, never the connection cla
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, QuotaflowError, map_errors
-from quotaflow.gateway import mutations, protocol, versions
+from quotaflow.gateway import authorize, mutations, protocol, scram_admin, versions
 from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.brokers import UpstreamUnavailableError
 from quotaflow.gateway.enforcement import RequestDecisions
@@ -93,10 +93,13 @@ def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user
                   thread_ns: int, now_ms: int) -> RequestDecisions:
     if pending.upstream is None:
         return decide_request(enforcement, pending, frame, user, client_id, thread_ns, now_ms)
-    if pending.fetch_cap is not None and len(frame) > pending.fetch_cap:
-        pending.response = _trimmed(frame, pending.header.api_version, pending.fetch_cap)
-        if pending.response is not None:
-            frame = pending.response
+    if pending.fetch_cap is not None:
+        room = enforcement.fetch_room(user, client_id, now_ms)
+        cap = pending.fetch_cap if room is None else min(pending.fetch_cap, room)
+        if len(frame) > cap:
+            pending.response = _trimmed(frame, pending.header.api_version, cap)
+            if pending.response is not None:
+                frame = pending.response
     decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
     pending.oversized = decision.oversized
     return RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
@@ -104,9 +107,11 @@ def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user
 
 
 def _trimmed(frame: bytes, version: int, cap: int) -> bytes | None:
-    """The upstream's Fetch response cut to whole batches within the quota's cap, as a Kafka broker would have
-    answered the capped request (tansu answers beyond ``max_bytes``); None to keep it as it is (nothing to cut, or
-    a response kafka-python cannot decode, which is then decided and forwarded unchanged)."""
+    """The upstream's Fetch response cut to whole batches within ``cap``: the quota's cap, as a Kafka broker would
+    have answered the capped request (tansu answers beyond ``max_bytes``), or less, the room left in the consumer's
+    quota window now, so that what it gets is not emptied by a throttle (the first batch is always kept, KIP-74);
+    None to keep it as it is (nothing to cut, or a response kafka-python cannot decode, which is then decided and
+    forwarded unchanged)."""
     try:
         return protocol.trim_fetch_response(frame, version, cap)
     except Exception:  # kafka-python raises assorted errors on malformed input
@@ -156,18 +161,35 @@ def _fetch_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes
 
 
 def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
-    """KIP-599 on CreateTopics: the request to forward (refused topics cut out), or None if none is left."""
+    """KIP-599 on CreateTopics, CreatePartitions and DeleteTopics: the request to forward (refused topics cut
+    out), or None if none is left. Partition counts were fetched by :func:`prepare_request` just before."""
     header = pending.header
     quota = scope.enforcement.mutation_quota(scope.principal, header.client_id or "", header.api_key,
                                              header.api_version, pending.received_ms)
     if quota is None:
         return frame
     with map_errors(CLOSE_ON_INVALID):
-        pending.mutations = mutations.decide(frame, header, quota, pending.received_ms)
+        pending.mutations = mutations.decide(frame, header, quota, pending.received_ms,
+                                             scope.gateway.partition_counts.count)
     if pending.mutations.forward is None:
-        pending.local = mutations.local_response(header.api_version, header.correlation_id,
+        pending.local = mutations.local_response(header.api_key, header.api_version, header.correlation_id,
                                                  pending.mutations.refused)
     return pending.mutations.forward
+
+
+async def prepare_request(scope: HandlerScope, frame: bytes) -> None:
+    """Before a DeleteTopics or CreatePartitions is decided under a controller-mutation quota: the upstream's
+    partition counts of its topics (their permits). Anything else returns at once (a look at two bytes)."""
+    if len(frame) < 2 or int.from_bytes(frame[:2], "big") not in mutations.NEEDS_COUNTS or scope.sasl.pending_auth:
+        return
+    try:
+        header = protocol.parse_request_header(frame)
+        if not scope.enforcement.mutations_metered(scope.principal):
+            return
+        names, ids = mutations.count_requests(frame, header)
+    except InvalidRequestError:
+        return  # the request path reports it
+    await scope.gateway.partition_counts.refresh(names, ids)
 
 
 # -- responses on their way to the client ----------------------------------------------------------------------
@@ -194,7 +216,10 @@ def _address_response(scope: HandlerScope, pending: Pending, frame: bytes, throt
 
 def _sasl_response(scope: HandlerScope, pending: Pending, frame: bytes, _throttle: int) -> bytes | None:
     if scope.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
-        scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        hold = scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
+        if hold > 0:  # the principal is over its connection creation rate: nothing sent, held, then closed
+            pending.hold_then_close_ms = hold
+            return b""
         return PASS_THROUGH
     return frame
 
@@ -205,7 +230,7 @@ def _create_topics_response(_scope: HandlerScope, pending: Pending, frame: bytes
     version = pending.header.api_version
     if pending.upstream is None:
         return protocol.set_throttle(frame[4:], pending.header.api_key, version, throttle) or frame
-    return mutations.merge_response(frame, version, pending.mutations.refused, throttle)
+    return mutations.merge_response(frame, pending.header.api_key, version, pending.mutations.refused, throttle)
 
 
 def _fetch_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
@@ -229,7 +254,75 @@ def _api_versions_response(scope: HandlerScope, pending: Pending, frame: bytes, 
     if pending.upstream is None:
         return None
     passthrough = scope.sasl.passthrough is not None
-    return versions.rewrite_response(frame, pending.header.api_version, throttle, sasl_passthrough=passthrough)
+    return versions.rewrite_response(frame, pending.header.api_version, throttle, sasl_passthrough=passthrough,
+                                     authorizer=scope.gateway.access.authorizer is not None)
+
+
+# -- authorization (gateway.authorize): wraps the other hooks of every forwarded API ---------------------------
+
+def _authorize_request(inner: RequestHook | None) -> RequestHook:
+    """Authorize, then run the API's own request hook on what is left to forward. Everything refused: answered
+    here (``pending.local``; b"" for an acks=0 produce), nothing forwarded."""
+    def hook(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
+        header = pending.header
+        try:  # (try/except, not map_errors: this runs for every request)
+            plan = authorize.plan(scope.gateway.access, scope, header, frame, scope.client_ip,
+                                  passthrough=scope.sasl.passthrough is not None)
+            if plan is not None:
+                pending.authz = plan
+                if plan.forward is None:
+                    if header.api_key == ApiKey.Produce:
+                        pending.acks = protocol.produce_acks(frame, header)
+                    pending.local = plan.local
+                    return None
+                frame = plan.forward
+        except InvalidRequestError as e:  # a request Kafka cannot parse closes the connection
+            raise ConnectionClosed(str(e)) from e
+        except PermissionError as e:
+            raise ConnectionClosed(str(e)) from e
+        if inner is None:
+            return frame
+        forward = inner(scope, pending, frame)
+        if forward is None and pending.local and plan is not None and plan.merge is not None:
+            # the API's own hook answered the rest here (CreateTopics: every remaining topic over the mutation
+            # quota): the refused topics go into that answer too
+            header_key, version = header.api_key, header.api_version
+            message = protocol.decode_response(pending.local[4:], header_key, version)
+            plan.merge(message)
+            pending.local = protocol.encode_response(message, version, header.correlation_id)
+        return forward
+    return hook
+
+
+def _authorize_response(inner: ResponseHook | None) -> ResponseHook:
+    """Merge the refused parts back into the upstream's response (decoded once, with the address rewrite and the
+    throttle); otherwise the API's own response hook."""
+    def hook(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
+        plan = pending.authz
+        header = pending.header
+        key, version = header.api_key, header.api_version
+        if plan is None or plan.merge is None or pending.upstream is None \
+                or (plan.merge_if_named and not scope.gateway.access.hidden.may_name(frame)) \
+                or (key == ApiKey.Fetch and throttle > 0):
+            return None if inner is None else inner(scope, pending, frame, throttle)
+        if pending.mutations is not None and inner is not None:  # CreateTopics' own merge first
+            out = inner(scope, pending, frame, throttle)
+            assert out is not None and out is not PASS_THROUGH
+            message = protocol.decode_response(out[4:], key, version)
+        else:
+            message = protocol.decode_response(frame, key, version)
+            if key in REWRITTEN_APIS:
+                rewrite_addresses(message, key, scope.gateway.address_map(scope.listener))
+        plan.merge(message)
+        if throttle > 0 and protocol.has_throttle_field(message):
+            message.throttle_time_ms = max(int(message.throttle_time_ms), throttle)
+        return protocol.encode_response(message, version, header.correlation_id)
+    return hook
+
+
+def _authorized(handler: ApiHandler) -> ApiHandler:
+    return replace(handler, request=_authorize_request(handler.request),
+                   response=_authorize_response(handler.response))
 
 
 # -- answered by the gateway itself ----------------------------------------------------------------------------
@@ -243,7 +336,8 @@ async def _api_versions_before_auth(scope: HandlerScope, _request: Any, pending:
         raise ConnectionClosed(str(e)) from e
     version = pending.header.api_version
     cls = protocol.response_class(ApiKey.ApiVersions, version)
-    keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in versions.merge(upstream)]
+    merged = versions.merge(upstream, authorizer=scope.gateway.access.authorizer is not None)
+    keys = [cls.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in merged]
     pending.local = protocol.encode_response(cls(error_code=0, api_keys=keys), version,
                                              pending.header.correlation_id)
     return pending
@@ -258,10 +352,14 @@ async def _sasl_authenticate(scope: HandlerScope, request: Any, pending: Pending
 
 
 async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
-    """DescribeClientQuotas and AlterClientQuotas against the store (KIP-546)."""
+    """DescribeClientQuotas and AlterClientQuotas against the store (KIP-546): DESCRIBE_CONFIGS / ALTER_CONFIGS on
+    the cluster when the gateway has an authorizer, else the admin list."""
     header = pending.header
+    allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,
+                                        authorize.OP.DESCRIBE_CONFIGS if header.api_key == ApiKey.DescribeClientQuotas
+                                        else authorize.OP.ALTER_CONFIGS)
     response, executor_ns = await scope.gateway.quota_admin.handle(header.api_key, header.api_version, request,
-                                                                   scope.principal)
+                                                                   scope.principal, allowed=allowed)
     pending.thread_ns += executor_ns
     pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
     return pending
@@ -287,25 +385,49 @@ class ApiHandler:
     local: LocalHook | None = None
 
 
-DEFAULT: Final = ApiHandler()
-"""Any other API: forwarded as bytes, the request quota decided, the throttle field set when throttled."""
+async def _scram_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
+    """DescribeUserScramCredentials (50) / AlterUserScramCredentials (51), KIP-554, from the gateway's own
+    credentials (terminate mode; in SASL passthrough they go to the upstream)."""
+    header = pending.header
+    allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,
+                                        authorize.OP.DESCRIBE if header.api_key == ApiKey.DescribeUserScramCredentials
+                                        else authorize.OP.ALTER, super_only=True)
+    response, executor_ns = await scram_admin.handle(scope.gateway.scram_admin, header.api_key,
+                                                     header.api_version, request, allowed)
+    pending.thread_ns += executor_ns
+    pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+    return pending
+
+
+DEFAULT: Final = _authorized(ApiHandler())
+"""Any other API: authorized (refused when the gateway cannot authorize it: ``authorize.PLANNERS``), forwarded as
+bytes, the request quota decided, the throttle field set when throttled."""
 
 _ADDRESSES: Final = ApiHandler(response=_address_response)
-HANDLERS: Final[Mapping[int, ApiHandler]] = {
+_OWN: Final[Mapping[int, ApiHandler]] = {
     ApiKey.Produce: ApiHandler(request=_produce_request, decide=_decide_produce),
     ApiKey.Fetch: ApiHandler(request=_fetch_request, decide=_decide_fetch, response=_fetch_response),
-    ApiKey.CreateTopics: ApiHandler(request=_create_topics_request, decide=_decide_create_topics,
-                                    response=_create_topics_response),
+    **{key: ApiHandler(request=_create_topics_request, decide=_decide_create_topics,
+                       response=_create_topics_response) for key in mutations.METERED_APIS},
     ApiKey.ApiVersions: ApiHandler(response=_api_versions_response, local=_api_versions_before_auth),
     ApiKey.SaslHandshake: ApiHandler(response=_sasl_response, local=_sasl_handshake),
     ApiKey.SaslAuthenticate: ApiHandler(response=_sasl_response, local=_sasl_authenticate),
     ApiKey.DescribeClientQuotas: ApiHandler(local=_quota_admin),
     ApiKey.AlterClientQuotas: ApiHandler(local=_quota_admin),
+    ApiKey.DescribeUserScramCredentials: ApiHandler(local=_scram_admin),
+    ApiKey.AlterUserScramCredentials: ApiHandler(local=_scram_admin),
     ApiKey.DescribeAcls: ApiHandler(local=_acl_admin),
     ApiKey.CreateAcls: ApiHandler(local=_acl_admin),
     ApiKey.DeleteAcls: ApiHandler(local=_acl_admin),
     **{key: _ADDRESSES for key in REWRITTEN_APIS},
 }
+_UNWRAPPED: Final = versions.SASL_APIS | {ApiKey.ApiVersions}
+HANDLERS: Final[Mapping[int, ApiHandler]] = {
+    **{key: DEFAULT for key in authorize.PLANNERS},
+    **{key: handler if key in _UNWRAPPED else _authorized(handler) for key, handler in _OWN.items()},
+}
 LOCAL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate, ApiKey.DescribeClientQuotas,
-                               ApiKey.AlterClientQuotas, ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
-"""Answered by the gateway (SASL only when it terminates SASL); ApiVersions only before authentication."""
+                               ApiKey.AlterClientQuotas, ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls,
+                               ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials})
+"""Answered by the gateway (SASL, the ACL APIs and KIP-554 only when it terminates SASL:
+``versions.PASSTHROUGH_APIS``); ApiVersions only before authentication."""

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Final
 
 from quotaflow.brokerconfig import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_SECONDS, parse_properties
-from quotaflow.core.errors import CommandError, map_errors
+from quotaflow.core.errors import CommandError, InvalidConfigurationError, map_errors
+from quotaflow.core.principals import EXCLUDED_PRINCIPALS, parse_excluded_principals
 from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS
 
 SOCKET_REQUEST_MAX_BYTES: Final = "socket.request.max.bytes"
@@ -70,6 +71,8 @@ class GatewayConfig:
     # listener name -> PLAINTEXT | SASL_PLAINTEXT | SSL | SASL_SSL (listener.security.protocol.map); unmapped ones use
     # their own name when it is a protocol name, else PLAINTEXT
     security_protocols: Mapping[str, str] = field(default_factory=dict)
+    # principal names never throttled by client quotas (quotaflow.quota.excluded.principals=User:ops;User:repl)
+    excluded_principals: frozenset[str] = frozenset()
     extra: Mapping[str, str] = field(default_factory=dict)  # everything else: the listener's connection quotas
 
     @classmethod
@@ -100,6 +103,9 @@ class GatewayConfig:
         for key, raw in props.items():
             if key == LISTENER_SECURITY_PROTOCOL_MAP:
                 values["security_protocols"] = parse_security_protocol_map(raw)
+            elif key == EXCLUDED_PRINCIPALS:
+                with map_errors({InvalidConfigurationError: CommandError}):
+                    values["excluded_principals"] = parse_excluded_principals(raw)
             elif key == SCRAM_LEGACY_CLIENT_NONCE:
                 values["scram_legacy_client_nonce"] = parse_boolean(key, raw)
             elif key in typed:

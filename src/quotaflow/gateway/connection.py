@@ -37,7 +37,15 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
 from quotaflow.gateway import protocol, versions
-from quotaflow.gateway.api_handlers import CLOSE_ON_INVALID, DEFAULT, HANDLERS, LOCAL_APIS, PASS_THROUGH, rewrite
+from quotaflow.gateway.api_handlers import (
+    CLOSE_ON_INVALID,
+    DEFAULT,
+    HANDLERS,
+    LOCAL_APIS,
+    PASS_THROUGH,
+    prepare_request,
+    rewrite,
+)
 from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.config import SASL_PROTOCOLS
 from quotaflow.gateway.pending import RAW_SASL, Pending
@@ -209,6 +217,7 @@ class ClientConnection:
         if self._upstream_writer is None and self._will_forward(frame):
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
             await self._ensure_upstream()
+        await prepare_request(self, frame)  # KIP-599 permits that need the upstream's partition counts
         start = time.thread_time_ns()
         self.last_active = time.monotonic()
         pending = self._on_request(frame)
@@ -357,6 +366,9 @@ class ClientConnection:
             self._slots.release()
             if pending.close_after:
                 raise ConnectionClosed("closing after the response, as Kafka does")
+            if pending.hold_then_close_ms:  # a principal over its connection creation rate (passthrough SASL)
+                await asyncio.sleep(pending.hold_then_close_ms / 1000)
+                raise ConnectionClosed(f"throttled for {pending.hold_then_close_ms} ms at authentication")
 
     def _send(self, pending: Pending, frame: bytes) -> None:
         """Decide, render and write one response, and log it: all in one synchronous step, so no other request's

@@ -11,14 +11,18 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from quotaflow.core.acl import Authorizer
+    from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.gateway.acl_admin import AclAdminHandler
     from quotaflow.gateway.addresses import AddressOf
+    from quotaflow.gateway.authorize import Access
     from quotaflow.gateway.broker_quotas import BrokerQuotas
     from quotaflow.gateway.config import GatewayConfig
+    from quotaflow.gateway.partition_counts import PartitionCounts
     from quotaflow.gateway.pending import Pending
     from quotaflow.gateway.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.request_memory import RequestMemory
     from quotaflow.gateway.sasl import SaslVerifier
+    from quotaflow.gateway.scram_admin import ScramAdmin
     from quotaflow.store.base import ScramStore
 
 
@@ -59,12 +63,26 @@ class ConnectionContext(Protocol):
     @property
     def quota_admin(self) -> QuotaAdminHandler: ...
     @property
+    def partition_counts(self) -> PartitionCounts:
+        """The upstream's partition counts (KIP-599 permits of DeleteTopics / CreatePartitions)."""
+    @property
+    def connection_quotas(self) -> ConnectionQuotas:
+        """KIP-612 connection quotas (a principal's connection creation rate is checked at authentication)."""
+    @property
     def acl_admin(self) -> AclAdminHandler:
         """The local answers to DescribeAcls / CreateAcls / DeleteAcls."""
     @property
     def authorizer(self) -> Authorizer | None:
         """Kafka's authorizer at the gateway (``authorizer.class.name``); None: every request is allowed, as on a
         broker without one (quotaflow's own topics stay hidden either way)."""
+
+    @property
+    def access(self) -> Access:
+        """What per-API authorization uses: the authorizer (None in SASL passthrough), quotaflow's hidden topics,
+        the audit of decisions (:mod:`quotaflow.gateway.authorize`)."""
+    @property
+    def scram_admin(self) -> ScramAdmin | None:
+        """KIP-554 answers from the gateway's own credentials (None: the store keeps no SCRAM credentials)."""
 
     async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
                                                                 int | None]: ...

@@ -6,6 +6,10 @@ event-log row, ``is_request_quota_exempt``, ``apply_changes``). This
 module only decides *what* to feed them: the request size for produce, the upstream response size for fetch, and
 the gateway's own thread time for the request quota (docs/gateway.md). Users are keyed by the authenticated
 principal name (``ANONYMOUS`` on plaintext), client-ids by the request header's (null = ``""``).
+
+Excluded principals (``quotaflow.quota.excluded.principals``, :mod:`quotaflow.core.principals`) are never
+throttled: nothing of theirs is recorded into a client-quota sensor, their thread time goes to
+``exempt-request-time``, and their usage is metered in ``excluded-byte-rate`` / ``excluded-request-time`` per user.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from typing import Final
 
 from quotaflow.core.keys import INT_MAX, UNLIMITED
 from quotaflow.engine import (
+    NANOS_TO_PERCENT,
     ControllerMutationQuota,
     QuotaManagers,
+    Rate,
     ThrottleDecision,
     apply_changes,
     fetch_throttle,
@@ -46,6 +52,9 @@ class RequestDecisions:
 
 NO_DECISIONS: Final = RequestDecisions()
 """A request no quota decided (SASL authentication, which Kafka's authenticator handles before KafkaApis)."""
+NOT_THROTTLED: Final = ThrottleDecision(0, 0, 0)
+_USAGE_GROUPS: Final = {"produce": ("Produce", "excluded-byte-rate"), "fetch": ("Fetch", "excluded-byte-rate"),
+                        "request": ("Request", "excluded-request-time")}
 
 
 class Enforcement:
@@ -56,6 +65,21 @@ class Enforcement:
             controller_samples=config.controller_quota_window_num,
             controller_window_seconds=config.controller_quota_window_size_seconds,
         )
+        self.excluded = config.excluded_principals
+        self._excluded_usage: dict[tuple[str, str], Rate] = {}  # (kind, principal) -> rate, metrics only
+
+    def _meter_excluded(self, kind: str, user: str, value: float, now_ms: int) -> None:
+        rate = self._excluded_usage.get((kind, user))
+        if rate is None:
+            rate = self._excluded_usage[(kind, user)] = Rate(2, 30_000)  # Kafka's default MetricConfig
+        rate.record(value, now_ms)
+
+    def _exempt(self, kind: str, user: str, value: float, thread_ns: int, now_ms: int) -> None:
+        """An excluded principal's request: metered, its thread time exempt, nothing in any quota sensor."""
+        self._meter_excluded(kind, user, value, now_ms)
+        if kind != "request":
+            self._meter_excluded("request", user, thread_ns * NANOS_TO_PERCENT, now_ms)
+        self.managers.request.record_exempt_ns(thread_ns, now_ms)
 
     # -- quota configuration --------------------------------------------------------------------------------
 
@@ -72,6 +96,9 @@ class Enforcement:
         """``engine.produce_throttle`` when the response is ready (as KafkaApis records it in the produce
         callback): request size against producer_byte_rate, then request time (acks=0 exempt), the combined
         throttle, and the winner's throttle sensor (request on a tie)."""
+        if user in self.excluded:
+            self._exempt("produce", user, size, thread_ns, now_ms)
+            return NOT_THROTTLED
         m = self.managers
         return produce_throttle(m.produce, m.request, user, client_id, size, thread_ns, acks, now_ms)
 
@@ -79,17 +106,25 @@ class Enforcement:
         """Whether a finite producer_byte_rate applies to this client: its produce requests are then read one at a
         time, so none is read while an earlier one may still be throttled."""
         produce = self.managers.produce
+        if user in self.excluded:
+            return False
         return produce.quotas_enabled and produce.quota_limit(user, client_id) < UNLIMITED
 
     def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
         """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response),
         unless the response is larger than the quota window holds (``decision.oversized``: delivered, throttled)."""
+        if user in self.excluded:
+            self._exempt("fetch", user, response_size, thread_ns, now_ms)
+            return NOT_THROTTLED
         m = self.managers
         return fetch_throttle(m.fetch, m.request, user, client_id, response_size, thread_ns, now_ms)
 
     def request(self, api_key: int, user: str, client_id: str, thread_ns: int, now_ms: int,
                 error_code: int | None = None) -> int:
         """Any other request: the request quota, unless the request is exempt (KIP-124's exemptions)."""
+        if user in self.excluded:
+            self._exempt("request", user, thread_ns * NANOS_TO_PERCENT, thread_ns, now_ms)
+            return 0
         if is_request_quota_exempt(api_key, error_code=error_code):
             self.managers.request.record_exempt_ns(thread_ns, now_ms)
             return 0
@@ -99,19 +134,31 @@ class Enforcement:
         """KafkaApis caps a consumer fetch's ``max_bytes`` to what the quota window can hold
         (``getMaxValueInQuotaWindow(...).toInt``), so one response can never be too big to ever be served;
         None when no finite cap applies."""
-        if not self.managers.fetch.quotas_enabled:
+        if not self.managers.fetch.quotas_enabled or user in self.excluded:
             return None
         cap = java_double_to_int(self.managers.fetch.max_value_in_quota_window(user, client_id))
         return None if cap >= INT_MAX else cap
+
+    def fetch_room(self, user: str, client_id: str, now_ms: int) -> int | None:
+        """The bytes a consumer's next fetch response may hold without being throttled now (its quota window's
+        room), None while it has no finite consumer quota or nothing recorded."""
+        if user in self.excluded:
+            return None
+        room = self.managers.fetch.room(user, client_id, now_ms)
+        return None if room is None else max(0, int(room))
 
     def mutation_quota(self, user: str, client_id: str, api_key: int, api_version: int,
                        now_ms: int) -> ControllerMutationQuota | None:
         """A per-request controller-mutation quota (strict or permissive by version), or None while no
         controller_mutation_rate quota exists."""
         manager = self.managers.controller_mutation
-        if not manager.quotas_enabled:
+        if not manager.quotas_enabled or user in self.excluded:
             return None
         return manager.new_controller_mutation_quota(user, client_id, is_strict(api_key, api_version), now_ms)
+
+    def mutations_metered(self, user: str) -> bool:
+        """Whether this principal's topic mutations meet a controller-mutation quota (KIP-599)."""
+        return self.managers.controller_mutation.quotas_enabled and user not in self.excluded
 
     def request_with_mutation(self, user: str, client_id: str, thread_ns: int, quota: ControllerMutationQuota,
                               now_ms: int) -> tuple[int, int]:
@@ -129,6 +176,10 @@ class Enforcement:
     def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
         """Time after the decision (rewrite, encode, socket write), recorded without a check: it only weighs on
         later decisions (KIP-124)."""
+        if user in self.excluded:
+            self._meter_excluded("request", user, thread_ns * NANOS_TO_PERCENT, now_ms)
+            self.managers.request.record_exempt_ns(thread_ns, now_ms)
+            return
         self.managers.request.record_network_time_ns(user, client_id, thread_ns, now_ms)
 
     def exempt_network_time(self, thread_ns: int, now_ms: int) -> None:
@@ -149,4 +200,8 @@ class Enforcement:
         self.managers.expire_sensors(now_ms)
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
-        return self.managers.metric_samples(now_ms)
+        yield from self.managers.metric_samples(now_ms)
+        for (kind, user), rate in list(self._excluded_usage.items()):
+            group, name = _USAGE_GROUPS[kind]
+            yield MetricSample(name, group, (("user", user),), rate.measure(now_ms),
+                               "Usage of a principal excluded from client quotas (never throttled)")

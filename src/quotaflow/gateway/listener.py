@@ -277,8 +277,11 @@ class QuotaListener:
 
 
 def ip_entity_address(name: str) -> str | None:
-    """An ip entity name as the address key the acceptor sees; None for a hostname (resolve it first)."""
+    """An ip entity name as the address key the acceptor sees (a CIDR range in its canonical form); None for a
+    hostname (resolve it first)."""
     try:
+        if "/" in name:
+            return str(ipaddress.ip_network(name, strict=True))
         return str(ipaddress.ip_address(name))
     except ValueError:
         return None
@@ -299,6 +302,10 @@ class _AddressedTarget:
             log.warning("Unable to resolve address %s", ip)
             return
         self._quotas.update_ip_connection_rate_quota(address, rate)
+        self.applied += 1
+
+    def update_principal_connection_rate_quota(self, principal: str | None, rate: int | None) -> None:
+        self._quotas.update_principal_connection_rate_quota(principal, rate)
         self.applied += 1
 
 
@@ -387,7 +394,10 @@ class ConnectionQuotaReloader:
 
 
 def _is_ip_entity(entity: QuotaEntity) -> bool:
-    return entity.ip is not None and entity.user is None and entity.client_id is None
+    """An entity the connection quotas take: an ip (or CIDR range), or a user alone (a per-principal rate)."""
+    if entity.client_id is not None or entity.client_id_prefix is not None:
+        return False
+    return (entity.ip is not None) != (entity.user is not None)
 
 
 def _ip_only(entities: Mapping[QuotaEntity, Mapping[str, float]]) -> dict[QuotaEntity, Mapping[str, float]]:

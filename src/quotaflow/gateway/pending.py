@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from quotaflow.gateway import protocol
 from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
@@ -28,13 +28,15 @@ class Pending:
     forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
     local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool = False
+    hold_then_close_ms: int = 0  # nothing is sent; the connection is held this long, then closed (KIP-612's way)
     holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
     # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
     # to the exempt-request-time sensor
     exempt: bool = False
-    mutations: TopicQuotaDecision | None = None  # CreateTopics under a controller-mutation quota
+    mutations: TopicQuotaDecision | None = None  # CreateTopics, CreatePartitions, DeleteTopics under KIP-599
     fetch_cap: int | None = None  # a Fetch under a consumer quota: the max_bytes it was capped to
     response: bytes | None = None  # the upstream response as answered, when cut before its decision (Fetch)
     # a Fetch response larger than the consumer quota's window holds: delivered with its throttle, not emptied
     oversized: bool = False
     decisions: RequestDecisions = NO_DECISIONS
+    authz: Any = None  # the authorization plan (gateway.authorize.Plan) when the request was rewritten or refused

@@ -38,9 +38,12 @@ class QuotaAdminHandler:
         self.admin = admin
         self.admins = admins
 
-    async def handle(self, api_key: int, version: int, request: Any, principal: str) -> tuple[Any, int]:
-        """The response message for a decoded 48/49 request, and the executor thread time spent on it."""
-        allowed = principal_allowed(self.admins, principal)
+    async def handle(self, api_key: int, version: int, request: Any, principal: str, *,
+                     allowed: bool | None = None) -> tuple[Any, int]:
+        """The response message for a decoded 48/49 request, and the executor thread time spent on it. ``allowed``:
+        the gateway authorizer's decision (None: the admin list decides)."""
+        if allowed is None:
+            allowed = principal_allowed(self.admins, principal)
 
         def run() -> tuple[Any, int]:
             start = time.thread_time_ns()

@@ -19,12 +19,14 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
 from quotaflow.core.errors import SaslAuthenticationFailedError
 from quotaflow.engine.failed_logins import FailureBuckets
+from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import Credential, QuotaStore
 from quotaflow.store.credentials import (
     DEFAULT_ITERATIONS,
@@ -98,6 +100,7 @@ def authenticate_plain(store: QuotaStore, data: bytes) -> str:
 INVALID_CREDENTIALS: Final = "Authentication failed: Invalid username or password"
 _UNKNOWN_USER: Final = Credential(user="", salt=b"\x00" * SALT_BYTES, iterations=DEFAULT_ITERATIONS, hash=b"")
 LOGIN_CACHE_SIZE: Final = 10_000
+SASL_METRICS_GROUP: Final = "SaslAuthentication"  # /metrics: kafka_server_sasl_authentication_*
 
 
 class LoginCache:
@@ -158,6 +161,7 @@ class SaslVerifier:
         self.cache = LoginCache()
         self.failures = FailureBuckets(failed_rate_per_ip)
         self.hashed = 0  # PBKDF2 runs (for tests and metrics)
+        self.hashed_failed = 0  # of which the password did not match
         self.refused = 0  # checks refused without a hash (IP over its failed-login rate, or the pool full)
 
     async def verify(self, token: bytes, client_ip: str) -> Verdict:
@@ -177,6 +181,7 @@ class SaslVerifier:
             self._hashing -= 1
         self.hashed += 1
         if not ok or credential is None:
+            self.hashed_failed += 1
             return Verdict(None, INVALID_CREDENTIALS, ns + hash_ns)
         self.failures.give_back(client_ip)
         self.cache.remember(credential, message.password, client_ip)
@@ -199,6 +204,17 @@ class SaslVerifier:
         # an unknown user still pays for one hash, so response time does not reveal which users exist
         ok = verify_password(credential or _UNKNOWN_USER, password) and credential is not None
         return ok, time.thread_time_ns() - start
+
+    def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
+        """The work password guessing cost this gateway, for ``/metrics``: PBKDF2 runs (all, and those that failed)
+        and checks refused without a hash; with the per-IP bucket on, failed hashes grow by at most the burst plus
+        ``quotaflow.sasl.failed.authentication.rate.per.ip`` per second per IP, however many guesses arrive."""
+        yield MetricSample("password-hash-total", SASL_METRICS_GROUP, (), float(self.hashed),
+                           "SASL/PLAIN password checks hashed (PBKDF2 runs)")
+        yield MetricSample("password-hash-failed-total", SASL_METRICS_GROUP, (), float(self.hashed_failed),
+                           "SASL/PLAIN password checks hashed that did not match")
+        yield MetricSample("password-check-refused-total", SASL_METRICS_GROUP, (), float(self.refused),
+                           "SASL/PLAIN logins failed without a hash (IP over its failed-login rate, or pool full)")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -8,6 +8,12 @@ against its stored keys (:mod:`quotaflow.gateway.scram`). A failure is answered 
 :class:`~quotaflow.gateway.sasl_passthrough.SaslPassthrough` reads the principal from it once the broker accepts.
 
 States: ``none`` -> ``handshaken-v0`` | ``handshaken`` -> ``authenticated``.
+
+A principal with a connection creation rate (``user`` entity, beyond Kafka's model) is checked when its login
+succeeds (terminate mode: the gateway's check; passthrough: the broker's accepting answer, which is then not passed
+on): over the rate, the connection is held for the throttle and then closed without an answer, as KIP-612 treats
+an IP over its rate (an SSL listener's certificate principal is checked in the same way when the gateway accepts
+it).
 """
 
 from __future__ import annotations
@@ -79,11 +85,18 @@ class SaslSession:
         assert self.passthrough is not None
         self.passthrough.request(header, frame)
 
-    def watch_response(self, api_key: int, version: int, frame: bytes) -> None:
+    def watch_response(self, api_key: int, version: int, frame: bytes) -> int:
+        """The broker's answer to the exchange: the principal once it accepts. Returns how long to hold the
+        connection before closing it (a principal over its connection creation rate: the broker's answer is not
+        passed on), else 0."""
         assert self.passthrough is not None
         principal = self.passthrough.response(api_key, version, frame)
-        if principal is not None:
+        if principal is None:
+            return 0
+        throttle = self._principal_throttle(principal)
+        if throttle == 0:
             self._authenticated(principal)
+        return throttle
 
     # -- terminate: the gateway answers ---------------------------------------------------------------------
 
@@ -114,6 +127,7 @@ class SaslSession:
         if error is not None:
             raise ConnectionClosed(f"SASL authentication failed: {error}")  # v0 has no error response: close
         if principal is not None:
+            await self._admit(principal)
             self._authenticated(principal)
         pending.local = protocol.SIZE.pack(len(answer)) + answer  # PLAIN's server token is empty
         return pending
@@ -133,6 +147,7 @@ class SaslSession:
             else:
                 error = 0
                 if principal is not None:
+                    await self._admit(principal)
                     self._authenticated(principal)
         fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": answer}
         if version >= 1:
@@ -140,6 +155,21 @@ class SaslSession:
         pending.close_after = error != 0
         pending.local = protocol.encode_response(cls(**fields), version, pending.header.correlation_id)
         return pending
+
+    def _principal_throttle(self, principal: str) -> int:
+        """The principal's connection creation rate at authentication: the throttle in ms, 0 within the rate."""
+        quotas = getattr(self._gateway, "connection_quotas", None)
+        if quotas is None:
+            return 0
+        throttle: int = quotas.record_principal_connection_and_get_throttle_ms(principal, time.time_ns() // 1_000_000)
+        return throttle
+
+    async def _admit(self, principal: str) -> None:
+        """Terminate mode: over the principal's rate, hold the connection for the throttle, then close."""
+        throttle = self._principal_throttle(principal)
+        if throttle > 0:
+            await asyncio.sleep(throttle / 1000)
+            raise ConnectionClosed(f"principal {principal} throttled for {throttle} ms (connection_creation_rate)")
 
     async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
         """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is

@@ -29,11 +29,13 @@ from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
-from quotaflow.core.errors import StoreError
+from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway import protocol
 from quotaflow.gateway.acl_admin import AclAdminHandler
 from quotaflow.gateway.addresses import AddressOf
+from quotaflow.gateway.authorize import Access
+from quotaflow.gateway.authz_audit import LOG_ALLOWED, AuthzAudit
 from quotaflow.gateway.broker_quotas import BrokerQuotas
 from quotaflow.gateway.brokers import (
     Address,
@@ -47,13 +49,16 @@ from quotaflow.gateway.config import SSL, TLS_PROTOCOLS, GatewayConfig, read_pro
 from quotaflow.gateway.connection import ClientConnection
 from quotaflow.gateway.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.context import ConnectionInfo
+from quotaflow.gateway.hidden_topics import hidden_topics_for
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
+from quotaflow.gateway.partition_counts import PartitionCounts
 from quotaflow.gateway.pending import Pending
 from quotaflow.gateway.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.ratelog import RateLimitedLog
 from quotaflow.gateway.request_memory import RequestMemory
 from quotaflow.gateway.sasl import PLAIN, SaslVerifier
 from quotaflow.gateway.scram import MECHANISMS
+from quotaflow.gateway.scram_admin import ScramAdmin
 from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.tls import listener_tls, open_upstream, upstream_security_protocol, upstream_tls
 from quotaflow.gateway.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
@@ -65,6 +70,7 @@ log = logging.getLogger(__name__)
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
 API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
+EVENT_LOG_BUFFER_MAX_BYTES: Final = "quotaflow.event.log.buffer.max.bytes"  # rows waiting for a refusing disk
 
 
 class Gateway:
@@ -94,6 +100,7 @@ class Gateway:
         self.config_path = Path(config_path) if config_path is not None else None
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
+        self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
         conn_config = connection_quota_config(props)
         # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
@@ -124,6 +131,13 @@ class Gateway:
         if authorizer is None:
             authorizer = authorizer_from_properties(props, admin_principals or ())
         self.authorizer = authorizer
+        # per-API authorization: Kafka's authorizer in terminate mode (in SASL passthrough the upstream authorizes
+        # each client's own principal), quotaflow's own topics hidden in every mode
+        self.authz_audit = AuthzAudit(self._on_authorization,
+                                      log_allowed=self.config.extra.get(LOG_ALLOWED, "false").strip() == "true")
+        self.access = Access(None if self.sasl_passthrough else authorizer,
+                             hidden_topics_for(self.store, self.config.extra), self.authz_audit)
+        self.scram_admin = ScramAdmin(self.scram_store) if self.scram_store is not None else None
         self.acl_store = self.store if isinstance(self.store, AclStore) else None
         if isinstance(authorizer, StandardAuthorizer) and authorizer.store_backed and self.acl_store is None:
             raise StoreError(f"the quota store {getattr(self.store, 'path', self.store)} keeps no ACLs; the "
@@ -154,6 +168,7 @@ class Gateway:
         self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
         self._api_versions_lock: asyncio.Lock | None = None
+        self.partition_counts = PartitionCounts(lambda: self.connect_upstream(None), self.upstream_api_versions)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -187,9 +202,12 @@ class Gateway:
         if self.cluster_quotas is not None:
             await self.cluster_quotas.start()
         if self.event_log_dir is not None:
-            from quotaflow.gateway.eventlog import EventLog
+            from quotaflow.gateway.eventlog import MAX_BUFFERED_BYTES, EventLog
 
-            self._event_log = EventLog(self.event_log_dir, broker=self.broker)
+            self._event_log = EventLog(self.event_log_dir, broker=self.broker,
+                                       max_buffered_bytes=self.event_log_buffer_bytes or MAX_BUFFERED_BYTES)
+            # pyarrow's first conversion and Parquet write cost ~0.3 s of CPU: done before the first client is served
+            await loop.run_in_executor(None, self._event_log.wait_ready)
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
                                                  config_path=self.config_path,
                                                  interval_s=self.config.store_poll_ms / 1000)
@@ -216,9 +234,12 @@ class Gateway:
         from quotaflow.gateway.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
-                                      sources=[self.broker_quotas, self.connection_quotas])
+                                      sources=[self.broker_quotas, self.connection_quotas, self.sasl,
+                                               self.authz_audit])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
+        if self._event_log is not None:
+            self._metrics.add_source(self._event_log)
         if hasattr(self.store, "metric_samples"):  # the kafka:// store: records it refused
             self._metrics.add_source(self.store)
         for source in self._metric_sources:
@@ -253,8 +274,11 @@ class Gateway:
             await self._metrics.close()
             self._metrics = None
         if self._event_log is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._event_log.close)
-            self._event_log = None
+            event_log, self._event_log = self._event_log, None
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, event_log.close)
+            except QuotaflowError as e:  # rows the disk refused: already logged with their seq ranges
+                log.error("%s", e)
         self.sasl.close()
         if self._owns_store:
             self.store.close()
@@ -279,6 +303,12 @@ class Gateway:
                 conn.principal = tls.principal(writer.get_extra_info("peercert"))
             except SslPrincipalMappingError as e:
                 log.info("closing TLS connection from %s: %s", accepted.client_ip, e)
+                return
+            # the certificate authenticated this principal: its connection creation rate, if it has one
+            throttle = self.connection_quotas.record_principal_connection_and_get_throttle_ms(
+                conn.principal, time.time_ns() // 1_000_000)
+            if throttle > 0:
+                await asyncio.sleep(throttle / 1000)  # held, then closed, as KIP-612 treats an ip over its rate
                 return
         self.connections.add(conn)
         try:
@@ -409,6 +439,11 @@ class Gateway:
             "throttle_ms_request": d.throttle_ms_request, "throttle_ms": d.throttle_ms,
         })
 
+    def _on_authorization(self, row: dict[str, Any]) -> None:
+        if self._event_log is not None:
+            row["broker"] = self.broker
+            self._event_log.authorization(row)
+
     def _on_connection(self, row: dict[str, Any]) -> None:
         if self._event_log is not None:
             self._event_log.connection(row)
@@ -525,6 +560,16 @@ class GatewayThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _positive_int(props: Mapping[str, str], key: str) -> int | None:
+    """An optional positive integer setting, with Kafka's wording when it is not one."""
+    raw = props.get(key)
+    if raw is None:
+        return None
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be at least 1")
+    return int(raw)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

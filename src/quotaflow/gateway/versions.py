@@ -20,7 +20,7 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import UnsupportedVersionError
-from quotaflow.gateway import protocol
+from quotaflow.gateway import authorize, protocol
 from quotaflow.gateway.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
 from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_version
 
@@ -28,6 +28,8 @@ from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_ver
 GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
     ApiKey.DescribeClientQuotas: (0, 1),
     ApiKey.AlterClientQuotas: (0, 1),
+    ApiKey.DescribeUserScramCredentials: (0, 0),  # KIP-554, from the gateway's own credentials
+    ApiKey.AlterUserScramCredentials: (0, 0),
     # the ACL APIs, answered from the store: v1-3, what kafka-python encodes (v0 left Kafka in 4.0)
     ApiKey.DescribeAcls: (1, 3),
     ApiKey.CreateAcls: (1, 3),
@@ -40,19 +42,25 @@ APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
 DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
 SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
 ACL_APIS: Final = frozenset({ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
-# with SASL passthrough the cluster authenticates and authorizes: its SASL and its ACL APIs answer, not the gateway's
-PASSTHROUGH_APIS: Final = SASL_APIS | ACL_APIS
+SCRAM_APIS: Final = frozenset({ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials})
+# with SASL passthrough the cluster authenticates and authorizes: its SASL, ACL and SCRAM-credential APIs answer,
+# not the gateway's
+PASSTHROUGH_APIS: Final = SASL_APIS | ACL_APIS | SCRAM_APIS
 
 
-def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False) -> list[tuple[int, int, int]]:
-    """(key, min, max) triples to advertise, sorted by key. With ``sasl_passthrough`` the SASL and ACL APIs are the
-    upstream's (capped to what the gateway decodes, and SaslHandshake from v1: v0's raw tokens have no Kafka framing
-    to forward)."""
+def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False,
+          authorizer: bool = False) -> list[tuple[int, int, int]]:
+    """(key, min, max) triples to advertise, sorted by key: the APIs the gateway can authorize
+    (``authorize.forwardable``; ``authorizer``: whether one is on) and its own. With ``sasl_passthrough`` the SASL,
+    ACL and SCRAM-credential APIs are the upstream's (capped to what the gateway decodes, and SaslHandshake from v1:
+    v0's raw tokens have no Kafka framing to forward)."""
     own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in PASSTHROUGH_APIS)}
     merged: dict[int, tuple[int, int]] = {}
     for key, lo, hi in upstream:
-        if key in own or key in NEVER_OFFERED:
-            continue
+        if key in own or key in NEVER_OFFERED or not authorize.forwardable(key, passthrough=sasl_passthrough,
+                                                                                 authorizer=authorizer):
+            continue  # an API the gateway cannot authorize is not offered (nor forwarded)
+        lo, hi = authorize.version_range(key, lo, hi)
         if key == ApiKey.SaslHandshake:
             lo = max(lo, 1)
         if key in DECODED_APIS or key in PASSTHROUGH_APIS:
@@ -71,7 +79,7 @@ def _api_version(cls: Any, key: int, lo: int, hi: int) -> Any:
 
 
 def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0, *,
-                     sasl_passthrough: bool = False) -> bytes:
+                     sasl_passthrough: bool = False, authorizer: bool = False) -> bytes:
     """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
     ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
     cls = RESPONSES[ApiKey.ApiVersions]
@@ -95,7 +103,7 @@ def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0, 
     message = cls.decode(upstream_frame, version=version, header=True)
     correlation_id = message.header.correlation_id
     triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys],
-                    sasl_passthrough=sasl_passthrough)
+                    sasl_passthrough=sasl_passthrough, authorizer=authorizer)
     message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
     if version >= 1:
         message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)

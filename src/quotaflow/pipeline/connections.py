@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quotaflow.core.cidr import RangeIndex, is_cidr
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine.conn_acceptor import ConnectResult
 from quotaflow.engine.conn_loop import RESULT_ACCEPTED, RESULT_IP_THROTTLED, decide_connections
@@ -37,8 +38,7 @@ def decide_broker(table: pa.Table, config: ConnectionQuotaConfig, ip_rates: dict
     ips = pc.dictionary_encode(table.column("client_ip").combine_chunks(), null_encoding="encode")
     names: list[str] = listeners.dictionary.to_pylist()
     rates = {name.lower(): rate for name, rate in config.listener_rates.items()}
-    default_ip = ip_rates.get(None, INT_MAX)
-    quotas = [default_ip if ip is None else ip_rates.get(ip, default_ip) for ip in ips.dictionary.to_pylist()]
+    quotas = ip_quotas(ip_rates, ips.dictionary.to_pylist())
     decided = decide_connections(
         table.column("ts_ms").to_numpy(),
         listeners.indices.to_numpy(zero_copy_only=False),
@@ -52,6 +52,20 @@ def decide_broker(table: pa.Table, config: ConnectionQuotaConfig, ip_rates: dict
         config.quota_window_size_seconds * 1000,
     )
     return _with_decisions(table, decided.accept_delay_ms, decided.ip_throttle_ms, decided.result)
+
+
+def ip_quotas(ip_rates: dict[str | None, int], ips: list[str | None]) -> list[int]:
+    """Each distinct address's connection_creation_rate: its own entity, else the longest CIDR range holding it
+    (keys written as ranges), else the default (key None), else unlimited; the engine's rule."""
+    default = ip_rates.get(None, INT_MAX)
+    exact: dict[str, int] = {}
+    ranges: RangeIndex[int] = RangeIndex()
+    for key, rate in ip_rates.items():
+        if key is not None and is_cidr(key):
+            ranges.set(key, rate)
+        elif key is not None:
+            exact[key] = rate
+    return [default if ip is None else ranges.rate_for(ip, exact, default) for ip in ips]
 
 
 def _with_decisions(table: pa.Table, delay: np.ndarray, ip_ms: np.ndarray, results: np.ndarray) -> pa.Table:

@@ -60,8 +60,14 @@ class JobSpec:
         c = self.connection_config()
         return WindowSettings(c.quota_window_num, c.quota_window_size_seconds)
 
+    def excluded_principals(self) -> frozenset[str]:
+        """``quotaflow.quota.excluded.principals`` of the broker config (the gateway's ``--config`` setting)."""
+        if self.broker_config is None:
+            return frozenset()
+        return brokerconfig.excluded_principals(self.broker_config)
+
     def quota_config(self, which: str | Path | None = None) -> QuotaConfig:
-        return load_config(which or self.store)
+        return load_config(which or self.store, self.excluded_principals())
 
     def validate(self) -> dict[str, list[Path]]:
         """Fail early with a clear message: missing events, store, broker config or comparison store."""

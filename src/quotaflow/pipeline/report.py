@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from quotaflow.core.errors import CommandError
+from quotaflow.core.precedence import is_prefix_tags
 from quotaflow.pipeline import charts
 
 QUOTA_TYPES = ("produce", "fetch", "request")
@@ -193,6 +194,8 @@ def top_entities(windows: pa.Table, n: int = TOP_ENTITIES, per_type: int = 2) ->
 
 
 def entity_label(key: dict[str, Any]) -> str:
+    if is_prefix_tags(key["tag_user"]):  # a client-id-prefix bucket (docs/quota-model.md)
+        return f"{key['quota_type']}  client-id-prefix={key['tag_client_id']}  @{key['broker']}"
     user = key["tag_user"] or "—"
     client = key["tag_client_id"] or "—"
     return f"{key['quota_type']}  user={user} client-id={client}  @{key['broker']}"

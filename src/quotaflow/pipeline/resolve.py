@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.keys import CONNECTION_CREATION_RATE, UNLIMITED
-from quotaflow.core.precedence import ClientKey, entity_bit, quota_limit, quota_tags
+from quotaflow.core.precedence import ClientIdPrefix, ClientKey, entity_bit, prefix_index, quota_limit, quota_tags
+from quotaflow.core.prefixes import PrefixIndex
 from quotaflow.core.sanitize import sanitize
 from quotaflow.engine.quota_type import NO_BYTE_TYPE, QuotaType
 from quotaflow.store.base import Snapshot
@@ -31,21 +32,25 @@ NO_TYPE: Final = NO_BYTE_TYPE  # rows no byte-rate manager records (follower fet
 
 @dataclass(frozen=True, slots=True)
 class TypeConfig:
-    """One quota manager's view: override map keyed like Kafka's and its ``quotaTypesEnabled`` mask."""
+    """One quota manager's view: override map keyed like Kafka's, its ``quotaTypesEnabled`` mask and the
+    client-id prefixes among the overrides."""
 
     overrides: dict[ClientKey, float] = field(default_factory=dict)
     mask: int = 0
+    prefixes: PrefixIndex = field(default_factory=PrefixIndex)
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaConfig:
-    """The client and IP quotas a backtest applies (static for the whole run)."""
+    """The client and IP quotas a backtest applies (static for the whole run), and the principals excluded from
+    client quotas (``quotaflow.quota.excluded.principals`` of the broker config, as the gateway reads it)."""
 
     types: dict[str, TypeConfig]
-    ip_rates: dict[str | None, int]  # ip -> connection_creation_rate; None is the default ip entity
+    ip_rates: dict[str | None, int]  # ip or CIDR range -> connection_creation_rate; None is the default ip entity
+    excluded: frozenset[str] = frozenset()
 
     @classmethod
-    def from_snapshot(cls, snapshot: Snapshot) -> QuotaConfig:
+    def from_snapshot(cls, snapshot: Snapshot, excluded: frozenset[str] = frozenset()) -> QuotaConfig:
         types: dict[str, TypeConfig] = {}
         for name in QUOTA_TYPES:
             key = TYPE_OF[name].key
@@ -54,30 +59,33 @@ class QuotaConfig:
             for entity, values in snapshot.entities.items():
                 if entity.is_ip() or key not in values:
                     continue
-                overrides[_client_key(entity)] = values[key]
-                mask |= int(entity_bit(entity.user, entity.client_id))
-            types[name] = TypeConfig(overrides, mask)
+                ckey = _client_key(entity)
+                overrides[ckey] = values[key]
+                mask |= int(entity_bit(*ckey))
+            types[name] = TypeConfig(overrides, mask, prefix_index(overrides))
         ip_rates: dict[str | None, int] = {}
         for entity, values in snapshot.entities.items():
             if entity.is_ip() and CONNECTION_CREATION_RATE in values:
                 ip = None if entity.ip is DEFAULT else str(entity.ip)
                 ip_rates[ip] = int(values[CONNECTION_CREATION_RATE])
-        return cls(types, ip_rates)
+        return cls(types, ip_rates, excluded)
 
 
 def _client_key(entity: QuotaEntity) -> ClientKey:
-    """Kafka keys user overrides by the sanitized user name; client-ids stay raw."""
+    """Kafka keys user overrides by the sanitized user name; client-ids stay raw; a prefix is its own kind."""
+    if isinstance(entity.client_id_prefix, str):
+        return (None, ClientIdPrefix(entity.client_id_prefix))
     user = entity.user
     return (sanitize(user) if isinstance(user, str) else user, entity.client_id)
 
 
-def load_config(store: str | Path) -> QuotaConfig:
+def load_config(store: str | Path, excluded: frozenset[str] = frozenset()) -> QuotaConfig:
     """The quota config in a store (a snapshot); a missing file is an error (a backtest never creates a store)."""
     from quotaflow.store import open_store
 
     st = open_store(store, create=False)
     try:
-        return QuotaConfig.from_snapshot(st.snapshot())
+        return QuotaConfig.from_snapshot(st.snapshot(), excluded)
     finally:
         st.close()
 
@@ -109,15 +117,16 @@ def resolve_clients(config: QuotaConfig, pairs: Iterable[tuple[str, str]]) -> pa
         cols["user"].append(user)
         cols["client_id"].append(client_id)
     su = [sanitize(u) for u, _ in distinct]
+    excluded = [u in config.excluded for u, _ in distinct]  # record nothing: never throttled (exempt)
     for t in QUOTA_TYPES:
         tc = config.types[t]
-        tags = [quota_tags(tc.overrides, tc.mask, s, c) for s, (_, c) in zip(su, distinct, strict=True)]
+        tags = [quota_tags(tc.overrides, tc.mask, s, c, tc.prefixes) for s, (_, c) in zip(su, distinct, strict=True)]
         ids = {tag: i for i, tag in enumerate(sorted(set(tags)))}
-        for tag in tags:
+        for tag, skip in zip(tags, excluded, strict=True):
             cols[f"{t}_tag_user"].append(tag[0])
             cols[f"{t}_tag_client_id"].append(tag[1])
             cols[f"{t}_limit"].append(quota_limit(tc.overrides, *tag))
-            cols[f"{t}_enabled"].append(tc.mask != 0)
+            cols[f"{t}_enabled"].append(tc.mask != 0 and not skip)
             cols[f"{t}_qid"].append(ids[tag])
     return pa.table(cols, schema=RESOLUTION_SCHEMA)
 

@@ -102,6 +102,12 @@ class ScramStore(Protocol):
 
     def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """One mechanism's credential (KIP-554 deletions); True when it existed."""
+        ...
+
+    def list_credentials(self) -> list[str]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class AclSnapshot:

@@ -56,6 +56,7 @@ from quotaflow.store.records import (
     credential_tombstones,
     quota_record,
     scram_record,
+    scram_tombstone,
 )
 from quotaflow.store.signing import RecordSigner
 
@@ -379,6 +380,13 @@ class KafkaStore:
 
     def put_scram_credential(self, credential: ScramCredential) -> None:
         self._append([scram_record(credential)])
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """One SCRAM mechanism's credential of ``user`` (KIP-554 deletions); True when it existed right before the
+        tombstone in the log."""
+        offsets = set(self._append([scram_tombstone(user, mechanism)]))
+        with self._cond:
+            return any(removed for at, removed in self._view.tombstones if at in offsets)
 
     def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         with self._cond:

@@ -102,6 +102,10 @@ def credential_tombstones(user: str) -> list[tuple[bytes, None]]:
     return [(_credential_key(user), None), *((_compact_json([SCRAM_KIND, user, m]), None) for m in sorted(HASHES))]
 
 
+def scram_tombstone(user: str, mechanism: str) -> tuple[bytes, None]:
+    return _compact_json([SCRAM_KIND, user, mechanism]), None
+
+
 def acl_record(binding: AclBinding, ts_ms: int | None) -> tuple[bytes, bytes | None]:
     """An ACL binding is its own key (so compaction keeps the last word on each binding); ``ts_ms`` None makes the
     tombstone that removes it."""

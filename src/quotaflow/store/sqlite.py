@@ -260,6 +260,12 @@ class SqliteStore:
                 (c.user, c.mechanism, c.salt, c.stored_key, c.server_key, c.iterations),
             )
 
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """One SCRAM mechanism's credential of ``user`` (KIP-554 deletions); True when it existed."""
+        with self._write() as db:
+            return bool(db.execute("DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?",
+                                   (user, mechanism)).rowcount)
+
     def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         with self._locked():
             row = self._db.execute(

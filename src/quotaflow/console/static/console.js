@@ -12,7 +12,7 @@ const qf = {
     return a >= 100 ? v.toFixed(0) : v.toPrecision(3).replace(/\.?0+$/, "");
   },
   entityText(e) {
-    const order = ["user", "client-id", "ip"];
+    const order = ["user", "client-id", "ip", "client-id-prefix"];
     return Object.keys(e).sort((a, b) => order.indexOf(a) - order.indexOf(b))
       .map(t => `${t}=${e[t] === null ? "<default>" : e[t]}`).join(", ");
   },

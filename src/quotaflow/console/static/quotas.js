@@ -133,7 +133,7 @@
   }
   // Pre-fill from the filter: describing user=alice then "Add" edits alice.
   const params = new URLSearchParams(location.search), pre = {};
-  for (const t of ["user", "client-id", "ip"]) {
+  for (const t of ["user", "client-id", "ip", "client-id-prefix"]) {
     const m = params.get(`${t}_match`);
     if (m === "exact" && params.get(t)) pre[t] = params.get(t); else if (m === "default") pre[t] = null;
   }

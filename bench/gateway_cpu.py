@@ -1,0 +1,500 @@
+"""CPU per request of the gateway against the broker behind it, HAProxy and the Python floor, in one run (issue 23).
+
+    .venv/bin/python bench/gateway_cpu.py [--quick] [--requests 4000] [--messages 40000] [--rounds 2] \
+        [--gateway-src DIR] [--out FILE]
+
+Paths, each a process of its own whose CPU time (user + system, all threads, from ``/proc/<pid>/task/*/schedstat``:
+utime + stime in ns) is read before and after every measured segment, next to the broker's:
+
+* ``broker``: the client straight to tansu;
+* ``gateway``: a ``quotaflow gateway`` process of this tree (PLAINTEXT and SSL listeners), with the usage event log
+  on, and a second one with it off; a producer quota is in force for the bench's client id (1 GB/s: metered on every
+  request, never throttling);
+* ``gateway@before``: the same from ``--gateway-src`` (e.g. ``git archive main src | tar -x -C /tmp/main`` then
+  ``--gateway-src /tmp/main/src``), so before/after come from one run on one machine state;
+* ``haproxy``: HAProxy (Debian's ``haproxy``, 2.6 on bookworm) in TCP mode, one thread, plaintext and TLS
+  (``bind ... ssl crt``) frontends: the L4 reference;
+* ``forwarder``: bench/l4_forwarder.py, an asyncio.Protocol on uvloop that cuts frames by their length and forwards
+  them: the Python floor.
+
+HAProxy and the forwarder do not rewrite Metadata, so each of their listeners fronts its own tansu advertising the
+proxy's port (otherwise clients would reach the broker directly after bootstrap). tansu cannot serve TLS; the
+upstream leg is plaintext everywhere. TLS is TLS 1.3 with a trustme certificate.
+
+Two loads, both with 1 KB values and acks=1:
+
+* one at a time: kafka-python, ``--requests`` single-message Produce requests, each awaited (``send().get()``,
+  linger 0, one in flight): CPU per request;
+* pipelined: confluent-kafka, ``--messages`` messages, max.in.flight 5 (librdkafka batches): CPU per message.
+
+Rounds alternate the order of the paths. Figures are medians over rounds; ratios are taken within the same
+segments (a path's CPU against its own broker's during that path's run). ``--quick`` runs 1000 requests /
+10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
+root (``make bench-setup`` does the same), else the run stops and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trustme
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
+
+from quotaflow.admin import Admin, Alteration
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.store import open_store
+from quotaflow.testing.gateway_process import GatewayProcess
+from quotaflow.testing.processes import stop_process
+from quotaflow.testing.tansu import Tansu
+
+CLIENT_ID = "bench-cpu"
+QUOTA_BYTES_S = 1e9  # producer_byte_rate in force for CLIENT_ID: metered, never throttling at these rates
+VALUE = b"v" * 1024
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Target:
+    """One way from the client to a broker: its bootstrap and the processes whose CPU is read."""
+
+    name: str
+    tls: bool
+    bootstrap: str
+    proxy_pid: int | None  # None: the broker direct
+    broker_pid: int
+    topic: str = ""
+
+
+@dataclass
+class Figures:
+    proxy_us: list[float] = field(default_factory=list)
+    broker_us: list[float] = field(default_factory=list)
+    per_s: list[float] = field(default_factory=list)
+
+
+class AdvertisedTansu(Tansu):
+    """tansu advertising another address than its listener (the proxy in front of it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.advertised = self.bootstrap
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        cmd[cmd.index("--advertised-listener-url") + 1] = f"tcp://{self.advertised}"
+        return cmd
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid`` (``/proc/<pid>/task/*/schedstat``: ns on CPU, user + system, the same
+    quantity as utime + stime without their 10 ms tick, which is too coarse for 40,000 messages at ~2 µs). Kernels
+    without schedstat (no CONFIG_SCHED_INFO): utime + stime from ``/proc/<pid>/stat``."""
+    if not Path(f"/proc/{pid}/schedstat").exists():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that just exited
+            continue
+    return total / 1e9
+
+
+def ensure_haproxy() -> str:
+    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
+    if found:
+        return found
+    if os.geteuid() != 0:
+        sys.exit("HAProxy is missing: run `sudo apt-get install -y haproxy` (or `make bench-setup`)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "install", "-y", "-qq", "haproxy"], check=True, env=env)
+    return shutil.which("haproxy") or "/usr/sbin/haproxy"
+
+
+def free_port() -> int:
+    from quotaflow.testing.tansu import free_port as free
+
+    return free()
+
+
+@contextmanager
+def haproxy(binary: str, work: Path, plain: AdvertisedTansu, tls: AdvertisedTansu, pem: Path) -> Iterator[int]:
+    """HAProxy in TCP mode, one thread: a plaintext frontend to ``plain`` and a TLS one to ``tls``; yields its PID."""
+    plain_port, tls_port = behind_proxy(plain, tls)
+    config = work / "haproxy.cfg"
+    config.write_text(f"""global
+    nbthread 1
+    maxconn 1000
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+frontend plain
+    bind 127.0.0.1:{plain_port}
+    default_backend plain
+frontend tls
+    bind 127.0.0.1:{tls_port} ssl crt {pem}
+    default_backend tls
+backend plain
+    server s1 {plain.bootstrap}
+backend tls
+    server s1 {tls.bootstrap}
+""")
+    proc = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=open(work / "haproxy.log", "wb"))  # noqa: SIM115
+    try:
+        wait_port(plain_port, proc)
+        wait_port(tls_port, proc)
+        yield proc.pid
+    finally:
+        stop_process(proc, 10)
+
+
+@contextmanager
+def forwarder(work: Path, plain: AdvertisedTansu, tls: AdvertisedTansu, pem: Path) -> Iterator[int]:
+    """bench/l4_forwarder.py in its own process (plaintext and TLS listeners); yields its PID."""
+    plain_port, tls_port = behind_proxy(plain, tls)
+    proc = subprocess.Popen([sys.executable, str(HERE / "l4_forwarder.py"), "--upstream", plain.bootstrap,
+                             "--upstream-tls", tls.bootstrap, "--cert", str(pem), "--port", str(plain_port),
+                             "--tls-port", str(tls_port)],
+                            stdout=subprocess.PIPE, stderr=open(work / "forwarder.log", "wb"))  # noqa: SIM115
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("forwarder ready"):
+            raise RuntimeError(f"forwarder did not start: {line!r} {(work / 'forwarder.log').read_text()}")
+        yield proc.pid
+    finally:
+        stop_process(proc, 10)
+
+
+def behind_proxy(*brokers: AdvertisedTansu) -> list[int]:
+    """Start each broker advertising a port of its own for the proxy in front of it, and return those ports.
+
+    The brokers bind first and the proxy's ports are picked distinct from theirs: a port picked (bound and released)
+    but not yet bound again is what the kernel hands out next, so a proxy started on port 0 before its broker
+    could take the very port the broker was given."""
+    taken = {b.port for b in brokers}
+    ports: list[int] = []
+    while len(ports) < len(brokers):
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            ports.append(port)
+    for broker, port in zip(brokers, ports, strict=True):
+        expected = broker.port
+        broker.advertised = f"127.0.0.1:{port}"
+        broker.start()
+        if broker.port != expected:
+            raise RuntimeError(f"tansu could not bind 127.0.0.1:{expected} (now on {broker.port}); run again")
+    return ports
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    import socket
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("HAProxy exited at start")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def gateway(tansu: Tansu, work: Path, name: str, pem: Path, *, event_log: bool, src: str | None) -> GatewayProcess:
+    """A ``quotaflow gateway`` process (PLAINTEXT + SSL listeners) from this tree or ``src``, quota in force."""
+    gw_dir = work / name
+    gw_dir.mkdir()
+    store = gw_dir / "quotas.db"
+    admin = Admin(open_store(store))
+    try:
+        assert admin.alter([Alteration.of(QuotaEntity(client_id=CLIENT_ID),
+                                          {"producer_byte_rate": QUOTA_BYTES_S})])[0].ok
+    finally:
+        admin.close()
+    props = gw_dir / "gateway.properties"
+    props.write_text(f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL\nssl.keystore.location={pem}\n")
+    extra = ("--listen", "SSL=127.0.0.1:0", "--config", str(props))
+    before = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        return GatewayProcess(tansu.bootstrap, store, gw_dir, event_log=gw_dir / "events" if event_log else None,
+                              extra_args=extra).start()
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def ssl_port(gw: GatewayProcess) -> int:
+    found = re.search(r"\bSSL=127\.0\.0\.1:(\d+)", gw.log_path.read_text())
+    assert found is not None, "the gateway printed no SSL listener"
+    return int(found.group(1))
+
+
+def client_tls(ca: Path) -> tuple[dict[str, object], dict[str, object]]:
+    """kafka-python and librdkafka settings for TLS to 127.0.0.1 with the bench's CA."""
+    return ({"security_protocol": "SSL", "ssl_cafile": str(ca)},
+            {"security.protocol": "ssl", "ssl.ca.location": str(ca)})
+
+
+def create_topic(target: Target, ca: Path) -> None:
+    config: dict[str, object] = {"bootstrap.servers": target.bootstrap}
+    if target.tls:
+        config.update(client_tls(ca)[1])
+    target.topic = f"cpu-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(config)  # kept alive until the result is in
+    admin.create_topics([NewTopic(target.topic, 1, 1)])[target.topic].result(30)
+
+
+Measure = Callable[[Callable[[], object], int], None]
+"""``measure(run, count)``: run the measured part of a load, ``count`` units of work."""
+
+
+def one_at_a_time(target: Target, ca: Path, n: int, measure: Measure) -> None:
+    """``n`` awaited single-message Produce requests, after a warm-up."""
+    config: dict[str, object] = {"bootstrap_servers": target.bootstrap, "client_id": CLIENT_ID, "acks": 1,
+                                 "linger_ms": 0, "max_in_flight_requests_per_connection": 1}
+    if target.tls:
+        config.update(client_tls(ca)[0])
+    producer = KafkaProducer(**config)
+    try:
+        for _ in range(50):
+            producer.send(target.topic, VALUE).get(timeout=30)
+        measure(lambda: [producer.send(target.topic, VALUE).get(timeout=30) for _ in range(n)], n)
+    finally:
+        producer.close(timeout=10)
+
+
+def pipelined(target: Target, ca: Path, n: int, measure: Measure) -> None:
+    """``n`` messages through librdkafka with 5 requests in flight."""
+    config: dict[str, object] = {"bootstrap.servers": target.bootstrap, "client.id": CLIENT_ID, "acks": 1,
+                                 "max.in.flight": 5, "enable.idempotence": False}
+    if target.tls:
+        config.update(client_tls(ca)[1])
+    producer = Producer(config)
+    producer.produce(target.topic, VALUE)
+    producer.flush(30)
+
+    def run() -> None:
+        for _ in range(n):
+            while True:
+                try:
+                    producer.produce(target.topic, VALUE)
+                    break
+                except BufferError:
+                    producer.poll(0.001)
+            producer.poll(0)
+        if producer.flush(120):
+            raise RuntimeError("messages left unsent")
+
+    measure(run, n)
+
+
+Load = Callable[[Target, Path, int, Measure], None]
+
+
+def sample(target: Target, load: Load, ca: Path, n: int) -> tuple[float, float, float]:
+    """(proxy CPU µs, broker CPU µs) per unit and units per second of one segment."""
+    pids = [p for p in (target.proxy_pid, target.broker_pid) if p is not None]
+    cpu: dict[int, float] = {}
+    done: list[tuple[int, float]] = []
+
+    def measure(run: Callable[[], object], count: int) -> None:
+        before = {pid: cpu_seconds(pid) for pid in pids}
+        start = time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - start
+        cpu.update({pid: cpu_seconds(pid) - before[pid] for pid in pids})
+        done.append((count, elapsed))
+
+    load(target, ca, n, measure)
+    count, elapsed = done[0]
+    proxy = cpu[target.proxy_pid] / count * 1e6 if target.proxy_pid is not None else float("nan")
+    return proxy, cpu[target.broker_pid] / count * 1e6, count / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=4000, help="one-at-a-time Produce requests per segment")
+    ap.add_argument("--messages", type=int, default=40_000, help="pipelined messages per segment")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="1000 requests, 10,000 messages, one round")
+    ap.add_argument("--gateway-src", default=None, help="also run the gateway from this source tree (before)")
+    ap.add_argument("--only", default=None, help="comma-separated path names to run (default: all)")
+    ap.add_argument("--out", type=Path, default=None, help="write the markdown report here too")
+    args = ap.parse_args()
+    if args.quick:
+        args.requests, args.messages, args.rounds = 1000, 10_000, 1
+    binary = ensure_haproxy()
+    load_before = os.getloadavg()
+    started = time.time()
+
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quotaflow-cpu-")))
+        ca = trustme.CA()
+        pem, ca_path = work / "server.pem", work / "ca.pem"
+        ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(pem))
+        ca.cert_pem.write_to_path(str(ca_path))
+        broker = stack.enter_context(Tansu())
+        assert broker.pid is not None
+        targets = [Target("broker", False, broker.bootstrap, None, broker.pid)]
+        trees: list[tuple[str, str | None]] = [("gateway", None)]
+        if args.gateway_src:
+            trees.append(("gateway@before", args.gateway_src))
+        for tree, src in trees:
+            for event_log in (True, False):
+                name = tree if event_log else f"{tree} log off"
+                gw = gateway(broker, work, name.replace(" ", "-").replace("@", "-"), pem, event_log=event_log,
+                             src=src)
+                stack.callback(gw.stop, 30)
+                assert gw.pid is not None
+                targets.append(Target(name, False, gw.bootstrap, gw.pid, broker.pid))
+                targets.append(Target(name, True, f"127.0.0.1:{ssl_port(gw)}", gw.pid, broker.pid))
+        hp, hp_tls = AdvertisedTansu(), AdvertisedTansu()  # started by haproxy() (behind_proxy)
+        stack.callback(hp.close)
+        stack.callback(hp_tls.close)
+        hp_pid = stack.enter_context(haproxy(binary, work, hp, hp_tls, pem))
+        assert hp.pid is not None and hp_tls.pid is not None
+        targets.append(Target("haproxy", False, hp.advertised, hp_pid, hp.pid))
+        targets.append(Target("haproxy", True, hp_tls.advertised, hp_pid, hp_tls.pid))
+        fw, fw_tls = AdvertisedTansu(), AdvertisedTansu()
+        stack.callback(fw.close)
+        stack.callback(fw_tls.close)
+        fw_pid = stack.enter_context(forwarder(work, fw, fw_tls, pem))
+        assert fw.pid is not None and fw_tls.pid is not None
+        targets.append(Target("forwarder", False, fw.advertised, fw_pid, fw.pid))
+        targets.append(Target("forwarder", True, fw_tls.advertised, fw_pid, fw_tls.pid))
+        if args.only:
+            wanted = set(args.only.split(","))
+            targets = [t for t in targets if t.name in wanted]
+
+        for t in targets:
+            print(f"creating a topic through {t.name} ({'TLS' if t.tls else 'plain'})", flush=True)
+            try:
+                create_topic(t, ca_path)
+            except Exception as e:
+                logs = "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-2000:]}" for p in work.glob("*.log"))
+                raise RuntimeError(f"no topic through {t.name} at {t.bootstrap}: {e!r}{logs}") from e
+        loads: dict[str, tuple[Load, int]] = {"one at a time": (one_at_a_time, args.requests),
+                                              "pipelined": (pipelined, args.messages)}
+        results: dict[tuple[str, str, bool], Figures] = {}
+        for r in range(args.rounds):
+            for load, (fn, n) in loads.items():
+                for t in targets if r % 2 == 0 else reversed(targets):
+                    proxy, brok, rate = sample(t, fn, ca_path, n)
+                    fig = results.setdefault((load, t.name, t.tls), Figures())
+                    fig.proxy_us.append(proxy)
+                    fig.broker_us.append(brok)
+                    fig.per_s.append(rate)
+                    print(f"round {r + 1} {load:13} {t.name:22} {'TLS' if t.tls else 'plain':5} proxy "
+                          f"{proxy:7.1f} µs broker {brok:7.1f} µs {rate:9.0f}/s", flush=True)
+
+    report = render(args, results, targets, load_before, os.getloadavg(), time.time() - started)
+    print(report)
+    if args.out is not None:
+        args.out.write_text(report)
+
+
+def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figures], targets: list[Target],
+           load_before: tuple[float, float, float], load_after: tuple[float, float, float], seconds: float) -> str:
+    med = statistics.median
+
+    def get(load: str, name: str, tls: bool = False) -> Figures | None:
+        return results.get((load, name, tls))
+
+    command = "PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_cpu.py" + (" --quick" if args.quick else (
+        f" --requests {args.requests} --messages {args.messages} --rounds {args.rounds}"))
+    if args.gateway_src:
+        command += f" --gateway-src {args.gateway_src}"
+    if args.only:
+        command += f" --only {args.only}"
+    lines = [
+        f"`{command}`",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs; load average (1 min) "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {seconds:.0f} s. Python {platform.python_version()}, "
+        f"OpenSSL {ssl.OPENSSL_VERSION.split()[1]}, {haproxy_version()}. Medians over {args.rounds} round(s). "
+        f"One at a time: {args.requests} kafka-python requests (µs per request); pipelined: {args.messages} "
+        "confluent-kafka messages, 5 in flight (µs per message).",
+        "",
+        "| load | path | TLS | proxy CPU µs | broker CPU µs | proxy / its broker | per s |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for load in ("one at a time", "pipelined"):
+        for t in targets:
+            fig = get(load, t.name, t.tls)
+            if fig is None:
+                continue
+            proxy, brok = med(fig.proxy_us), med(fig.broker_us)
+            ratio = "" if t.proxy_pid is None else f"{proxy / brok:.2f}x"
+            shown = "-" if t.proxy_pid is None else f"{proxy:.1f}"
+            lines.append(f"| {load} | {t.name} | {'yes' if t.tls else 'no'} | {shown} | {brok:.1f} | {ratio} | "
+                         f"{med(fig.per_s):,.0f} |")
+    lines += ["", "Ratios (issue 23's targets in brackets):", ""]
+
+    def ratio(a: Figures | None, b: Figures | None, *, b_broker: bool = False) -> str:
+        if a is None or b is None:
+            return "n/a"
+        denominator = med(b.broker_us) if b_broker else med(b.proxy_us)
+        return f"**{med(a.proxy_us) / denominator:.2f}x**"
+
+    one, pipe = "one at a time", "pipelined"
+    for tree in [t for t in ("gateway", "gateway@before") if get(one, t) is not None]:
+        g = get(one, tree)
+        lines += [
+            f"* {tree}, one at a time: gateway / broker {ratio(g, g, b_broker=True)} [<= 0.8x]; gateway / HAProxy "
+            f"{ratio(g, get(one, 'haproxy'))} [<= 2.0x]; gateway / Python floor {ratio(g, get(one, 'forwarder'))}; "
+            f"TLS / plaintext {ratio(get(one, tree, True), g)} [<= 1.3x]; event log off / on "
+            f"{ratio(get(one, tree + ' log off'), g)}.",
+            f"* {tree}, pipelined: gateway / broker {ratio(get(pipe, tree), get(pipe, tree), b_broker=True)} "
+            f"[<= 0.5x]; gateway / HAProxy {ratio(get(pipe, tree), get(pipe, 'haproxy'))}; TLS / plaintext "
+            f"{ratio(get(pipe, tree, True), get(pipe, tree))}; event log off / on "
+            f"{ratio(get(pipe, tree + ' log off'), get(pipe, tree))}.",
+        ]
+    if get(one, "gateway@before") is not None and get(one, "gateway") is not None:
+        lines.append(f"* this tree / before, gateway CPU per request: one at a time "
+                     f"{ratio(get(one, 'gateway'), get(one, 'gateway@before'))}, pipelined "
+                     f"{ratio(get(pipe, 'gateway'), get(pipe, 'gateway@before'))}.")
+    lines.append(f"* HAProxy / Python floor, one at a time: {ratio(get(one, 'haproxy'), get(one, 'forwarder'))}.")
+    return "\n".join(lines) + "\n"
+
+
+def haproxy_version() -> str:
+    try:
+        out = subprocess.run([ensure_haproxy(), "-v"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return "HAProxy ?"
+    found = re.search(r"version (\S+)", out)
+    return f"HAProxy {found.group(1) if found else '?'}"
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the ExitStack: every child stopped by PID
+    main()
