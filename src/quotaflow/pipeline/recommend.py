@@ -39,7 +39,7 @@ from quotaflow.admin.local import DescribedEntity
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from quotaflow.core.precedence import entity_bit
+from quotaflow.core.precedence import entity_bit, prefix_index
 from quotaflow.core.sanitize import sanitize
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
 from quotaflow.events import API_FETCH, API_PRODUCE, REQUEST_DECISION_FIELDS, REQUESTS_DIR
@@ -155,8 +155,8 @@ def proposal_config(config: QuotaConfig, ents: Entities) -> QuotaConfig:
             user, client = wire.get("user"), wire.get("client-id")
             overrides[(None if user is None else sanitize(user), client)] = placeholder(e)
             mask |= int(entity_bit(user, client))
-        types[t] = TypeConfig(overrides, mask)
-    return QuotaConfig(types, config.ip_rates)
+        types[t] = TypeConfig(overrides, mask, prefix_index(overrides))
+    return QuotaConfig(types, config.ip_rates, config.excluded)
 
 
 class Plan:
@@ -284,7 +284,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
 
             spark = get_session("local", master)
     snapshot = _snapshot(spec.store)
-    config = QuotaConfig.from_snapshot(snapshot)
+    config = QuotaConfig.from_snapshot(snapshot, spec.job().excluded_principals())
     windows = spec.job().windows()
     if spec.out.exists():
         shutil.rmtree(spec.out)
@@ -299,7 +299,9 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
         raise CommandError(f"no valid request events under {spec.events / REQUESTS_DIR} to recommend from")
     brokers = sorted({b for b, _, _ in found.found})
     res_a = resolve_clients(config, [(u, c) for _, u, c in found.found])
-    ents = entities_of(res_a, spec.level, found.used)
+    # principals excluded from client quotas (quotaflow.quota.excluded.principals) are recorded by no manager
+    used = {p: k for p, k in found.used.items() if p[0] not in config.excluded}
+    ents = entities_of(res_a, spec.level, used)
     res_b = resolve_clients(proposal_config(config, ents), [(u, c) for _, u, c in found.found])
     entity_group = np.where(ents.of_pair >= 0, ents.of_pair, len(ents.wire) + np.arange(res_a.num_rows))
     component = components(res_a, *(res_b.column(f"{t}_qid").to_pylist() for t in QUOTA_TYPES),
