@@ -123,7 +123,11 @@ def test_proposal_applied_and_replayed_throttles_as_its_backtest_predicted(spark
     from quotaflow.store import open_store
 
     out = tmp_path / "rec"
-    run(RecommendSpec(traffic, quota_store, out, level, AdvisorSettings(90.0, 1.0, 1.0)), spark=spark)
+    props = tmp_path / "broker.properties"  # one heavy tenant excluded from client quotas, as the gateway can
+    props.write_text("quota.window.num=5\nquotaflow.quota.excluded.principals=User:tenant-0001\n")
+    run(RecommendSpec(traffic, quota_store, out, level, AdvisorSettings(90.0, 1.0, 1.0), props), spark=spark)
+    names = [v for e in json.loads((out / "proposal.json").read_text()) for v in e["entity"].values()]
+    assert names and not any(n.startswith("tenant-0001") for n in names)  # excluded: recorded by no manager
     applied = tmp_path / "applied.db"
     shutil.copy(quota_store, applied)
     admin = Admin(open_store(applied))
@@ -136,7 +140,7 @@ def test_proposal_applied_and_replayed_throttles_as_its_backtest_predicted(spark
     window_keys = ["broker", "quota_type", "tag_user", "tag_client_id", "window_start_ms"]
     for store, prefix, windows in ((applied, PROPOSED_PREFIX, PROPOSED_WINDOWS), (quota_store, "", "windows")):
         rp = tmp_path / f"replay-{prefix or 'store'}"
-        replay.run(job.JobSpec(traffic, store, rp))
+        replay.run(job.JobSpec(traffic, store, rp, broker_config=props))
         want = _sorted(pq.read_table(rp / "decisions"), ["broker", "seq"])
         assert decided.num_rows == want.num_rows
         for c in cols:
