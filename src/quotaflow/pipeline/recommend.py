@@ -311,7 +311,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
                      "_component": pa.array(component, pa.int64())})  # fmt: skip
     sink = TableSink(spark, SINK_SCHEMAS)
     plan = Plan(res_a, res_b, ents, brokers, found.first_ms // 1000, found.last_ms // 1000, windows, spec.advisor,
-                sink)  # fmt: skip
+                sink, spec.advisor.headroom)  # fmt: skip
     code = F.create_map(*[x for i, b in enumerate(brokers) for x in (F.lit(b), F.lit(i))])[F.col("broker")]
     df = req.good.join(F.broadcast(spark.createDataFrame(keys)), ["user", "client_id"], "inner")
     df = df.withColumn("_broker", code)
