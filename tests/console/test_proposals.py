@@ -91,3 +91,25 @@ def test_read_only_console_offers_the_command_instead(store: SqliteStore, tmp_pa
         assert "client-quotas --alter --from-file" in c.get("/backtests/rec").text
         r = c.post("/api/proposals/rec", json={"entries": None}, auth=ADMIN)
         assert r.status_code == 403
+
+
+def test_apply_in_a_browser(store: SqliteStore, tmp_path: Path) -> None:
+    """The page's own script: untick one entity, apply, see the result and the store changed."""
+    from quotaflow.testing.asgi import serve
+
+    from .browser import browser, screenshot
+
+    write_recommend(tmp_path / "bt" / "rec")
+    app = create_app(store, ConsoleConfig(backtests=tmp_path / "bt", admins=frozenset({"admin"})))
+    with serve(app) as url, browser(ADMIN) as context:
+        page = context.new_page()
+        page.goto(f"{url}/login?next=/backtests/rec")
+        page.wait_for_selector("#proposal-rows")
+        page.locator("input.proposal-pick[value='2']").uncheck()  # carol's value is refused by Kafka: leave it out
+        page.click("#proposal-apply")
+        page.wait_for_selector("#proposal-result.ok")
+        assert "Applied: 2 entities" in page.inner_text("#proposal-result")
+        screenshot(page, tmp_path, "proposal")
+    assert store.get(QuotaEntity(user="bob")) == {"producer_byte_rate": 800000.0}
+    assert store.get(QuotaEntity(user="alice"))["request_percentage"] == 12.5
+    assert store.get(QuotaEntity(user="carol")) == {}
