@@ -9,7 +9,7 @@ resolved per row in Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -131,9 +131,11 @@ def resolve_clients(config: QuotaConfig, pairs: Iterable[tuple[str, str]]) -> pa
     return pa.table(cols, schema=RESOLUTION_SCHEMA)
 
 
-def components(res: pa.Table) -> list[int]:
+def components(res: pa.Table, *more: Sequence[int]) -> list[int]:
     """Per resolution row, the id of its connected component: pairs sharing any quota-id (of any type) belong
-    together, so partitioning rows by (broker, component) keeps every quota-id of every type in one partition."""
+    together, so partitioning rows by (broker, component) keeps every quota-id of every type in one partition.
+    Each of ``more`` is one more grouping of the rows (a group id per row: another config's quota-ids, an
+    entity) whose groups are kept together too."""
     parent = list(range(res.num_rows))
 
     def find(i: int) -> int:
@@ -142,9 +144,10 @@ def components(res: pa.Table) -> list[int]:
             i = parent[i]
         return i
 
-    for t in QUOTA_TYPES:
+    groupings = [res.column(f"{t}_qid").to_pylist() for t in QUOTA_TYPES] + [list(m) for m in more]
+    for ids in groupings:
         first: dict[int, int] = {}
-        for row, qid in enumerate(res.column(f"{t}_qid").to_pylist()):
+        for row, qid in enumerate(ids):
             other = first.setdefault(qid, row)
             a, b = find(row), find(other)
             if a != b:
