@@ -18,11 +18,15 @@ from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
 from quotaflow.events import read_dataset
 
 KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+KEY_TYPE = {"producer_byte_rate": "produce", "consumer_byte_rate": "fetch", "request_percentage": "request"}
+Buckets = dict[str, dict[tuple[str, str], str]]  # quota type -> (user, client_id) -> the prefix whose bucket holds it
 
 
-def expected(events: Path, level: str, percentile: float, headroom: float,
-             min_rate: float) -> dict[Any, dict[str, float]]:  # fmt: skip
-    """The definition, written out directly: per entity, zero-filled (broker, second) cells, np.percentile."""
+def expected(events: Path, level: str, percentile: float, headroom: float, min_rate: float,
+             buckets: Buckets | None = None) -> dict[Any, dict[str, float]]:  # fmt: skip
+    """The definition, written out directly: per entity, zero-filled (broker, second) cells, np.percentile.
+    ``client-id-prefix``: the entity of a row, per key, is the prefix whose bucket holds its client (``buckets``);
+    a bucket's cells are the union of its clients' usage."""
     t = read_dataset(events, "requests")
     assert t is not None
     api = t["api_key"].to_numpy()
@@ -41,22 +45,28 @@ def expected(events: Path, level: str, percentile: float, headroom: float,
     seconds = last - first + 1
     users, cids = t["user"].to_pylist(), t["client_id"].to_pylist()
     brokers = np.array(t["broker"].to_pylist(), dtype=object)
-    if level == "user":
-        names = [(u,) for u in users]
-    elif level == "client-id":
-        names = [(c,) for c in cids]
-    else:
-        names = list(zip(users, cids, strict=True))
-    ids = {n: i for i, n in enumerate(sorted(set(names)))}
-    name_ids = np.array([ids[n] for n in names])
+    names_of: dict[str, list[tuple[str, ...]]] = {}
+    for key in KEYS:
+        if level == "user":
+            names_of[key] = [(u,) for u in users]
+        elif level == "client-id":
+            names_of[key] = [(c,) for c in cids]
+        elif level == "user,client-id":
+            names_of[key] = list(zip(users, cids, strict=True))
+        else:
+            assert buckets is not None
+            held = buckets[KEY_TYPE[key]]
+            names_of[key] = [(held.get((u, c), ""),) for u, c in zip(users, cids, strict=True)]
+    every = sorted({n for names in names_of.values() for n in names})
+    ids = {n: i for i, n in enumerate(every)}
+    name_ids = {key: np.array([ids[n] for n in names]) for key, names in names_of.items()}
     out: dict[Any, dict[str, float]] = {}
-    for name in sorted(set(names)):
+    for name in every:
         if not all(name):
-            continue  # Kafka refuses empty names
-        mine = name_ids == ids[name]
+            continue  # Kafka refuses empty names (and "": no prefix bucket holds the client)
         vals: dict[str, float] = {}
         for key in KEYS:
-            rows = mine & recorded[key]
+            rows = (name_ids[key] == ids[name]) & recorded[key]
             used = sorted(set(brokers[rows]))  # the brokers where this key's manager recorded the entity
             if not used:
                 continue  # never used the key: no value
@@ -80,7 +90,7 @@ def proposal_by_name(out: Path, level: str) -> dict[Any, dict[str, float]]:
     for entry in doc:
         e = entry["entity"]
         name = (e["user"],) if level == "user" else (e["client-id"],) if level == "client-id" else (
-            e["user"], e["client-id"])
+            (e["client-id-prefix"],) if level == "client-id-prefix" else (e["user"], e["client-id"]))
         found[name] = entry["values"]
     return found
 
@@ -110,30 +120,111 @@ def _sorted(table: pa.Table, keys: list[str]) -> pa.Table:
     return table.sort_by([(k, "ascending") for k in keys])
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("level", ["user", "client-id"])
-def test_proposal_applied_and_replayed_throttles_as_its_backtest_predicted(spark: Any, traffic: Path,
-                                                                          quota_store: Path, tmp_path: Path,
-                                                                          level: str) -> None:
+def _apply(store: Path, out: Path, tmp_path: Path) -> Path:
+    """A copy of ``store`` with ``out``'s proposal applied as `client-quotas --alter --from-file` applies it."""
     from quotaflow.admin import Admin
     from quotaflow.admin.batch import alterations_from_json
-    from quotaflow.pipeline import job, replay
-    from quotaflow.pipeline.advisor import AdvisorSettings
-    from quotaflow.pipeline.recommend import PROPOSED_PREFIX, PROPOSED_WINDOWS, RecommendSpec, run
     from quotaflow.store import open_store
 
-    out = tmp_path / "rec"
-    props = tmp_path / "broker.properties"  # one heavy tenant excluded from client quotas, as the gateway can
-    props.write_text("quota.window.num=5\nquotaflow.quota.excluded.principals=User:tenant-0001\n")
-    run(RecommendSpec(traffic, quota_store, out, level, AdvisorSettings(90.0, 1.0, 1.0), props), spark=spark)
-    names = [v for e in json.loads((out / "proposal.json").read_text()) for v in e["entity"].values()]
-    assert names and not any(n.startswith("tenant-0001") for n in names)  # excluded: recorded by no manager
     applied = tmp_path / "applied.db"
-    shutil.copy(quota_store, applied)
+    shutil.copy(store, applied)
     admin = Admin(open_store(applied))
     results = admin.alter(alterations_from_json(json.loads((out / "proposal.json").read_text())))
     admin.close()
     assert results and all(r.ok for r in results)
+    return applied
+
+
+def _buckets(store: Path, events: Path, excluded: frozenset[str] = frozenset()) -> Buckets:
+    """Which prefix bucket holds each client of the trace, per quota type, under ``store``'s quotas: the
+    backtest's and replay's resolution (the quota model's precedence), not a second one."""
+    from quotaflow.core.precedence import PREFIX_TAG_USER
+    from quotaflow.pipeline.resolve import QUOTA_TYPES, load_config, resolve_clients
+
+    t = read_dataset(events, "requests")
+    assert t is not None
+    pairs = set(zip(t["user"].to_pylist(), t["client_id"].to_pylist(), strict=True))
+    res = resolve_clients(load_config(store, excluded), pairs).to_pylist()
+    return {q: {(r["user"], r["client_id"]): r[f"{q}_tag_client_id"] for r in res
+                if r[f"{q}_tag_user"] == PREFIX_TAG_USER and r["user"] not in excluded}
+            for q in QUOTA_TYPES}  # fmt: skip
+
+
+PREFIXES = ("tenant-001", "ANONYMOUS-", "nobody-")
+"""``--prefixes`` beside the prefix store's two: the generated clients are ``<user>-app-<n>``."""
+
+
+@pytest.fixture(scope="module")
+def prefix_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two client-id-prefix entities (a longer inside a shorter), an exact client-id that takes one client out of
+    a bucket for two types, a user quota that takes a tenant out of every bucket, the default client-id below."""
+    from quotaflow.core.entities import DEFAULT, QuotaEntity
+    from quotaflow.store import open_store
+
+    path = tmp_path_factory.mktemp("prefix") / "quotas.db"
+    st = open_store(path)
+    st.alter([
+        (QuotaEntity(client_id_prefix="tenant-000"), {"request_percentage": 0.5}),
+        (QuotaEntity(client_id_prefix="tenant-0001-"), {"producer_byte_rate": 5_000.0}),
+        (QuotaEntity(client_id="tenant-0004-app-1"), {"producer_byte_rate": 1e6, "request_percentage": 5.0}),
+        (QuotaEntity(user="tenant-0002"), {k: 1e6 for k in KEYS}),
+        (QuotaEntity(client_id=DEFAULT), {"request_percentage": 0.2}),
+    ])  # fmt: skip
+    st.close()
+    return path
+
+
+@pytest.mark.spark
+def test_prefix_values_equal_numpy_of_the_definition(spark: Any, traffic: Path, prefix_store: Path,
+                                                     tmp_path: Path) -> None:  # fmt: skip
+    from quotaflow.pipeline.advisor import AdvisorSettings
+    from quotaflow.pipeline.recommend import RecommendSpec, run
+
+    out = tmp_path / "rec"
+    run(RecommendSpec(traffic, prefix_store, out, "client-id-prefix", AdvisorSettings(95.0, 1.5, 1.0),
+                      prefixes=PREFIXES), spark=spark)  # fmt: skip
+    buckets = _buckets(_apply(prefix_store, out, tmp_path), traffic)
+    # the model's precedence, as the buckets show it: the longest prefix wins; an exact client-id entity takes
+    # its client out for the types it holds, not the others; a user quota takes the tenant out of every bucket
+    assert buckets["produce"][("tenant-0001", "tenant-0001-app-0")] == "tenant-0001-"
+    assert buckets["request"][("tenant-0001", "tenant-0001-app-0")] == "tenant-0001-"
+    assert ("tenant-0004", "tenant-0004-app-1") not in buckets["produce"]
+    assert ("tenant-0004", "tenant-0004-app-1") not in buckets["request"]
+    assert buckets["fetch"][("tenant-0004", "tenant-0004-app-1")] == "tenant-000"
+    assert not any(u == "tenant-0002" for q in buckets.values() for u, _ in q)
+    want = expected(traffic, "client-id-prefix", 95.0, 1.5, 1.0, buckets)
+    got = proposal_by_name(out, "client-id-prefix")
+    assert set(want) == {("tenant-000",), ("tenant-0001-",), ("tenant-001",), ("ANONYMOUS-",)}  # nobody-: no client
+    assert all(set(v) == set(KEYS) for v in want.values())
+    assert got == want  # exact: the same float arithmetic as np.percentile
+    usage = pq.read_table(out / "usage")
+    assert set(usage["entity_client_id_prefix"].to_pylist()) == {n for (n,) in want}
+    row = usage.filter(pc.and_(pc.equal(usage["entity_client_id_prefix"], "tenant-000"),
+                               pc.equal(usage["key"], "request_percentage"))).to_pylist()  # fmt: skip
+    assert row[0]["current_value"] == 0.5
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("level", ["user", "client-id", "client-id-prefix"])
+def test_proposal_applied_and_replayed_throttles_as_its_backtest_predicted(spark: Any, traffic: Path,
+                                                                          quota_store: Path, prefix_store: Path,
+                                                                          tmp_path: Path, level: str) -> None:
+    from quotaflow.pipeline import job, replay
+    from quotaflow.pipeline.advisor import AdvisorSettings
+    from quotaflow.pipeline.recommend import PROPOSED_PREFIX, PROPOSED_WINDOWS, RecommendSpec, run
+
+    out = tmp_path / "rec"
+    props = tmp_path / "broker.properties"  # one heavy tenant excluded from client quotas, as the gateway can
+    props.write_text("quota.window.num=5\nquotaflow.quota.excluded.principals=User:tenant-0001\n")
+    at_prefix = level == "client-id-prefix"
+    if at_prefix:  # the store's own client-id-prefix entities, and more from --prefixes
+        quota_store = prefix_store
+    run(RecommendSpec(traffic, quota_store, out, level, AdvisorSettings(90.0, 1.0, 1.0), props,
+                      PREFIXES if at_prefix else ()), spark=spark)  # fmt: skip
+    names = [v for e in json.loads((out / "proposal.json").read_text()) for v in e["entity"].values()]
+    # excluded: recorded by no manager (a prefix bucket of only its clients, tenant-0001-, gets no value)
+    assert names and not any(n.startswith("tenant-0001") for n in names)
+    applied = _apply(quota_store, out, tmp_path)
 
     decided = _sorted(pq.read_table(out / "decisions"), ["broker", "seq"])
     cols = ["throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request", "throttle_ms"]
@@ -147,21 +238,34 @@ def test_proposal_applied_and_replayed_throttles_as_its_backtest_predicted(spark
             assert decided[prefix + c].equals(want[c]), (prefix, c)
         assert _sorted(pq.read_table(out / windows), window_keys).equals(
             _sorted(pq.read_table(rp / "windows"), window_keys))
-    # the proposal (p90, no headroom) throttles: the comparison is not between two empty sets
-    assert pc.sum(pc.greater(decided[PROPOSED_PREFIX + "throttle_ms"], 0)).as_py() > 100
+    # the proposal (p90, no headroom) throttles: the comparison is not between two empty sets (a few prefix
+    # buckets throttle fewer requests than a hundred per-tenant quotas, but some, in the buckets themselves)
+    assert pc.sum(pc.greater(decided[PROPOSED_PREFIX + "throttle_ms"], 0)).as_py() > (20 if at_prefix else 100)
     outcome = pq.read_table(out / "outcome")
+    assert pc.sum(outcome["throttled_requests_after"]).as_py() > 0
+    owned = None
+    if at_prefix:  # a client counts under the prefix whose bucket holds it (for any type)
+        buckets = _buckets(applied, traffic, frozenset({"tenant-0001"}))
+        owned = {pair for q in buckets.values() for pair in q}
+        assert {p for q in buckets.values() for p in q.values()} == set(names)
     assert pc.sum(outcome["throttled_requests_after"]).as_py() == pc.sum(
-        pc.greater(decided[PROPOSED_PREFIX + "throttle_ms"], 0)).as_py() - _unowned_throttled(traffic, decided, level)
+        pc.greater(decided[PROPOSED_PREFIX + "throttle_ms"], 0)).as_py() - _unowned_throttled(traffic, decided, level,
+                                                                                              owned)  # fmt: skip
 
 
-def _unowned_throttled(events: Path, decided: pa.Table, level: str) -> int:
-    """Throttled requests (after) of clients without an entity of their own (an empty name)."""
+def _unowned_throttled(events: Path, decided: pa.Table, level: str,
+                       owned: set[tuple[str, str]] | None = None) -> int:  # fmt: skip
+    """Throttled requests (after) of clients without an entity of their own (an empty name; at the prefix level,
+    a client no bucket holds)."""
     t = read_dataset(events, "requests")
     assert t is not None
     t = _sorted(t.select(["broker", "seq", "user", "client_id"]), ["broker", "seq"])
+    hit = pc.greater(decided["proposed_throttle_ms"], 0).to_numpy(zero_copy_only=False)
+    if owned is not None:
+        pairs = zip(t["user"].to_pylist(), t["client_id"].to_pylist(), strict=True)
+        return int(sum(h and p not in owned for h, p in zip(hit.tolist(), pairs, strict=True)))
     name = t["user"] if level == "user" else t["client_id"]
-    hit = pc.greater(decided["proposed_throttle_ms"], 0)
-    return int(pc.sum(pc.and_(hit, pc.equal(name, ""))).as_py() or 0)
+    return int(np.sum(hit & pc.equal(name, "").to_numpy(zero_copy_only=False)))
 
 
 @pytest.mark.spark

@@ -29,6 +29,8 @@ from quotaflow.pipeline.advisor import (
               help="Output directory (replaced): proposal.json, usage/, outcome/ and the backtest's layout.")
 @click.option("--entity-type", "level", type=click.Choice(LEVELS), default="user", show_default=True,
               help="The entities to propose quotas for.")
+@click.option("--prefixes", default="", metavar="P1,P2",
+              help="client-id-prefix: prefixes to propose for, beside the store's client-id-prefix entities.")
 @click.option("--keys", default=",".join(ADVISOR_KEYS), show_default=True, help="Quota keys to propose.")
 @click.option("--percentile", type=float, default=DEFAULT_PERCENTILE, show_default=True,
               help="Percentile (linear interpolation) of the per-(broker, second) usage cells.")
@@ -39,14 +41,15 @@ from quotaflow.pipeline.advisor import (
 @click.option("--broker-config", "broker_config", type=click.Path(path_type=Path, dir_okay=False),
               help="server.properties-style file: quota.window.num / quota.window.size.seconds.")
 @click.option("--master", default=None, help="Spark master URL (default local[*]).")
-def recommend(events: Path, store: str, out: Path, level: str, keys: str, percentile: float, headroom: float,
-              min_rate: float, broker_config: Path | None, master: str | None) -> None:  # fmt: skip
+def recommend(events: Path, store: str, out: Path, level: str, prefixes: str, keys: str, percentile: float,
+              headroom: float, min_rate: float, broker_config: Path | None, master: str | None) -> None:  # fmt: skip
     """Propose quotas per entity from observed usage (P-th percentile × headroom) and backtest the proposal
     against the store's quotas on the same events. Apply with `client-quotas --alter --from-file`."""
     from quotaflow.pipeline import recommend as job
 
     settings = AdvisorSettings(percentile, headroom, min_rate, tuple(k for k in keys.split(",") if k))
-    spec = job.RecommendSpec(events, store, out, level, settings, broker_config)
+    spec = job.RecommendSpec(events, store, out, level, settings, broker_config,
+                             tuple(p for p in prefixes.split(",") if p))  # fmt: skip
     console = Console(stderr=True)
     try:
         spec.validate()  # a clear error before Spark starts

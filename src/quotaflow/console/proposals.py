@@ -32,11 +32,11 @@ def alterations(b: Backtest) -> list[Alteration]:
     return alterations_from_json(json.loads((b.path / PROPOSAL_FILE).read_text(encoding="utf-8")), PROPOSAL_FILE)
 
 
-def _outcomes(b: Backtest) -> dict[tuple[str | None, str | None], dict[str, Any]]:
+def _outcomes(b: Backtest) -> dict[tuple[str | None, str | None, str | None], dict[str, Any]]:
     if not b.has(OUTCOME_DIR):
         return {}
     rows = ds.dataset(b.path / OUTCOME_DIR, format="parquet").to_table().to_pylist()
-    return {(r["entity_user"], r["entity_client_id"]): r for r in rows}
+    return {(r["entity_user"], r["entity_client_id"], r.get("entity_client_id_prefix")): r for r in rows}
 
 
 def proposal(b: Backtest, backend: AdminBackend) -> dict[str, Any] | None:
@@ -48,7 +48,7 @@ def proposal(b: Backtest, backend: AdminBackend) -> dict[str, Any] | None:
     entries: list[dict[str, Any]] = []
     for i, a in enumerate(alterations(b)):
         now = current_values(backend, a.entity)
-        out = outcomes.get((a.entity.get("user"), a.entity.get("client-id")), {})
+        out = outcomes.get((a.entity.get("user"), a.entity.get("client-id"), a.entity.get("client-id-prefix")), {})
         entries.append({
             "index": i, "entity": dict(a.entity),
             "values": [{"key": op.key, "current": now.get(op.key or ""), "proposed": op.value} for op in a.ops],

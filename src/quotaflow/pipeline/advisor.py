@@ -1,7 +1,8 @@
 """The quota advisor's definition: observed usage per entity as Kafka meters it, and the value it recommends.
 
-For an entity at the chosen level (``user``, ``client-id`` or ``user,client-id``) and a quota key, a **cell** is one
-(broker, epoch second): what that broker's quota manager would record for the entity in that second.
+For an entity at the chosen level (``user``, ``client-id``, ``user,client-id`` or ``client-id-prefix``) and a quota
+key, a **cell** is one (broker, epoch second): what that broker's quota manager would record for the entity in that
+second.
 
 * ``producer_byte_rate``: ``request_bytes`` of Produce requests (acks=0 included: the byte quota records them);
 * ``consumer_byte_rate``: ``response_bytes`` of consumer Fetch requests (follower fetches are not recorded);
@@ -39,7 +40,8 @@ from quotaflow.pipeline.decide import F64, I64, RequestRows, exempt_from_request
 ADVISOR_KEYS: Final = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
 KEY_TYPE: Final = {PRODUCER_BYTE_RATE: "produce", CONSUMER_BYTE_RATE: "fetch", REQUEST_PERCENTAGE: "request"}
 """Each key's quota manager (the backtest's quota type)."""
-LEVELS: Final = ("user", "client-id", "user,client-id")
+PREFIX_LEVEL: Final = "client-id-prefix"
+LEVELS: Final = ("user", "client-id", "user,client-id", PREFIX_LEVEL)
 DEFAULT_PERCENTILE: Final = 99.0
 DEFAULT_HEADROOM: Final = 1.2
 DEFAULT_MIN_RATE: Final = 1.0
@@ -166,11 +168,17 @@ def percentile_zero_filled(group: I64, values: F64, total: I64, q: float) -> F64
 
 @dataclass(frozen=True, slots=True)
 class UsageInputs:
-    """What the usage of one set of rows needs beyond the rows: each row's entity (-1: none), the trace's seconds."""
+    """What the usage of one set of rows needs beyond the rows: each row's entity (-1: none), the trace's seconds.
+    ``by_type``: each row's entity per quota type where it depends on the type (a ``client-id-prefix`` bucket:
+    which clients share it is resolved per quota manager); else ``entity`` for every key."""
 
     entity: I64
     first_second: int
     last_second: int
+    by_type: Mapping[str, I64] | None = None
+
+    def of_key(self, key: str) -> I64:
+        return self.entity if self.by_type is None else self.by_type[KEY_TYPE[key]]
 
     @property
     def seconds(self) -> int:
@@ -180,24 +188,36 @@ class UsageInputs:
 def usage_table(rows: RequestRows, m: Metered, u: UsageInputs, settings: AdvisorSettings) -> pa.Table:
     """One row per (entity present in ``rows``, key it used): the distribution of its cells and the recommended
     value. ``rows`` must hold every row of each of its entities (all brokers). One sort of the rows by
-    (entity, broker, second) gives every key's cells."""
-    recorded = np.zeros(len(u.entity), dtype=bool)
+    (entity, broker, second) gives the cells of every key that shares the rows' entities."""
+    groups: dict[int, tuple[I64, list[str]]] = {}
     for key in settings.keys:
+        entity = u.of_key(key)
+        groups.setdefault(id(entity), (entity, []))[1].append(key)
+    parts = [_usage_of(rows, m, entity, keys, u.seconds, u.first_second, settings)
+             for entity, keys in groups.values()]  # fmt: skip
+    parts = [p for p in parts if p.num_rows]
+    return pa.concat_tables(parts) if parts else USAGE_SCHEMA.empty_table()
+
+
+def _usage_of(rows: RequestRows, m: Metered, entity: I64, keys: list[str], seconds: int, first_second: int,
+              settings: AdvisorSettings) -> pa.Table:  # fmt: skip
+    """:func:`usage_table` for the ``keys`` whose cells belong to the rows' ``entity``."""
+    recorded = np.zeros(len(entity), dtype=bool)
+    for key in keys:
         recorded |= m.records[key]
-    take = np.flatnonzero((u.entity >= 0) & recorded)
+    take = np.flatnonzero((entity >= 0) & recorded)
     if not len(take):
         return USAGE_SCHEMA.empty_table()
-    seconds = u.seconds
-    ent = u.entity[take]
+    ent = entity[take]
     width = int(ent.max()) + 1  # entity ids are dense
     n_brokers = int(rows.broker[take].max()) + 1
-    cell_key = (ent * n_brokers + rows.broker[take]) * seconds + (rows.ts_ms[take] // 1000 - u.first_second)
+    cell_key = (ent * n_brokers + rows.broker[take]) * seconds + (rows.ts_ms[take] // 1000 - first_second)
     order = np.argsort(cell_key, kind="stable")
     sorted_key = cell_key[order]
     starts = np.flatnonzero(np.diff(sorted_key, prepend=-1) != 0)
     cell_eb = sorted_key[starts] // seconds  # entity * n_brokers + broker of each cell
     parts = []
-    for key in settings.keys:
+    for key in keys:
         hits = np.add.reduceat(m.records[key][take][order].astype(np.int64), starts)
         used = np.unique(cell_eb[hits > 0])  # the (entity, broker) where this key's manager recorded
         brokers_used = np.bincount(used // n_brokers, minlength=width)
@@ -276,7 +296,8 @@ def outcome_table(rows: RequestRows, m: Metered, entity: I64, applied: Sequence[
 
 
 def entity_wire(level: str, user: str, client_id: str) -> dict[str, str | None]:
-    """The entity a (user, client_id) pair belongs to at ``level``, in ``client-quotas --output json`` form."""
+    """The entity a (user, client_id) pair belongs to at ``level``, in ``client-quotas --output json`` form
+    (not ``client-id-prefix``: which prefix bucket holds a client is the quota model's resolution, per type)."""
     if level == "user":
         return {"user": user}
     if level == "client-id":

@@ -39,8 +39,7 @@ from quotaflow.admin.local import DescribedEntity
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from quotaflow.core.precedence import entity_bit, prefix_index
-from quotaflow.core.sanitize import sanitize
+from quotaflow.core.precedence import PREFIX_TAG_USER, ClientIdPrefix, entity_bit, prefix_index
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
 from quotaflow.events import API_FETCH, API_PRODUCE, REQUEST_DECISION_FIELDS, REQUESTS_DIR
 from quotaflow.pipeline import job
@@ -48,6 +47,7 @@ from quotaflow.pipeline.advisor import (
     KEY_TYPE,
     LEVELS,
     OUTCOME_SCHEMA,
+    PREFIX_LEVEL,
     USAGE_SCHEMA,
     AdvisorSettings,
     UsageInputs,
@@ -60,7 +60,14 @@ from quotaflow.pipeline.advisor import (
 from quotaflow.pipeline.backtest import LOOP_COLUMNS, OUT_BATCH_ROWS, TableSink, read_input, send_tables
 from quotaflow.pipeline.compare import compare_summary, compare_windows
 from quotaflow.pipeline.decide import ManagerView, RequestRows, WindowSettings, decide_rows, time_order
-from quotaflow.pipeline.resolve import QUOTA_TYPES, QuotaConfig, TypeConfig, components, resolve_clients
+from quotaflow.pipeline.resolve import (
+    QUOTA_TYPES,
+    QuotaConfig,
+    TypeConfig,
+    client_key,
+    components,
+    resolve_clients,
+)
 from quotaflow.pipeline.windows import ENTITY_SCHEMA, WINDOW_SCHEMA, entity_table, window_table
 from quotaflow.store.base import Snapshot
 
@@ -71,7 +78,10 @@ OUTCOME: Final = "outcome"
 PROPOSED_WINDOWS: Final = "proposed_windows"
 PROPOSED_PREFIX: Final = "proposed_"
 PROPOSED_FIELDS: Final = tuple(f.with_name(PROPOSED_PREFIX + f.name) for f in REQUEST_DECISION_FIELDS)
-ENTITY_COLUMNS: Final = (pa.field("entity_user", pa.string()), pa.field("entity_client_id", pa.string()))
+ENTITY_COLUMNS: Final = (pa.field("entity_user", pa.string()), pa.field("entity_client_id", pa.string()),
+                         pa.field("entity_client_id_prefix", pa.string()))  # fmt: skip
+ENTITY_PARTS: Final = ("user", "client-id", "client-id-prefix")
+"""The wire types of :data:`ENTITY_COLUMNS`, in order."""
 USAGE_OUT_SCHEMA: Final = pa.schema(
     [*ENTITY_COLUMNS, *(f for f in USAGE_SCHEMA if f.name != "entity"),
      pa.field("current_value", pa.float64()), pa.field("current_limit", pa.float64())]
@@ -91,6 +101,8 @@ class RecommendSpec:
     level: str = "user"
     advisor: AdvisorSettings = field(default_factory=AdvisorSettings)
     broker_config: Path | None = None
+    prefixes: tuple[str, ...] = ()
+    """``--prefixes``: client-id prefixes to propose for (``client-id-prefix`` level), beside the store's."""
 
     def job(self) -> job.JobSpec:
         return job.JobSpec(self.events, self.store, self.out, self.broker_config)
@@ -98,6 +110,10 @@ class RecommendSpec:
     def validate(self) -> None:
         if self.level not in LEVELS:
             raise CommandError(f"--entity-type takes {', '.join(LEVELS)}; got {self.level!r}")
+        if self.prefixes and self.level != PREFIX_LEVEL:
+            raise CommandError(f"--prefixes is for --entity-type {PREFIX_LEVEL}, not {self.level}")
+        if any(not p for p in self.prefixes):
+            raise CommandError("--prefixes: a client-id prefix cannot be empty")
         self.advisor.validate()
         self.job().validate()
 
@@ -115,11 +131,17 @@ def _snapshot(store: str | Path) -> Snapshot:
 @dataclass(frozen=True, slots=True)
 class Entities:
     """The entities at the chosen level: each resolution row's entity (-1: none), each entity's wire form and the
-    keys it used (some request of its clients that key's manager records)."""
+    keys it used (some request of its clients that key's manager records). ``by_type``: where a row's entity
+    depends on the quota type (``client-id-prefix``), its entity per type; ``of_pair`` is then the first of them
+    (the entity its outcome is counted under)."""
 
     of_pair: np.ndarray
     wire: list[dict[str, str | None]]
     keys: list[frozenset[str]]
+    by_type: dict[str, np.ndarray] | None = None
+
+    def of_type(self, t: str) -> np.ndarray:
+        return self.of_pair if self.by_type is None else self.by_type[t]
 
 
 def entities_of(res: pa.Table, level: str, used: Mapping[tuple[str, str], frozenset[str]]) -> Entities:
@@ -137,6 +159,47 @@ def entities_of(res: pa.Table, level: str, used: Mapping[tuple[str, str], frozen
     return Entities(of_pair, [dict(e) for e in distinct], [frozenset(keys[e]) for e in distinct])
 
 
+def store_prefixes(config: QuotaConfig) -> set[str]:
+    """The client-id prefixes of the store's ``client-id-prefix`` entities (any key)."""
+    return {k[1].prefix for tc in config.types.values() for k in tc.overrides if isinstance(k[1], ClientIdPrefix)}
+
+
+def prefix_entities(config: QuotaConfig, res_a: pa.Table, used: Mapping[tuple[str, str], frozenset[str]],
+                    prefixes: set[str], keys: tuple[str, ...]) -> tuple[Entities, pa.Table]:  # fmt: skip
+    """``client-id-prefix`` entities and the proposal config's resolution (``res_b``).
+
+    A prefix's bucket for a quota type is every client the model resolves to it (``quota_tags``, the engine's and
+    the backtest's code) in the proposal config: an exact client-id entity, a longer prefix or a user level takes
+    the client out, per type. Which clients that is depends on which prefixes hold which keys, and a prefix gets
+    a key only if some client of its bucket used it; so keys whose bucket is empty (every client taken by a more
+    specific entity) are dropped and the config resolved again, until none is (keys only go, so this ends)."""
+    pairs = list(zip(res_a.column("user").to_pylist(), res_a.column("client_id").to_pylist(), strict=True))
+    names = sorted(prefixes)
+    held = [{k for k in keys if any(k in used.get(pair, ()) and pair[1].startswith(p) for pair in pairs)}
+            for p in names]  # fmt: skip
+    while True:
+        names, held = [p for p, h in zip(names, held, strict=True) if h], [h for h in held if h]
+        index = {p: i for i, p in enumerate(names)}
+        wire: list[dict[str, str | None]] = [{PREFIX_LEVEL: p} for p in names]
+        ents = Entities(np.full(len(pairs), -1, dtype=np.int64), wire, [frozenset(h) for h in held])
+        res_b = resolve_clients(proposal_config(config, ents), pairs)
+        by_type: dict[str, np.ndarray] = {}
+        for t in QUOTA_TYPES:
+            tags = zip(res_b.column(f"{t}_tag_user").to_pylist(), res_b.column(f"{t}_tag_client_id").to_pylist(),
+                       strict=True)  # fmt: skip
+            by_type[t] = np.array([index.get(c, -1) if u == PREFIX_TAG_USER and pair in used else -1
+                                   for (u, c), pair in zip(tags, pairs, strict=True)], dtype=np.int64)  # fmt: skip
+        found = [{k for k in held[e] if any(k in used[pairs[i]] for i in np.flatnonzero(by_type[KEY_TYPE[k]] == e))}
+                 for e in range(len(names))]  # fmt: skip
+        if found == held:
+            break
+        held = found
+    first = np.full(len(pairs), -1, dtype=np.int64)
+    for t in QUOTA_TYPES:
+        first = np.where(first >= 0, first, by_type[t])
+    return Entities(first, wire, ents.keys, by_type), res_b
+
+
 def placeholder(entity: int) -> float:
     """The proposal config's value for an entity's key until the value is known: negative, naming the entity."""
     return -float(entity + 1)
@@ -152,9 +215,9 @@ def proposal_config(config: QuotaConfig, ents: Entities) -> QuotaConfig:
         for e, wire in enumerate(ents.wire):
             if key not in ents.keys[e]:
                 continue
-            user, client = wire.get("user"), wire.get("client-id")
-            overrides[(None if user is None else sanitize(user), client)] = placeholder(e)
-            mask |= int(entity_bit(user, client))
+            ckey = client_key(QuotaEntity.from_wire(wire))
+            overrides[ckey] = placeholder(e)
+            mask |= int(entity_bit(*ckey))
         types[t] = TypeConfig(overrides, mask, prefix_index(overrides))
     return QuotaConfig(types, config.ip_rates, config.excluded)
 
@@ -169,6 +232,7 @@ class Plan:
         self.res_a, self.res_b = res_a, res_b
         self.views_a = {t: ManagerView.of_resolution(res_a, t) for t in QUOTA_TYPES}
         self.entity = ents.of_pair
+        self.by_type = ents.by_type
         self.entities = len(ents.wire)
         self.brokers = pa.array(brokers, pa.string())
         self.first_second, self.last_second = first_second, last_second
@@ -200,7 +264,8 @@ class Plan:
             rows, pair = rows.take(order), pair[order]
         m = metered(rows)
         entity = self.entity[pair]
-        usage = usage_table(rows, m, UsageInputs(entity, self.first_second, self.last_second), self.advisor)
+        by_type = None if self.by_type is None else {t: e[pair] for t, e in self.by_type.items()}
+        usage = usage_table(rows, m, UsageInputs(entity, self.first_second, self.last_second, by_type), self.advisor)
         res_b = self.proposed(usage)
         views_b = {t: ManagerView.of_resolution(res_b, t) for t in QUOTA_TYPES}
         before = decide_rows(rows, pair, self.views_a, self.windows, windows=True)
@@ -301,8 +366,12 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
     res_a = resolve_clients(config, [(u, c) for _, u, c in found.found])
     # principals excluded from client quotas (quotaflow.quota.excluded.principals) are recorded by no manager
     used = {p: k for p, k in found.used.items() if p[0] not in config.excluded}
-    ents = entities_of(res_a, spec.level, used)
-    res_b = resolve_clients(proposal_config(config, ents), [(u, c) for _, u, c in found.found])
+    if spec.level == PREFIX_LEVEL:
+        ents, res_b = prefix_entities(config, res_a, used, store_prefixes(config) | set(spec.prefixes),
+                                      spec.advisor.keys)  # fmt: skip
+    else:
+        ents = entities_of(res_a, spec.level, used)
+        res_b = resolve_clients(proposal_config(config, ents), [(u, c) for _, u, c in found.found])
     entity_group = np.where(ents.of_pair >= 0, ents.of_pair, len(ents.wire) + np.arange(res_a.num_rows))
     component = components(res_a, *(res_b.column(f"{t}_qid").to_pylist() for t in QUOTA_TYPES),
                            entity_group.tolist())  # fmt: skip
@@ -340,6 +409,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
         (spec.out / PROPOSAL).write_text(json.dumps(proposal, indent=2) + "\n", encoding="utf-8")
     summary.counts.update(windows=win_a.num_rows, entities=len(ents.wire), proposed=len(proposal))
     summary.extra.update(advisor={"entity_type": spec.level, "keys": list(spec.advisor.keys),
+                                  "prefixes": [w[PREFIX_LEVEL] for w in ents.wire if PREFIX_LEVEL in w],
                                   "percentile": spec.advisor.percentile, "headroom": spec.advisor.headroom,
                                   "min_rate": spec.advisor.min_rate, "first_second": found.first_ms // 1000,
                                   "last_second": found.last_ms // 1000})  # fmt: skip
@@ -349,9 +419,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
 
 def _entity_columns(entity: pa.Array | pa.ChunkedArray, ents: Entities) -> list[pa.Array]:
     idx = np.asarray(pc.fill_null(entity, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    users = pa.array([w.get("user") for w in ents.wire], pa.string())
-    cids = pa.array([w.get("client-id") for w in ents.wire], pa.string())
-    return [users.take(pa.array(idx)), cids.take(pa.array(idx))]
+    return [pa.array([w.get(part) for w in ents.wire], pa.string()).take(pa.array(idx)) for part in ENTITY_PARTS]
 
 
 def name_usage(usage: pa.Table, ents: Entities, res_a: pa.Table, snapshot: Snapshot) -> pa.Table:
@@ -364,7 +432,7 @@ def name_usage(usage: pa.Table, ents: Entities, res_a: pa.Table, snapshot: Snaps
     limits: dict[tuple[int, str], float | None] = {}
     for t in QUOTA_TYPES:
         lim = res_a.column(f"{t}_limit").to_pylist()
-        for pair, e in enumerate(ents.of_pair.tolist()):
+        for pair, e in enumerate(ents.of_type(t).tolist()):
             if e >= 0 and lim[pair] is not None:
                 prev = limits.get((e, t))
                 limits[(e, t)] = lim[pair] if prev is None else min(prev, lim[pair])
@@ -386,12 +454,13 @@ def name_outcome(outcome: pa.Table, ents: Entities) -> pa.Table:
 
 def proposal_json(usage: pa.Table) -> list[dict[str, object]]:
     """``client-quotas --describe --output json``'s shape: one entry per entity, its recommended values."""
-    values: dict[tuple[str | None, str | None], dict[str, float]] = {}
-    for r in usage.select(["entity_user", "entity_client_id", "key", "recommended"]).to_pylist():
-        values.setdefault((r["entity_user"], r["entity_client_id"]), {})[r["key"]] = r["recommended"]
+    values: dict[tuple[str | None, ...], dict[str, float]] = {}
+    columns = [f.name for f in ENTITY_COLUMNS]
+    for r in usage.select([*columns, "key", "recommended"]).to_pylist():
+        values.setdefault(tuple(r[c] for c in columns), {})[r["key"]] = r["recommended"]
     found = []
-    for (user, client), vals in sorted(values.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
-        wire = {k: v for k, v in (("user", user), ("client-id", client)) if v is not None}
+    for names, vals in sorted(values.items(), key=lambda kv: tuple(n or "" for n in kv[0])):
+        wire = {k: v for k, v in zip(ENTITY_PARTS, names, strict=True) if v is not None}
         found.append(DescribedEntity(QuotaEntity.from_wire(wire), vals))
     return describe_to_json(found)
 

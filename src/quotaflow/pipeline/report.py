@@ -292,7 +292,9 @@ CHART_PANELS = 12
 
 def _entity_name(r: dict[str, Any]) -> str:
     parts = [f"user={r['entity_user']}" if r.get("entity_user") is not None else "",
-             f"client-id={r['entity_client_id']}" if r.get("entity_client_id") is not None else ""]  # fmt: skip
+             f"client-id={r['entity_client_id']}" if r.get("entity_client_id") is not None else "",
+             f"client-id-prefix={r['entity_client_id_prefix']}" if r.get("entity_client_id_prefix") is not None
+             else ""]  # fmt: skip
     return ", ".join(p for p in parts if p)
 
 

@@ -59,7 +59,7 @@ class QuotaConfig:
             for entity, values in snapshot.entities.items():
                 if entity.is_ip() or key not in values:
                     continue
-                ckey = _client_key(entity)
+                ckey = client_key(entity)
                 overrides[ckey] = values[key]
                 mask |= int(entity_bit(*ckey))
             types[name] = TypeConfig(overrides, mask, prefix_index(overrides))
@@ -71,7 +71,7 @@ class QuotaConfig:
         return cls(types, ip_rates, excluded)
 
 
-def _client_key(entity: QuotaEntity) -> ClientKey:
+def client_key(entity: QuotaEntity) -> ClientKey:
     """Kafka keys user overrides by the sanitized user name; client-ids stay raw; a prefix is its own kind."""
     if isinstance(entity.client_id_prefix, str):
         return (None, ClientIdPrefix(entity.client_id_prefix))
