@@ -26,15 +26,20 @@ PROPOSAL = [
 ]
 
 
-def write_recommend(root: Path) -> Path:
+OUTCOMES = [({"entity_user": "alice"}, 40.0, 0.0), ({"entity_user": "bob"}, 0.0, 12.5),
+            ({"entity_user": "carol"}, 1.0, 1.0)]  # fmt: skip
+NAMES = {"entity_user": None, "entity_client_id": None, "entity_client_id_prefix": None}
+
+
+def write_recommend(root: Path, proposal: list[dict[str, object]] = PROPOSAL,
+                    outcomes: list[tuple[dict[str, str], float, float]] = OUTCOMES) -> Path:  # fmt: skip
     write_backtest(root)
-    (root / "proposal.json").write_text(json.dumps(PROPOSAL))
-    rows = [("alice", 40.0, 0.0), ("bob", 0.0, 12.5), ("carol", 1.0, 1.0)]
+    (root / "proposal.json").write_text(json.dumps(proposal))
     cols = {f.name: [] for f in OUTCOME_OUT_SCHEMA}
-    for user, before, after in rows:
+    for names, before, after in outcomes:
         for f in OUTCOME_OUT_SCHEMA:
-            cols[f.name].append({"entity_user": user, "entity_client_id": None, "throttle_s_before": before,
-                                 "throttle_s_after": after, "throttle_s_delta": after - before}.get(
+            cols[f.name].append({**NAMES, **names, "throttle_s_before": before, "throttle_s_after": after,
+                                 "throttle_s_delta": after - before}.get(
                 f.name, 0 if pa.types.is_integer(f.type) else 0.0))  # fmt: skip
     (root / "outcome").mkdir()
     pq.write_table(pa.table(cols, schema=OUTCOME_OUT_SCHEMA), root / "outcome" / "part-0.parquet")
@@ -59,6 +64,18 @@ def test_the_proposal_is_shown_beside_the_current_quotas(app: TestClient, store:
     assert first["values"][0] == {"key": "producer_byte_rate", "current": current, "proposed": 2500000.0}
     page = app.get("/backtests/rec").text
     assert 'id="proposal-rows"' in page and "proposal.js" in page and "Apply selected" in page
+
+
+def test_each_prefix_entity_has_its_own_outcome(store: SqliteStore, tmp_path: Path) -> None:
+    """A client-id-prefix proposal: entities with neither user nor client-id, told apart by their prefix."""
+    proposal = [{"entity": {"client-id-prefix": p}, "values": {"producer_byte_rate": v}}
+                for p, v in (("etl-", 1000.0), ("batch-", 2000.0))]  # fmt: skip
+    outcomes = [({"entity_client_id_prefix": "etl-"}, 3.0, 0.0), ({"entity_client_id_prefix": "batch-"}, 0.0, 1.5)]
+    write_recommend(tmp_path / "bt" / "rec", proposal, outcomes)
+    with TestClient(create_app(store, ConsoleConfig(backtests=tmp_path / "bt"))) as c:
+        doc = c.get("/api/backtests/rec").json()["proposal"]
+    got = {e["entity"]["client-id-prefix"]: e["outcome"]["throttle_s_after"] for e in doc["entries"]}
+    assert got == {"etl-": 0.0, "batch-": 1.5}
 
 
 def test_apply_part_of_the_proposal(app: TestClient, store: SqliteStore) -> None:

@@ -202,6 +202,26 @@ def test_prefix_values_equal_numpy_of_the_definition(spark: Any, traffic: Path, 
     row = usage.filter(pc.and_(pc.equal(usage["entity_client_id_prefix"], "tenant-000"),
                                pc.equal(usage["key"], "request_percentage"))).to_pylist()  # fmt: skip
     assert row[0]["current_value"] == 0.5
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    report = CliRunner().invoke(cli, ["report", "--in", str(out), "--out", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output
+    assert "client-id-prefix=tenant-001" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_prefixes_only_at_the_prefix_level(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    base = ["recommend", "--events", str(tmp_path), "--store", str(tmp_path / "q.db"), "--out", str(tmp_path / "o")]
+    bad = CliRunner().invoke(cli, [*base, "--entity-type", "user", "--prefixes", "etl-"])
+    assert bad.exit_code != 0 and "--prefixes is for --entity-type client-id-prefix, not user" in bad.output
+    # at its own level the option is taken (what fails next is the missing events, before Spark starts)
+    other = CliRunner().invoke(cli, [*base, "--entity-type", "client-id-prefix", "--prefixes", "etl-,batch-"])
+    assert other.exit_code != 0 and "--prefixes" not in other.output, other.output
 
 
 @pytest.mark.spark
