@@ -150,15 +150,16 @@ def _buckets(store: Path, events: Path, excluded: frozenset[str] = frozenset()) 
             for q in QUOTA_TYPES}  # fmt: skip
 
 
-PREFIXES = ("tenant-001", "ANONYMOUS-", "nobody-", "tenant-0002-")
-"""``--prefixes`` beside the prefix store's two: the generated clients are ``<user>-app-<n>``. Nobody's id starts
+PREFIXES = ("ANONYMOUS-", "nobody-", "tenant-0002-")
+"""``--prefixes`` beside the prefix store's three: the generated clients are ``<user>-app-<n>``. Nobody's id starts
 with ``nobody-``; tenant-0002's clients match ``tenant-0002-`` but its user quota holds them for every key."""
 
 
 @pytest.fixture(scope="module")
 def prefix_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two client-id-prefix entities (a longer inside a shorter), an exact client-id that takes one client out of
-    a bucket for two types, a user quota that takes a tenant out of every bucket, the default client-id below."""
+    """Three client-id-prefix entities (a longer inside a shorter, one holding none of the advisor's keys), an
+    exact client-id that takes one client out of a bucket for two types, a user quota that takes a tenant out of
+    every bucket, the default client-id below."""
     from quotaflow.core.entities import DEFAULT, QuotaEntity
     from quotaflow.store import open_store
 
@@ -167,6 +168,7 @@ def prefix_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     st.alter([
         (QuotaEntity(client_id_prefix="tenant-000"), {"request_percentage": 0.5}),
         (QuotaEntity(client_id_prefix="tenant-0001-"), {"producer_byte_rate": 5_000.0}),
+        (QuotaEntity(client_id_prefix="tenant-001"), {"controller_mutation_rate": 10.0}),  # no key the advisor sets
         (QuotaEntity(client_id="tenant-0004-app-1"), {"producer_byte_rate": 1e6, "request_percentage": 5.0}),
         (QuotaEntity(user="tenant-0002"), {k: 1e6 for k in KEYS}),
         (QuotaEntity(client_id=DEFAULT), {"request_percentage": 0.2}),

@@ -39,7 +39,8 @@ from quotaflow.admin.local import DescribedEntity
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from quotaflow.core.precedence import PREFIX_TAG_USER, ClientIdPrefix, entity_bit, prefix_index
+from quotaflow.core.precedence import PREFIX_TAG_USER, entity_bit, prefix_index
+from quotaflow.core.prefixes import PrefixIndex
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
 from quotaflow.events import API_FETCH, API_PRODUCE, REQUEST_DECISION_FIELDS, REQUESTS_DIR
 from quotaflow.pipeline import job
@@ -159,9 +160,9 @@ def entities_of(res: pa.Table, level: str, used: Mapping[tuple[str, str], frozen
     return Entities(of_pair, [dict(e) for e in distinct], [frozenset(keys[e]) for e in distinct])
 
 
-def store_prefixes(config: QuotaConfig) -> set[str]:
-    """The client-id prefixes of the store's ``client-id-prefix`` entities (any key)."""
-    return {k[1].prefix for tc in config.types.values() for k in tc.overrides if isinstance(k[1], ClientIdPrefix)}
+def store_prefixes(snapshot: Snapshot) -> set[str]:
+    """The client-id prefixes of the store's ``client-id-prefix`` entities (whatever keys they hold)."""
+    return {e.client_id_prefix for e in snapshot.entities if isinstance(e.client_id_prefix, str)}
 
 
 def prefix_entities(config: QuotaConfig, res_a: pa.Table, used: Mapping[tuple[str, str], frozenset[str]],
@@ -175,8 +176,12 @@ def prefix_entities(config: QuotaConfig, res_a: pa.Table, used: Mapping[tuple[st
     specific entity) are dropped and the config resolved again, until none is (keys only go, so this ends)."""
     pairs = list(zip(res_a.column("user").to_pylist(), res_a.column("client_id").to_pylist(), strict=True))
     names = sorted(prefixes)
-    held = [{k for k in keys if any(k in used.get(pair, ()) and pair[1].startswith(p) for pair in pairs)}
-            for p in names]  # fmt: skip
+    starting: dict[str, set[str]] = {p: set() for p in names}  # keys used by clients whose id starts with p
+    lookup = PrefixIndex(names)
+    for pair in pairs:
+        for p in lookup.matches(pair[1]):
+            starting[p].update(k for k in used.get(pair, ()) if k in keys)
+    held = [starting[p] for p in names]
     while True:
         names, held = [p for p, h in zip(names, held, strict=True) if h], [h for h in held if h]
         index = {p: i for i, p in enumerate(names)}
@@ -189,8 +194,10 @@ def prefix_entities(config: QuotaConfig, res_a: pa.Table, used: Mapping[tuple[st
                        strict=True)  # fmt: skip
             by_type[t] = np.array([index.get(c, -1) if u == PREFIX_TAG_USER and pair in used else -1
                                    for (u, c), pair in zip(tags, pairs, strict=True)], dtype=np.int64)  # fmt: skip
-        found = [{k for k in held[e] if any(k in used[pairs[i]] for i in np.flatnonzero(by_type[KEY_TYPE[k]] == e))}
-                 for e in range(len(names))]  # fmt: skip
+        found: list[set[str]] = [set() for _ in names]  # the keys some client of the prefix's bucket used
+        for t, of_pair in by_type.items():
+            for i in np.flatnonzero(of_pair >= 0).tolist():
+                found[of_pair[i]].update(k for k in used[pairs[i]] if KEY_TYPE[k] == t and k in held[of_pair[i]])
         if found == held:
             break
         held = found
@@ -367,7 +374,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
     # principals excluded from client quotas (quotaflow.quota.excluded.principals) are recorded by no manager
     used = {p: k for p, k in found.used.items() if p[0] not in config.excluded}
     if spec.level == PREFIX_LEVEL:
-        ents, res_b = prefix_entities(config, res_a, used, store_prefixes(config) | set(spec.prefixes),
+        ents, res_b = prefix_entities(config, res_a, used, store_prefixes(snapshot) | set(spec.prefixes),
                                       spec.advisor.keys)  # fmt: skip
     else:
         ents = entities_of(res_a, spec.level, used)
