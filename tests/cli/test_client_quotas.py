@@ -191,3 +191,43 @@ def test_bootstrap_server_uses_the_wire_backend(store: str, monkeypatch: pytest.
                                       "1.2.3.4"])
     assert result.stdout == "Quota configs for ip '1.2.3.4' are connection_creation_rate=100.0\n"
     assert seen == [("127.0.0.1:9092", "client.properties"), ("127.0.0.1:9092", None)]
+
+
+def test_alter_from_file_applies_each_entity_all_or_nothing_and_says_what_changes(store: str, tmp_path: Path) -> None:
+    proposal = tmp_path / "proposal.json"
+    proposal.write_text(json.dumps([
+        {"entity": {"user": "user-one"}, "values": {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 4e6}},
+        {"entity": {"user": "new-user"}, "values": {"producer_byte_rate": 5000.0, "request_percentage": 12.5}},
+        {"entity": {"client-id": "bad"}, "values": {"producer_byte_rate": 1.5, "consumer_byte_rate": 10.0}},
+    ]))
+    before = ok(store, "--describe")
+    checked = run(store, "--alter", "--from-file", str(proposal), "--validate-only")
+    assert checked.exit_code == 1  # one entity fails Kafka's validation
+    assert "{user=user-one}\n  producer_byte_rate: 1048576.0 -> 1048576.0 (unchanged)\n" \
+           "  consumer_byte_rate: 2097152.0 -> 4000000.0\n" in checked.stdout
+    assert "{user=new-user}\n  producer_byte_rate: - -> 5000.0\n" in checked.stdout
+    assert "{client-id=bad}  FAILED: producer_byte_rate cannot be a fractional value." in checked.stdout
+    assert checked.stdout.endswith("Validated (nothing written): 2 entities, 3 values changed; 1 failed\n")
+    assert ok(store, "--describe") == before
+
+    applied = run(store, "--alter", "--from-file", str(proposal), "--output", "json")
+    assert applied.exit_code == 1
+    doc = json.loads(applied.stdout)
+    assert [d["error"] is None for d in doc] == [True, True, False]
+    assert doc[1]["changes"]["request_percentage"] == {"old": None, "new": 12.5}
+    # the good entities are written, the bad one not at all (its valid consumer_byte_rate neither)
+    assert ok(store, "--describe", "--names", "user=user-one", "--strict") == (
+        "{user=user-one}\n  consumer_byte_rate=4000000.0\n  producer_byte_rate=1048576.0\n")
+    assert ok(store, "--describe", "--names", "user=new-user", "--strict") == (
+        "{user=new-user}\n  producer_byte_rate=5000.0\n  request_percentage=12.5\n")
+    assert ok(store, "--describe", "--names", "client-id=bad") == ""
+
+
+def test_alter_from_file_rejects_a_malformed_file(store: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"entity": {"user": "u"}, "values": {"producer_byte_rate": "fast"}}]))
+    result = run(store, "--alter", "--from-file", str(bad))
+    assert result.exit_code == 1
+    assert "entry 0: value of producer_byte_rate must be a number or null, got 'fast'" in result.stderr
+    result = run(store, "--alter", "--from-file", str(bad), "--names", "user=u")
+    assert result.exit_code == 1 and "--from-file names its entities" in result.stderr

@@ -25,3 +25,7 @@ def test_pipeline_stage_backtests_on_spark_and_reports(spark: Any, traffic: Path
     assert where["counts"]["requests"] == ds.dataset(traffic / "requests").count_rows()
     assert "decisions" in steps and "writing HTML" in steps  # both the backtest and the report reported progress
     assert spark.range(1).count() == 1  # the shared session was not stopped
+    # the advisor ran on the same events: a proposal per client-id, the report beside it
+    assert Path(where["advisor_report"]).is_file() and (Path(where["advisor"]) / "proposal.json").is_file()
+    assert {r["key"] for r in where["proposal"]} == {"producer_byte_rate", "consumer_byte_rate", "request_percentage"}
+    assert all(r["proposed"] >= 1.0 for r in where["proposal"])

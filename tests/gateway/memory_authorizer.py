@@ -28,6 +28,8 @@ class Acl:
 
 
 class MemoryAuthorizer:
+    generation: int | None = None  # tests change ``acls`` in place: nothing may be cached
+
     def __init__(self, acls: list[Acl] | None = None, *, super_users: frozenset[str] = frozenset(),
                  allow_if_no_acl: bool = False) -> None:
         self.acls = list(acls or [])

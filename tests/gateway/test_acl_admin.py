@@ -6,6 +6,7 @@ hook after a change."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from quotaflow.admin.acls import AclAdmin
 from quotaflow.core.acl import AclOperation, ResourceType
 from quotaflow.core.authorizer import StandardAuthorizer
 from quotaflow.core.errors import InvalidRequestError
+from quotaflow.gateway import authorize
 from quotaflow.gateway.acl_admin import AclAdminHandler
+from quotaflow.gateway.hidden_topics import HiddenTopics
 from quotaflow.store.sqlite import SqliteStore
 
 TOPIC, GROUP, CLUSTER, ANY = 2, 3, 4, 1
@@ -43,12 +46,32 @@ def describe(rt: int = ANY, name: str | None = None, pt: int = 1) -> Any:
                                principal_filter=None, host_filter=None, operation=ANY_OP, permission_type=ANY_PERM)
 
 
+@dataclass
+class _Admins:
+    admins: frozenset[str] | None
+
+
+class _Gateway:
+    def __init__(self, access: authorize.Access, admins: frozenset[str] | None) -> None:
+        self.access = access
+        self.quota_admin = _Admins(admins)
+
+
+class _Scope:
+    """What ``authorize.cluster_allowed`` reads of a connection (the gateway's one cluster check)."""
+
+    def __init__(self, principal: str, access: authorize.Access, admins: frozenset[str] | None) -> None:
+        self.principal = principal
+        self.gateway = _Gateway(access, admins)
+
+
 class Handler:
     def __init__(self, tmp: Path, *, authorizer: bool = True, admins: frozenset[str] | None = None) -> None:
         self.store = SqliteStore(tmp / "acls.db")
         self.authorizer = StandardAuthorizer({"User:admin"}) if authorizer else None
         self.reloads = 0
         self.handler = AclAdminHandler(AclAdmin(self.store), self.authorizer, admins, reload=self._reload)
+        self.access = authorize.Access(self.authorizer, HiddenTopics(set()))
 
     def _reload(self) -> None:
         self.reloads += 1
@@ -56,7 +79,10 @@ class Handler:
         self.authorizer.load(self.store.acls().bindings)
 
     def call(self, key: int, request: Any, principal: str = "admin", version: int = 3) -> Any:
-        response, _ns = asyncio.run(self.handler.handle(key, version, request, principal, "10.0.0.1"))
+        scope = _Scope(principal, self.access, self.handler.admins)
+        op = AclOperation.DESCRIBE if key == ApiKey.DescribeAcls else AclOperation.ALTER
+        allowed = authorize.cluster_allowed(self.access, scope, key, "10.0.0.1", op)  # type: ignore[arg-type]
+        response, _ns = asyncio.run(self.handler.handle(key, version, request, allowed))
         return response
 
 

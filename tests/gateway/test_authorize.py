@@ -485,19 +485,19 @@ def test_the_fast_body_offset_is_the_schemas() -> None:
 
 
 def test_decisions_are_cached_until_the_acls_change() -> None:
-    class Indexed(MemoryAuthorizer):
-        index: object = object()
+    class Versioned(MemoryAuthorizer):
+        generation: int | None = 1
 
-    authorizer = Indexed([BOB_WRITES_BOB])
+    authorizer = Versioned([BOB_WRITES_BOB])
     access = _access(authorizer)
     produce = {"transactional_id": None, "acks": 1, "timeout_ms": 10, "topic_data": [_produce_topic("bob-1")]}
     for _ in range(3):
         assert _plan(access, ApiKey.Produce, 9, **produce)[0] is None
     assert authorizer.calls == 1
     authorizer.acls.clear()
-    authorizer.index = object()  # what StandardAuthorizer.load does: a new index object
+    authorizer.generation = 2  # what StandardAuthorizer.load does (Authorizer.generation)
     assert _plan(access, ApiKey.Produce, 9, **produce)[0] is not None and authorizer.calls == 2
-    plain = MemoryAuthorizer([BOB_WRITES_BOB])  # no index: asked every time
+    plain = MemoryAuthorizer([BOB_WRITES_BOB])  # generation None: asked every time
     access = _access(plain)
     for _ in range(2):
         _plan(access, ApiKey.Produce, 9, **produce)

@@ -374,3 +374,63 @@ def test_an_acl_added_with_the_cli_reaches_every_gateway_on_a_sqlite_store(gatew
         assert _wait(lambda gw=gw: gw.thread.gateway.authorizer.authorize(
             "User:bob", "127.0.0.1", qacl.AclOperation.READ, qacl.ResourceType.TOPIC, "fleet"))
     print(f"both gateways enforced the CLI's ACL after {time.monotonic() - start:.2f} s")
+
+
+def test_a_revoke_through_another_gateway_refuses_the_next_fetch_of_a_cached_allow(
+        gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """Gateway A has bob's READ decision cached (he fetched through it); admin revokes the ACL through gateway B's
+    DeleteAcls; A's store refresh loads the change (a new ``Authorizer.generation``) and bob's next fetch through A
+    is refused; granted again with the CLI, the cached refusal does not outlive the change either."""
+    from click.testing import CliRunner
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    from quotaflow.cli.main import cli
+
+    from .test_e2e_hostile_tenant import _fetch_topic, _wire_as
+
+    config = tmp_path / "server.properties"
+    config.write_text(AUTHORIZER + "super.users=User:admin\n")
+    store = tmp_path / "fleet.db"
+    with open_store(store) as qs:
+        for user in ("admin", "bob"):  # _wire_as logs in with <user>-secret
+            qs.put_credential(hash_password(user, f"{user}-secret", iterations=1000))
+    sasl = {"SASL_PLAINTEXT": "127.0.0.1:0"}
+    a, b = (gateway_factory(store=store, config_path=config, listeners=sasl) for _ in range(2))
+    topic = f"cached-{uuid.uuid4().hex[:6]}"
+    with _wire_as(a.thread, "admin") as wire:
+        t = CreateTopicsRequest.CreatableTopic
+        wire.send(CreateTopicsRequest[5](topics=[t(name=topic, num_partitions=1, replication_factor=1,
+                                                   assignments=[], configs=[])], timeout_ms=10_000,
+                                         validate_only=False), 5)
+        assert [r.error_code for r in CreateTopicsResponse.decode(wire.recv(), version=5, header=True).topics] == [0]
+
+    def fetch_error() -> int:
+        with _wire_as(a.thread, "bob") as wire:
+            wire.send(FetchRequest[11](replica_id=-1, max_wait_ms=10, min_bytes=0, max_bytes=1 << 20,
+                                       isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                                       forgotten_topics_data=[], topics=[_fetch_topic(topic)]), 11)
+            answer = FetchResponse.decode(wire.recv(), version=11, header=True)
+            return int(answer.responses[0].partitions[0].error_code)
+
+    def acls(*args: str) -> None:
+        result = CliRunner().invoke(cli, ["acls", "--store", str(store), *args, "--allow-principal", "User:bob",
+                                          "--operation", "Read", "--topic", topic, "--force"])
+        assert result.exit_code == 0, result.output
+
+    acls("--add")
+    assert _wait(lambda: fetch_error() == 0)
+    assert fetch_error() == 0  # decided from A's cache now
+    generation = a.thread.gateway.access.authorizer.generation
+    admin = _kp_admin(b.thread.bootstrap(), "admin")
+    try:
+        [(_f, deleted, err)] = admin.delete_acls([ACLFilter(
+            "User:bob", None, ACLOperation.ANY, ACLPermissionType.ANY,
+            ResourcePatternFilter(ResourceType.TOPIC, topic, ACLResourcePatternType.LITERAL))])
+        assert (err is None or err.errno == 0) and len(deleted) == 1
+    finally:
+        admin.close()
+    assert _wait(lambda: fetch_error() == 29), "A kept its cached allow after B revoked the ACL"
+    assert a.thread.gateway.access.authorizer.generation != generation
+    acls("--add")
+    assert _wait(lambda: fetch_error() == 0), "A kept its cached refusal after the CLI granted the ACL again"

@@ -26,7 +26,12 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import TopicAuthorizationFailedError
-from kafka.protocol.admin import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
+from kafka.protocol.admin import (
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -394,5 +399,53 @@ def test_an_acl_granted_and_revoked_through_the_gateway_rules_the_next_produce_a
             assert time.monotonic() < deadline, "the revoked ACL still allows bob's fetch"
             time.sleep(0.1)
         assert produce_error() == TOPIC_AUTHORIZATION_FAILED
+    finally:
+        gw.stop()
+
+
+def test_a_delete_under_a_mutation_quota_never_looks_up_topics_the_client_may_not_name(
+        tansu: Tansu, tmp_path: Path) -> None:
+    """KIP-599 meters DeleteTopics by the topics' partition counts, which the gateway asks the upstream for with its
+    own connection before the request is decided. bob (under a controller-mutation quota, ALL on ``bob-*``) names
+    one of quotaflow's own topics, alice's topic and his own: only his own is looked up (the others are refused
+    with 29 and cost nothing), so the gateway lends him no rights and neither the throttle nor the timing says
+    whether the others exist or how many partitions they have."""
+    from quotaflow.admin import Admin, Alteration
+    from quotaflow.admin.acls import AclAdmin
+    from quotaflow.core.acl import AccessControlEntry, AclBinding, AclPermissionType, PatternType, ResourcePattern
+    from quotaflow.gateway.partition_counts import PartitionCounts
+
+    with open_store(tmp_path / "q.db") as store:
+        Admin(store).alter([Alteration.of(BOB, {"controller_mutation_rate": 1.0})])
+        AclAdmin(store).create([AclBinding(ResourcePattern(ResourceType.TOPIC, "bob-", PatternType.PREFIXED),
+                                           AccessControlEntry("User:bob", "*", AclOperation.ALL,
+                                                              AclPermissionType.ALLOW))])
+    tag = uuid.uuid4().hex[:6]
+    mine, alices, hidden = f"bob-{tag}", f"alice-{tag}", f"__quotaflow_probe-{tag}"
+    upstream = AdminClient({"bootstrap.servers": tansu.bootstrap})
+    for name, partitions in ((mine, 2), (alices, 5), (hidden, 3)):
+        upstream.create_topics([NewTopic(name, partitions, 1)])[name].result(20)
+    gw = start_authorizing_gateway(tansu.bootstrap, tmp_path)
+    try:
+        gateway = gw.gateway
+        assert gateway is not None
+        counts = gateway.partition_counts
+        asked: list[list[str]] = []
+
+        async def recording(names: Any, ids: Any = ()) -> None:
+            names = list(names)
+            asked.append(sorted(names))
+            await PartitionCounts.refresh(counts, names, ids)
+
+        counts.refresh = recording  # type: ignore[method-assign]
+        with _wire_as(gw, "bob") as wire:
+            wire.send(DeleteTopicsRequest[5](topic_names=[hidden, alices, mine], timeout_ms=10_000), 5)
+            response = DeleteTopicsResponse.decode(wire.recv(), version=5, header=True)
+        assert {r.name: r.error_code for r in response.responses} == {
+            hidden: TOPIC_AUTHORIZATION_FAILED, alices: TOPIC_AUTHORIZATION_FAILED, mine: 0}
+        assert asked == [[mine]]
+        assert hidden not in counts.by_name and alices not in counts.by_name
+        left = upstream.list_topics(timeout=10).topics
+        assert hidden in left and alices in left
     finally:
         gw.stop()

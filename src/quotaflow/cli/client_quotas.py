@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
 import click
 
 from quotaflow.admin import AdminBackend, Alteration, DescribedEntity, QuotaOp, Resolution
+from quotaflow.admin.batch import alterations_from_json, apply, changes_to_json
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.cli.common import (
     RawArgsCommand,
@@ -122,6 +124,9 @@ def do_resolve(backend: AdminBackend, names: dict[str, str]) -> Resolution:
 @click.option("--add", metavar="KEY=VALUE,...", help="Alter: quotas to set.")
 @click.option("--delete", metavar="KEY,...", help="Alter: quotas to remove.")
 @click.option("--validate-only", is_flag=True, help="Alter: validate and report, write nothing.")
+@click.option("--from-file", "from_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Alter: the entities and values of a `--describe --output json` document (a `quotaflow "
+              "recommend` proposal.json); each entity all-or-nothing.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @store_option
 @bootstrap_option
@@ -136,6 +141,7 @@ def client_quotas(
     add: str | None,
     delete: str | None,
     validate_only: bool,
+    from_file: Path | None,
     output: str,
     store: str | None,
     bootstrap_server: str | None,
@@ -148,8 +154,13 @@ def client_quotas(
         default_types = _split(defaults)
         if not describe and (any_types or strict):
             raise CommandError("--any and --strict can only be used with --describe")
-        if not alter and (add or delete or validate_only):
-            raise CommandError("--add, --delete and --validate-only can only be used with --alter")
+        if not alter and (add or delete or validate_only or from_file):
+            raise CommandError("--add, --delete, --from-file and --validate-only can only be used with --alter")
+        if from_file is not None:
+            if add or delete or named or default_types:
+                raise CommandError("--from-file names its entities and values: no --names, --defaults, --add, --delete")
+            alter_from_file(from_file, validate_only, output, store, bootstrap_server)
+            return
         ops: list[QuotaOp] = []
         if alter:
             ops = [QuotaOp(k, v) for k, v in parse_add(add)] + [QuotaOp(k, None) for k in _split(delete)]
@@ -182,6 +193,38 @@ def client_quotas(
                 click.echo(result)
         else:
             click.echo(json.dumps(result, indent=2))
+
+
+def alter_from_file(path: Path, validate_only: bool, output: str, store: str | None,
+                    bootstrap_server: str | None) -> None:  # fmt: skip
+    """``--alter --from-file``: every entity of the file, each validated and applied all-or-nothing, with a summary
+    of what changes; exit status 1 when an entity failed."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CommandError(f"Cannot read {path}: {e}") from e
+    alterations = alterations_from_json(doc, str(path))
+    backend = open_backend(store, bootstrap_server, create=True)
+    try:
+        done = apply(backend, alterations, validate_only)
+    finally:
+        backend.close()
+    failed = [c for c in done if c.result is not None and not c.result.ok]
+    if output == "json":
+        click.echo(json.dumps(changes_to_json(done), indent=2))
+    else:
+        for c in done:
+            click.echo(f"{render_entity(_known(c.alteration.entity))}"
+                       + ("" if c.result is None or c.result.ok else f"  FAILED: {c.result.error.message}"))
+            for k in c.keys:
+                old = "-" if k.old is None else java_double_str(k.old)
+                new = "(removed)" if k.new is None else java_double_str(k.new)
+                click.echo(f"  {k.key}: {old} -> {new}" + ("" if k.changed else " (unchanged)"))
+        verb = "Validated (nothing written)" if validate_only else "Altered"
+        ok = [c for c in done if c not in failed]
+        click.echo(f"{verb}: {len(ok)} entities, {sum(c.changed for c in ok)} values changed; {len(failed)} failed")
+    if failed:
+        raise SystemExit(1)
 
 
 def _known(entity: Mapping[str | None, str | None]) -> dict[str, str | None]:

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "gateway": "quotaflow.cli.gateway:gateway",
     "store": "quotaflow.cli.store:store",
     "console": "quotaflow.cli.console:console",
+    "recommend": "quotaflow.cli.recommend:recommend",
     "acls": "quotaflow.cli.acls:acls",
 }
 

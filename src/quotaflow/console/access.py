@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from quotaflow.core.acl import principal_allowed  # the gateway's rule for the admin list
 from quotaflow.core.errors import ClusterAuthorizationFailedError, SaslAuthenticationFailedError
 from quotaflow.engine.failed_logins import FailureBuckets
 from quotaflow.store.base import QuotaStore
@@ -42,11 +43,6 @@ DEFAULT_FAILED_RATE_PER_IP: Final = 1.0  # the gateway's quotaflow.sasl.failed.a
 class Principal:
     name: str
     admin: bool
-
-
-def principal_allowed(admins: frozenset[str] | None, name: str) -> bool:
-    """The gateway's rule: no list allows every authenticated principal; else ``NAME`` or ``User:NAME`` listed."""
-    return admins is None or name in admins or f"User:{name}" in admins
 
 
 def parse_basic(header: str | None) -> tuple[str, str] | None:

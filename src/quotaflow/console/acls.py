@@ -36,6 +36,7 @@ from quotaflow.core.acl import (
     ResourcePatternFilter,
     ResourceType,
     binding_filter,
+    kafka_principal,
 )
 from quotaflow.core.authorizer import Decision
 from quotaflow.core.errors import ClusterAuthorizationFailedError, InvalidRequestError, KafkaError
@@ -111,7 +112,7 @@ def decide(request: Request, q: Mapping[str, str]) -> tuple[Decision, str]:
         raise InvalidRequestError("Decide for one operation on one resource")
     name = q.get("name", "")
     admins = console_of(request).config.admins or frozenset()
-    supers = {a if ":" in a else f"User:{a}" for a in admins}
+    supers = {kafka_principal(a) for a in admins}  # as the gateway's authorizer_settings makes them
     decision = resolve(admin.store, principal, q.get("host", "*").strip() or "*", operation, resource_type, name,
                        super_users=supers, allow_everyone_if_no_acl_found=q.get("allow_everyone") in ("1", "true"))
     return decision, explain(decision, principal, operation, resource_type, name)

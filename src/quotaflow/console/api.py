@@ -22,6 +22,7 @@ from starlette.routing import Route
 import quotaflow.console.backtests as bt
 from quotaflow.admin import Alteration
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
+from quotaflow.console import proposals
 from quotaflow.console.access import REALM
 from quotaflow.console.quotas import field_of, filter_form, op_keys, parse_alteration
 from quotaflow.console.state import Console, console_of
@@ -87,25 +88,42 @@ async def quotas_get(request: Request) -> Response:
     return JSONResponse(describe_to_json(found))
 
 
-async def quotas_post(request: Request) -> Response:
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body, reading at most MAX_BODY_BYTES whatever Content-Length says."""
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep to decode
+        raise InvalidRequestError("The request body is not JSON") from None
+
+
+async def _admin_write(request: Request, route: str) -> tuple[Any, Response | None]:
+    """(the JSON body, None) of a write an admin may make, else (None, the refusal): a cross-site page, a body that
+    is not JSON, no admin signed in, a read-only console."""
     console = console_of(request)
     if not _same_origin(request):
-        return error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
+        return None, error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        return error_response(InvalidRequestError("POST /api/quotas takes application/json"))
+        return None, error_response(InvalidRequestError(f"POST {route} takes application/json"))
     try:
         await console.authenticate(console.access.require_admin, request)
     except KafkaError as e:
-        return error_response(e, challenge=PAGE_HEADER not in request.headers)
-    raw = bytearray()
-    async for chunk in request.stream():  # read at most MAX_BODY_BYTES, whatever Content-Length says
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            return error_response(InvalidRequestError(f"The request body is larger than {MAX_BODY_BYTES} bytes"))
+        return None, error_response(e, challenge=PAGE_HEADER not in request.headers)
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: arrays or objects nested too deep to decode
-        return error_response(InvalidRequestError("The request body is not JSON"))
+        return await _json_body(request), None
+    except InvalidRequestError as e:
+        return None, error_response(e)
+
+
+async def quotas_post(request: Request) -> Response:
+    console = console_of(request)
+    body, refused = await _admin_write(request, "/api/quotas")
+    if refused is not None:
+        return refused
     try:
         alteration, validate_only = parse_alteration(body)
     except InvalidRequestError as e:
@@ -194,6 +212,31 @@ async def backtest_windows(request: Request) -> Response:
     return JSONResponse(doc)
 
 
+async def apply_proposal(request: Request) -> Response:
+    """``POST /api/proposals/{id}`` ``{"entries": [i, ...] | null, "validate_only": bool}``: apply entries of a
+    recommend output's proposal.json (each entity all-or-nothing); admins only, like every write."""
+    console = console_of(request)
+    body, refused = await _admin_write(request, "/api/proposals")
+    if refused is not None:
+        return refused
+    if not isinstance(body, dict) or not isinstance(body.get("validate_only", False), bool):
+        return error_response(InvalidRequestError('Expected {"entries": [index, ...] | null, "validate_only": bool}'))
+    entries = body.get("entries")
+    if entries is not None and not isinstance(entries, list):
+        return error_response(InvalidRequestError("entries must be a list of indexes, or null for all"))
+    validate_only = bool(body.get("validate_only", False))
+    try:
+        found = await run_in_threadpool(console.backtest, request.path_params["id"])
+        done = await run_in_threadpool(proposals.apply_entries, found, console.admin, entries, validate_only)
+    except (CommandError, KafkaError) as e:
+        return error_response(e)
+    doc: dict[str, Any] = {"validate_only": validate_only, "results": done,
+                           "failed": sum(r["error"] is not None for r in done)}  # fmt: skip
+    if not validate_only:
+        doc["seq"] = await run_in_threadpool(console.store.last_seq)
+    return JSONResponse(doc)
+
+
 ROUTES: Final = [
     Route("/api/quotas", quotas_get, methods=["GET"]),
     Route("/api/quotas", quotas_post, methods=["POST"]),
@@ -204,4 +247,5 @@ ROUTES: Final = [
     Route("/api/backtests", backtests),
     Route("/api/backtest-windows", backtest_windows),
     Route("/api/backtests/{id:path}", backtest),
+    Route("/api/proposals/{id:path}", apply_proposal, methods=["POST"]),
 ]

@@ -16,6 +16,7 @@ from starlette.requests import Request
 
 import quotaflow.console.backtests as bt
 from quotaflow.admin import Admin, QuotaIndex, Resolution
+from quotaflow.console import proposals
 from quotaflow.console.access import DEFAULT_FAILED_RATE_PER_IP, Access, Principal
 from quotaflow.console.live import DEFAULT_HISTORY, DEFAULT_INTERVAL_S, LiveMetrics
 from quotaflow.core.errors import CommandError, SaslAuthenticationFailedError
@@ -98,7 +99,8 @@ class Console:
 
     def describe_backtest(self, backtest_id: str) -> dict[str, Any]:
         """Everything the backtest page shows (``/api/backtests/{id}``); blocking (Parquet reads)."""
-        return bt.describe(self.backtest(backtest_id))
+        found = self.backtest(backtest_id)
+        return {**bt.describe(found), "proposal": proposals.proposal(found, self.admin)}
 
 
 def client_ip(request: Request) -> str:

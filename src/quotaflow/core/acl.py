@@ -69,6 +69,13 @@ def kafka_principal(user: str) -> str:
     return user if ":" in user and user.split(":", 1)[0] in ("User", "Group") else f"User:{user}"
 
 
+def principal_allowed(admins: frozenset[str] | None, name: str) -> bool:
+    """The admin list's rule (``--admin-principal``: the gateway's and the console's super users when no
+    authorizer decides): ``admins`` None, every authenticated principal may; else ``name`` is listed as it is
+    (``alice``) or as Kafka's principal (``User:alice``)."""
+    return admins is None or name in admins or kafka_principal(name) in admins
+
+
 @functools.lru_cache(maxsize=4096)
 def _java_ipv6(host: str) -> str:
     try:
@@ -90,7 +97,15 @@ def java_host_address(host: str) -> str:
 
 class Authorizer(Protocol):
     """What the gateway's per-API checks ask. ``principal`` is Kafka's form (``User:alice``), ``host`` the client's
-    IP address string. Implementations answer from memory (no I/O on the request path)."""
+    IP address string. Implementations answer from memory (no I/O on the request path).
+
+    ``generation`` is the contract that lets a caller cache decisions: it changes (to a value never used before by
+    this object) every time any decision may change, after the new ACLs are in place, so a decision computed
+    while it held one value is valid for as long as it holds that value. None: decisions may change at any time
+    (nothing may be cached)."""
+
+    @property
+    def generation(self) -> int | None: ...
 
     def authorize(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                   name: str) -> bool:

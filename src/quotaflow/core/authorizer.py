@@ -17,6 +17,7 @@ decision sees the old or the new set, never a mix).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -265,7 +266,8 @@ class AclIndex:
 
 class StandardAuthorizer:
     """:class:`quotaflow.core.acl.Authorizer` with Kafka's StandardAuthorizer semantics. ``load`` replaces the ACL
-    set (the gateway calls it when the store's ACLs change); every other method only reads. ``store_backed``: the
+    set (the gateway calls it when the store's ACLs change) and moves ``generation``; every other method only
+    reads. ``store_backed``: the
     gateway loads and refreshes its ACLs from the store (the default when no ``bindings`` are given; an authorizer
     built with fixed bindings keeps them)."""
 
@@ -278,14 +280,22 @@ class StandardAuthorizer:
         self.index = AclIndex(bindings)
         self.store_backed = not self.index.bindings if store_backed is None else store_backed
         self.version = 0  # the store's ACL version the index was built from
+        self.generation = 0  # Authorizer.generation: moves on every load, after the new index is in place
+        self._load_lock = threading.Lock()
 
     def load(self, bindings: Iterable[AclBinding] | AclIndex, version: int = 0) -> None:
         """Replace every ACL (an :class:`AclIndex` may be built elsewhere, off the event loop). A load of an older
-        store version than the current one is ignored (two loaders raced)."""
-        if version and version < self.version:
-            return
-        self.index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
-        self.version = version
+        store version than the current one is ignored (two loaders raced: the poll and a change made here, each in
+        an executor thread; the lock makes the check and the swap one step, so the older never lands last)."""
+        index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
+        with self._load_lock:
+            if version and version < self.version:
+                return
+            self.index = index
+            self.version = version
+            # last: a reader (the gateway's loop) that sees the new generation sees the new index too, so a
+            # decision cached under it is the new ACLs' decision
+            self.generation += 1
 
     def explain(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                 name: str) -> Decision:

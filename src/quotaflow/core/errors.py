@@ -8,12 +8,16 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     QuotaflowError
     ├── KafkaError                          one class per Kafka error code (``errno``), registry ``for_code``
     │   ├── UnknownServerError              -1  UNKNOWN_SERVER_ERROR (and any code not modelled)
+    │   ├── TopicAuthorizationFailedError   29  TOPIC_AUTHORIZATION_FAILED
+    │   ├── GroupAuthorizationFailedError   30  GROUP_AUTHORIZATION_FAILED
     │   ├── ClusterAuthorizationFailedError 31  CLUSTER_AUTHORIZATION_FAILED
     │   ├── UnsupportedSaslMechanismError   33  UNSUPPORTED_SASL_MECHANISM
     │   ├── IllegalSaslStateError           34  ILLEGAL_SASL_STATE
     │   ├── UnsupportedVersionError         35  UNSUPPORTED_VERSION
     │   ├── InvalidConfigurationError       40  INVALID_CONFIG
     │   ├── InvalidRequestError             42  INVALID_REQUEST
+    │   ├── TransactionalIdAuthorizationFailedError
+    │   │                                   53  TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     │   ├── SecurityDisabledError           54  SECURITY_DISABLED (the ACL APIs without an authorizer)
     │   ├── SaslAuthenticationFailedError   58  SASL_AUTHENTICATION_FAILED
     │   │   └── SaslAuthenticationError         a PLAIN message the gateway rejects (gateway.sasl)
@@ -76,6 +80,22 @@ class UnknownServerError(KafkaError):
     name = "UNKNOWN_SERVER_ERROR"
 
 
+class TopicAuthorizationFailedError(KafkaError):
+    """TOPIC_AUTHORIZATION_FAILED: the principal may not do this on the topic (or it is one of quotaflow's own)."""
+
+    errno = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"
+    description = "Topic authorization failed."
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    """GROUP_AUTHORIZATION_FAILED: the principal may not do this on the consumer group."""
+
+    errno = 30
+    name = "GROUP_AUTHORIZATION_FAILED"
+    description = "Group authorization failed."
+
+
 class ClusterAuthorizationFailedError(KafkaError):
     """CLUSTER_AUTHORIZATION_FAILED: the principal may not alter quotas (ALTER_CONFIGS on the cluster)."""
 
@@ -127,6 +147,14 @@ class InvalidRequestError(KafkaError):
     )
 
 
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the principal may not use the transactional id."""
+
+    errno = 53
+    name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    description = "Transactional Id authorization failed."
+
+
 class SecurityDisabledError(KafkaError):
     """SECURITY_DISABLED: an ACL API on a gateway with no authorizer configured (as on a broker without one)."""
 
@@ -155,12 +183,15 @@ _REGISTRY: dict[int, type[KafkaError]] = {
     cls.errno: cls
     for cls in (
         UnknownServerError,
+        TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError,
         ClusterAuthorizationFailedError,
         UnsupportedSaslMechanismError,
         IllegalSaslStateError,
         UnsupportedVersionError,
         InvalidConfigurationError,
         InvalidRequestError,
+        TransactionalIdAuthorizationFailedError,
         SecurityDisabledError,
         SaslAuthenticationFailedError,
         ThrottlingQuotaExceededError,

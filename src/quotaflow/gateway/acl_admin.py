@@ -2,14 +2,15 @@
 ``AclApis`` answers them.
 
 Order of checks, as Kafka's: a request naming an UNKNOWN (undefined) code cannot be parsed, so the connection is
-closed; then ALTER (create, delete) or DESCRIBE (describe) on the CLUSTER (CLUSTER_AUTHORIZATION_FAILED, with the
-authorizer, or without one the ``--admin-principal`` list); then, with no authorizer configured, SECURITY_DISABLED
-("No Authorizer is configured on the broker" / "No Authorizer is configured."), as a broker without
-``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's ``AclBinding`` refuses to build) fails
-whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides. After a change the gateway's own
-authorizer is reloaded at once (the others follow within ``quotaflow.store.poll.ms``). Store work runs in an
-executor thread; its CPU time is returned so the request quota can charge it. With SASL passthrough the cluster
-authenticates and authorizes, so these APIs are forwarded to it instead (``versions.PASSTHROUGH_APIS``).
+closed; then ALTER (create, delete) or DESCRIBE (describe) on the CLUSTER (CLUSTER_AUTHORIZATION_FAILED; decided by
+``authorize.cluster_allowed``: the authorizer, or without one the ``--admin-principal`` list); then, with no
+authorizer configured, SECURITY_DISABLED ("No Authorizer is configured on the broker" / "No Authorizer is
+configured."), as a broker without ``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's
+``AclBinding`` refuses to build) fails whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides.
+After a change the gateway's own authorizer is reloaded at once (the others follow within
+``quotaflow.store.poll.ms``). Store work runs in an executor thread; its CPU time is returned so the request quota
+can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs are forwarded to it
+instead (``versions.PASSTHROUGH_APIS``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.admin.acls import AclAdmin, sort_bindings
 from quotaflow.core.acl import (
-    CLUSTER_NAME,
     AccessControlEntry,
     AccessControlEntryFilter,
     AclBinding,
@@ -36,7 +36,6 @@ from quotaflow.core.acl import (
     ResourcePatternFilter,
     ResourceType,
     from_code,
-    kafka_principal,
 )
 from quotaflow.core.errors import (
     ClusterAuthorizationFailedError,
@@ -45,7 +44,6 @@ from quotaflow.core.errors import (
     UnknownServerError,
 )
 from quotaflow.gateway.protocol import response_class
-from quotaflow.gateway.quota_admin import principal_allowed
 
 _NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
 _NO_AUTHORIZER = "No Authorizer is configured."
@@ -96,17 +94,11 @@ class AclAdminHandler:
                                       AccessControlEntry(c.principal, c.host, op, perm)))
         return out
 
-    def cluster_allowed(self, principal: str, host: str, operation: AclOperation) -> bool:
-        if self.authorizer is None:
-            return principal_allowed(self.admins, principal)
-        return self.authorizer.authorize(kafka_principal(principal), host, operation, ResourceType.CLUSTER,
-                                         CLUSTER_NAME)
-
-    async def handle(self, api_key: int, version: int, request: Any, principal: str, host: str) -> tuple[Any, int]:
-        """The response message for a decoded 29/30/31 request, and the executor thread time spent on it."""
+    async def handle(self, api_key: int, version: int, request: Any, allowed: bool) -> tuple[Any, int]:
+        """The response message for a decoded 29/30/31 request, and the executor thread time spent on it.
+        ``allowed``: DESCRIBE (describe) / ALTER (create, delete) on the cluster, decided by the gateway's one
+        cluster check (``authorize.cluster_allowed``), audited there."""
         decoded = self.decode(api_key, request)
-        operation = AclOperation.DESCRIBE if api_key == ApiKey.DescribeAcls else AclOperation.ALTER
-        allowed = self.cluster_allowed(principal, host, operation)
 
         def run() -> tuple[Any, int]:
             start = time.thread_time_ns()

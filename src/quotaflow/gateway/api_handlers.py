@@ -187,14 +187,24 @@ def needs_partition_counts(scope: HandlerScope, frame: bytes) -> bool:
 
 async def prepare_request(scope: HandlerScope, frame: bytes) -> None:
     """Before a DeleteTopics or CreatePartitions is decided under a controller-mutation quota: the upstream's
-    partition counts of its topics (their permits). Anything else returns at once (a look at two bytes)."""
+    partition counts of its topics (their permits). Anything else returns at once (a look at two bytes).
+
+    This runs before the request hooks, so it asks only about the topics the client may name
+    (``authorize.nameable_topics``: never quotaflow's own, and with an authorizer only those it may DELETE /
+    ALTER), and never about a topic id (an id cannot be authorized; those versions are not offered): the lookup
+    uses the gateway's own connection, and neither its timing nor the throttle it leads to may tell a client
+    whether a topic it may not see exists, or how many partitions it has. The request hook then cuts the refused
+    topics before metering, so they cost nothing."""
     if not needs_partition_counts(scope, frame):
         return
     try:
-        names, ids = mutations.count_requests(frame, protocol.parse_request_header(frame))
+        header = protocol.parse_request_header(frame)
+        names, _ids = mutations.count_requests(frame, header)
     except InvalidRequestError:
         return  # the request path reports it
-    await scope.gateway.partition_counts.refresh(names, ids)
+    names = authorize.nameable_topics(scope.gateway.access, scope.principal, scope.client_ip, header.api_key, names)
+    if names:
+        await scope.gateway.partition_counts.refresh(names)
 
 
 # -- responses on their way to the client ----------------------------------------------------------------------
@@ -358,23 +368,27 @@ async def _sasl_authenticate(scope: HandlerScope, request: Any, pending: Pending
 
 async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
     """DescribeClientQuotas and AlterClientQuotas against the store (KIP-546): DESCRIBE_CONFIGS / ALTER_CONFIGS on
-    the cluster when the gateway has an authorizer, else the admin list."""
+    the cluster (``authorize.cluster_allowed``: the authorizer, else the admin list)."""
     header = pending.header
     allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,
                                         authorize.OP.DESCRIBE_CONFIGS if header.api_key == ApiKey.DescribeClientQuotas
                                         else authorize.OP.ALTER_CONFIGS)
     response, executor_ns = await scope.gateway.quota_admin.handle(header.api_key, header.api_version, request,
-                                                                   scope.principal, allowed=allowed)
+                                                                   allowed=allowed)
     pending.thread_ns += executor_ns
     pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
     return pending
 
 
 async def _acl_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
-    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.acl_admin``)."""
+    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.acl_admin``): DESCRIBE / ALTER on the
+    cluster, through the one cluster check (``authorize.cluster_allowed``)."""
     header = pending.header
+    allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,
+                                        authorize.OP.DESCRIBE if header.api_key == ApiKey.DescribeAcls
+                                        else authorize.OP.ALTER)
     response, executor_ns = await scope.gateway.acl_admin.handle(header.api_key, header.api_version, request,
-                                                                 scope.principal, scope.client_ip)
+                                                                 allowed)
     pending.thread_ns += executor_ns
     pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
     return pending

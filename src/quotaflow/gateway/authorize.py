@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.core.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, kafka_principal
+from quotaflow.core.acl import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, kafka_principal, principal_allowed
+from quotaflow.core.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
 from quotaflow.gateway import protocol, topic_names
 from quotaflow.gateway.authz_audit import AuthzAudit
 from quotaflow.gateway.hidden_topics import RESERVED_PREFIX, HiddenTopics
@@ -46,10 +52,10 @@ OP: Final = AclOperation
 RT: Final = ResourceType
 NONE: Final = 0
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
-TOPIC_AUTHORIZATION_FAILED: Final = 29
-GROUP_AUTHORIZATION_FAILED: Final = 30
-CLUSTER_AUTHORIZATION_FAILED: Final = 31
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+TOPIC_AUTHORIZATION_FAILED: Final = TopicAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED: Final = GroupAuthorizationFailedError.errno
+CLUSTER_AUTHORIZATION_FAILED: Final = ClusterAuthorizationFailedError.errno
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = TransactionalIdAuthorizationFailedError.errno
 OPERATION_NOT_ATTEMPTED: Final = 55
 NO_OPERATIONS: Final = None  # authorized_operations when not asked for (kafka-python's bitfield for -2^31)
 
@@ -70,27 +76,30 @@ class Access:
     """What the gateway authorizes with: Kafka's authorizer (None: allow all, as a broker without
     ``authorizer.class.name``, and always None in SASL passthrough), the hidden topics, the audit sink.
 
-    Decisions are cached per (principal, host, operation, resource) when the authorizer replaces its ``index``
-    object on every ACL change (the StandardAuthorizer's ``load``): the cache starts over as soon as that object is
-    another one, so a change applies to the next request. An authorizer without one is asked every time."""
+    Decisions are cached per (principal, host, operation, resource) for as long as the authorizer's
+    ``generation`` (:class:`quotaflow.core.acl.Authorizer`) keeps its value: the StandardAuthorizer moves it on
+    every ``load``, so an ACL change made anywhere (this gateway, another one, ``quotaflow acls``, the console)
+    applies to the first request after the store refresh loads it. An authorizer whose generation is None is asked
+    every time."""
 
     def __init__(self, authorizer: Authorizer | None, hidden: HiddenTopics, audit: AuthzAudit | None = None) -> None:
         self.authorizer = authorizer
         self.hidden = hidden
         self.audit = audit or AuthzAudit()
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
-        self._generation: object = None
+        self._cached_from: Authorizer | None = None  # the authorizer and generation the cache was computed from
+        self._cached_generation: int | None = None
         self.principals: dict[str, str] = {}  # session user -> Kafka's principal string (``User:alice``)
 
     def decide(self, authorizer: Authorizer, principal: str, host: str, op: AclOperation, rtype: ResourceType,
                name: str) -> bool:
-        generation = getattr(authorizer, "index", None)
-        if generation is None:
+        number = authorizer.generation
+        if number is None:
             return bool(authorizer.authorize(principal, host, op, rtype, name))
         cache = self._cache
-        if generation is not self._generation:
+        if number != self._cached_generation or authorizer is not self._cached_from:
             cache.clear()
-            self._generation = generation
+            self._cached_from, self._cached_generation = authorizer, number
         key = (principal, host, int(op), int(rtype), name)
         found = cache.get(key)
         if found is None:
@@ -979,6 +988,19 @@ def _no_check(_check: Check, _header: protocol.RequestHeader, _frame: bytes) -> 
     return None
 
 
+TOPIC_MUTATIONS: Final[dict[int, AclOperation]] = {ApiKey.DeleteTopics: OP.DELETE, ApiKey.CreatePartitions: OP.ALTER}
+"""What DeleteTopics and CreatePartitions need on each topic they name."""
+
+
+def nameable_topics(access: Access, principal: str, host: str, api: int, names: Iterable[str]) -> list[str]:
+    """Of the topics a DeleteTopics / CreatePartitions names, those its principal may act on (never quotaflow's own):
+    the only ones whose partition counts the gateway may look up upstream for KIP-599 (with its own rights) before
+    the request hook authorizes the request. Decided quietly: the request hook records the decisions, once."""
+    check = Check(access, principal, host, api)
+    op = TOPIC_MUTATIONS[api]
+    return [n for n in names if _quiet_topic(check, op, n)]
+
+
 _GROUP_REFUSED: Final = {"generation_id": -1, "member_id": "", "leader": "", "protocol_name": "", "members": [],
                          "assignment": b""}
 
@@ -997,7 +1019,8 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.DescribeGroups: _describe_groups,
     ApiKey.ListGroups: _list_groups,
     ApiKey.CreateTopics: _create_topics,
-    ApiKey.DeleteTopics: _topic_results("topic_names", "responses", OP.DELETE, error_message=None),
+    ApiKey.DeleteTopics: _topic_results("topic_names", "responses", TOPIC_MUTATIONS[ApiKey.DeleteTopics],
+                                        error_message=None),
     ApiKey.DeleteRecords: _by_topic(_DELETE_RECORDS, OP.DELETE),
     ApiKey.InitProducerId: _init_producer_id,
     ApiKey.OffsetForLeaderEpoch: _by_topic(_EPOCHS, OP.DESCRIBE),
@@ -1013,7 +1036,8 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.AlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
     ApiKey.IncrementalAlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
     ApiKey.DescribeLogDirs: _hidden_listing(_strip_log_dirs)(_cluster_only(OP.DESCRIBE, _describe_log_dirs_refused)),
-    ApiKey.CreatePartitions: _topic_results("topics", "results", OP.ALTER, error_message=None),
+    ApiKey.CreatePartitions: _topic_results("topics", "results", TOPIC_MUTATIONS[ApiKey.CreatePartitions],
+                                            error_message=None),
     ApiKey.DeleteGroups: _delete_groups,
     ApiKey.ElectLeaders: _partitions_by_topic(_ELECT, OP.ALTER, top_error=True),
     ApiKey.AlterPartitionReassignments: _partitions_by_topic(_REASSIGN, OP.ALTER, top_error=True),
@@ -1096,13 +1120,14 @@ def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, fr
 
 
 def cluster_allowed(access: Access, scope: HandlerScope, api: int, client_ip: str, op: AclOperation, *,
-                    super_only: bool = False) -> bool | None:
-    """An API the gateway answers itself that needs ``op`` on the cluster: the authorizer's answer; without an
-    authorizer None (the handler's own rule: the admin list), or, with ``super_only``, whether the principal is on
-    the admin list (``--admin-principal``, Kafka's super users; nobody when there is none)."""
+                    super_only: bool = False) -> bool:
+    """The one cluster check of the APIs the gateway answers itself (the quota, ACL and SCRAM APIs): ``op`` on the
+    cluster, decided, audited and counted as every other decision. Without an authorizer, the admin list
+    (``--admin-principal``, Kafka's super users: ``core.acl.principal_allowed``): no list means everyone, as a
+    broker without an authorizer, except with ``super_only`` (KIP-554), where it means nobody."""
     if access.authorizer is not None:
         return Check(access, scope.principal, client_ip, api).cluster(op)
-    if not super_only:
-        return None
     admins = scope.gateway.quota_admin.admins
-    return admins is not None and (scope.principal in admins or kafka_principal(scope.principal) in admins)
+    if super_only and admins is None:
+        return False
+    return principal_allowed(admins, scope.principal)

@@ -1,9 +1,10 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49) over the wire, answered from the quota store.
 
 The semantics are ``quotaflow.admin``'s (KIP-546, as KRaft implements it); this module only translates between
-kafka-python's decoded messages and the admin API, and checks authorization (as ``KafkaApis``/``ControllerApis`` do):
-describe and alter need a principal from the configured admin list, else CLUSTER_AUTHORIZATION_FAILED. With no admin
-list configured every principal is allowed, as on a Kafka broker with no authorizer. Store work runs in an executor
+kafka-python's decoded messages and the admin API, and answers CLUSTER_AUTHORIZATION_FAILED as ``KafkaApis`` does
+when the gateway's cluster check (``authorize.cluster_allowed``) refused: the authorizer's DESCRIBE_CONFIGS /
+ALTER_CONFIGS on the cluster, or without one a principal from the admin list (:func:`principal_allowed`; no list:
+everyone, as on a Kafka broker with no authorizer). Store work runs in an executor
 thread; its CPU time is returned so the request quota can charge it.
 """
 
@@ -17,15 +18,11 @@ from typing import Any
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.admin import Admin, Alteration, AlterResult, DescribedEntity, QuotaOp
+from quotaflow.core.acl import principal_allowed as principal_allowed  # the admin list's rule, re-exported
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
 from quotaflow.gateway.protocol import response_class
-
-
-def principal_allowed(admins: frozenset[str] | None, principal: str) -> bool:
-    """``admins`` None: no authorizer, everyone may. Entries may be ``alice`` or Kafka's ``User:alice``."""
-    return admins is None or principal in admins or f"User:{principal}" in admins
 
 
 def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:
@@ -38,12 +35,10 @@ class QuotaAdminHandler:
         self.admin = admin
         self.admins = admins
 
-    async def handle(self, api_key: int, version: int, request: Any, principal: str, *,
-                     allowed: bool | None = None) -> tuple[Any, int]:
+    async def handle(self, api_key: int, version: int, request: Any, *, allowed: bool) -> tuple[Any, int]:
         """The response message for a decoded 48/49 request, and the executor thread time spent on it. ``allowed``:
-        the gateway authorizer's decision (None: the admin list decides)."""
-        if allowed is None:
-            allowed = principal_allowed(self.admins, principal)
+        DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster, decided by the gateway's one cluster check
+        (``authorize.cluster_allowed``: its authorizer, else the admin list)."""
 
         def run() -> tuple[Any, int]:
             start = time.thread_time_ns()

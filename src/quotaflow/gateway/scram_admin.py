@@ -154,10 +154,11 @@ def derive(user: str, mechanism: str, salt: bytes, salted_password: bytes, itera
 
 
 async def handle(admin: ScramAdmin | None, api_key: int, version: int, request: Any,
-                 allowed: bool | None) -> tuple[Any, int]:
+                 allowed: bool) -> tuple[Any, int]:
     """The response for a decoded 50/51 request and the executor thread time it took. ``admin`` None: the store
-    keeps no SCRAM credentials (nothing described; every alteration UNSUPPORTED_SASL_MECHANISM)."""
-    ok = bool(allowed)
+    keeps no SCRAM credentials (nothing described; every alteration UNSUPPORTED_SASL_MECHANISM). ``allowed``:
+    DESCRIBE / ALTER on the cluster (``authorize.cluster_allowed``, super users only without an authorizer)."""
+    ok = allowed
 
     def run() -> tuple[Any, int]:
         start = time.thread_time_ns()

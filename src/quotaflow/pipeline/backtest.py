@@ -138,32 +138,45 @@ def split_malformed_df(df: Any, kind: str) -> tuple[Any, Any]:
     return good, marked.filter(F.col(QUARANTINE_REASON).isNotNull())
 
 
-class WindowSink:
-    """Window and entity rows sent back by the tasks: an accumulator of {partition: (windows, entities) as Arrow
-    IPC bytes} (a retried task replaces its own entry, so nothing counts twice)."""
+class TableSink:
+    """Tables sent back by the tasks: an accumulator of {partition: (one Arrow IPC stream per table)} (a retried
+    task replaces its own entry, so nothing counts twice). ``schemas`` gives each table's schema when empty."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any, schemas: tuple[pa.Schema, ...]) -> None:
         from pyspark.accumulators import AccumulatorParam
 
         class _Param(AccumulatorParam):  # type: ignore[type-arg]
-            def zero(self, value: dict[int, tuple[bytes, bytes]]) -> dict[int, tuple[bytes, bytes]]:
+            def zero(self, value: dict[int, tuple[bytes, ...]]) -> dict[int, tuple[bytes, ...]]:
                 return {}
 
-            def addInPlace(self, a: dict[int, tuple[bytes, bytes]],
-                           b: dict[int, tuple[bytes, bytes]]) -> dict[int, tuple[bytes, bytes]]:  # fmt: skip
+            def addInPlace(self, a: dict[int, tuple[bytes, ...]],
+                           b: dict[int, tuple[bytes, ...]]) -> dict[int, tuple[bytes, ...]]:  # fmt: skip
                 a.update(b)
                 return a
 
+        self.schemas = schemas
         self.acc = spark.sparkContext.accumulator({}, _Param())
+
+    def all_tables(self) -> list[pa.Table]:
+        """Each table of every partition, concatenated."""
+        parts = [v for _, v in sorted(self.acc.value.items())]
+        out = []
+        for i, schema in enumerate(self.schemas):
+            tables = [pa.ipc.open_stream(p[i]).read_all() for p in parts]
+            out.append(pa.concat_tables(tables) if tables else schema.empty_table())
+        return out
+
+
+class WindowSink(TableSink):
+    """The window and entity rows of the backtest's loop."""
+
+    def __init__(self, spark: Any) -> None:
+        super().__init__(spark, (WINDOW_SCHEMA, ENTITY_SCHEMA))
 
     def tables(self) -> tuple[pa.Table, pa.Table]:
         """(windows, entities) of every partition."""
-        parts = [v for _, v in sorted(self.acc.value.items())]
-        out = []
-        for i, schema in enumerate((WINDOW_SCHEMA, ENTITY_SCHEMA)):
-            tables = [pa.ipc.open_stream(p[i]).read_all() for p in parts]
-            out.append(pa.concat_tables(tables) if tables else schema.empty_table())
-        return out[0], out[1]
+        windows, entities = self.all_tables()
+        return windows, entities
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -173,11 +186,12 @@ def _ipc(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def _send(acc: Any, windows: pa.Table, entities: pa.Table) -> None:
+def send_tables(acc: Any, *tables: pa.Table) -> None:
+    """This task's tables to a :class:`TableSink`'s accumulator."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    acc.add({ctx.partitionId() if ctx is not None else 0: (_ipc(windows), _ipc(entities))})
+    acc.add({ctx.partitionId() if ctx is not None else 0: tuple(_ipc(t) for t in tables)})
 
 
 class Plan:
@@ -199,8 +213,8 @@ class Plan:
         pair = table.column("_pair").to_numpy()
         decided = decide_rows(rows, pair, self.views, self.settings, windows=self.acc is not None)
         if self.acc is not None:
-            _send(self.acc, window_table(decided, self.res, self.brokers),
-                  entity_table(decided, self.res, self.brokers, self.headroom))  # fmt: skip
+            send_tables(self.acc, window_table(decided, self.res, self.brokers),
+                        entity_table(decided, self.res, self.brokers, self.headroom))  # fmt: skip
         return decided.columns
 
 

@@ -190,3 +190,59 @@ def connection_timeline(tl: ConnectionTimeline, t0_label: str) -> bytes:
     bottom.legend(fontsize=8, loc="upper right")
     bottom.grid(alpha=0.3)
     return to_png(fig)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageDistribution:
+    """One entity's usage cells for one key as percentiles 0..100, with its current and proposed quota (NaN:
+    none / unlimited)."""
+
+    title: str
+    quota_type: str
+    quantiles: FloatArray
+    current: float
+    proposed: float
+
+
+def usage_distributions(items: Sequence[UsageDistribution]) -> bytes:
+    """Small multiples: each entity's per-(broker, second) usage by percentile, the current quota and the proposed
+    one as horizontal lines (a current quota far above the usage is named in the title, not drawn)."""
+    n = max(len(items), 1)
+    cols = 3 if n > 4 else (2 if n > 1 else 1)
+    rows = (n + cols - 1) // cols
+    fig = Figure(figsize=(4.6 * cols, 2.7 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    formatter = FuncFormatter(lambda v, _pos: human(v))
+    pct = np.linspace(0.0, 100.0, 101)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(items):
+            if not items and i == 0:
+                _empty(ax, "no proposal")
+            else:
+                ax.set_visible(False)
+            continue
+        u = items[i]
+        color = QUOTA_COLORS.get(u.quota_type, "#333333")
+        q = u.quantiles if u.quantiles.size == pct.size else np.full(pct.size, np.nan)
+        ax.plot(pct, q, color=color, linewidth=1.4, label="usage")
+        top = float(np.nanmax(q)) if np.isfinite(q).any() else 0.0
+        title = u.title
+        if np.isfinite(u.current) and (top == 0.0 or u.current <= OFF_SCALE * max(top, u.proposed)):
+            ax.axhline(u.current, color="#444444", linestyle="--", linewidth=1.0, label=f"current {human(u.current)}")
+        elif np.isfinite(u.current):
+            title += f"  (current {human(u.current)}, off scale)"
+        else:
+            title += "  (current: unlimited)"
+        if np.isfinite(u.proposed):
+            ax.axhline(u.proposed, color=THROTTLE_COLOR, linewidth=1.2, label=f"proposed {human(u.proposed)}")
+        ax.set_title(title, fontsize=8, loc="left")
+        ax.set_ylabel(rate_unit(u.quota_type), fontsize=8)
+        ax.yaxis.set_major_formatter(formatter)
+        ax.tick_params(labelsize=8)
+        ax.set_ylim(bottom=0)
+        ax.set_xlim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.supxlabel("percentile of the entity's (broker, second) cells", fontsize=9)
+    fig.suptitle("Usage distribution per entity vs current and proposed quota", fontsize=11)
+    return to_png(fig)

@@ -283,6 +283,74 @@ def compare_table(compare: ds.Dataset, n: int = TABLE_ROWS) -> list[dict[str, An
     return rows[:n]
 
 
+# ---------------------------------------------------------------------------------------------- proposal
+PROPOSAL_FILE = "proposal.json"  # a `quotaflow recommend --out` directory (pipeline.recommend's layout)
+KEY_TYPES = {"producer_byte_rate": "produce", "consumer_byte_rate": "fetch", "request_percentage": "request"}
+CHART_ENTITIES = 4
+CHART_PANELS = 12
+
+
+def _entity_name(r: dict[str, Any]) -> str:
+    parts = [f"user={r['entity_user']}" if r.get("entity_user") is not None else "",
+             f"client-id={r['entity_client_id']}" if r.get("entity_client_id") is not None else "",
+             f"client-id-prefix={r['entity_client_id_prefix']}" if r.get("entity_client_id_prefix") is not None
+             else ""]  # fmt: skip
+    return ", ".join(p for p in parts if p)
+
+
+def proposal_rows(in_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(usage rows per entity and key, outcome rows per entity with the biggest change first) of a recommend run."""
+    usage = ds.dataset(in_dir / "usage", format="parquet").to_table().to_pylist()
+    outcome = ds.dataset(in_dir / "outcome", format="parquet").to_table().to_pylist()
+    outcome.sort(key=lambda r: (-abs(r["throttle_s_delta"] or 0.0), _entity_name(r)))
+    return usage, outcome
+
+
+def usage_charts(usage: Sequence[dict[str, Any]], outcome: Sequence[dict[str, Any]]) -> list[charts.UsageDistribution]:
+    """The entities whose outcome changes most (then the busiest), every key they use, up to CHART_PANELS."""
+    busiest = sorted(usage, key=lambda r: -(r["total"] or 0.0))
+    order = [_entity_name(r) for r in outcome if r["throttle_s_delta"]] + [_entity_name(r) for r in busiest]
+    chosen = list(dict.fromkeys(order))[:CHART_ENTITIES]
+    out = []
+    for name in chosen:
+        for r in sorted((r for r in usage if _entity_name(r) == name and r["active_cells"]), key=lambda r: r["key"]):
+            current = r["current_limit"]
+            out.append(charts.UsageDistribution(
+                title=f"{name}  {r['key']}", quota_type=KEY_TYPES.get(r["key"], r["key"]),
+                quantiles=np.asarray(r["quantiles"], dtype=np.float64),
+                current=float("nan") if current is None else float(current), proposed=float(r["recommended"]),
+            ))  # fmt: skip
+    return out[:CHART_PANELS]
+
+
+def proposal_sections(in_dir: Path, chart: Callable[[str, bytes, str], str]) -> list[tuple[str, str]]:
+    """The advisor's sections: outcome before/after per entity, usage distributions, the proposed values."""
+    doc = json.loads((in_dir / PROPOSAL_FILE).read_text(encoding="utf-8"))
+    usage, outcome = proposal_rows(in_dir)
+    before = sum(r["throttle_s_before"] or 0.0 for r in outcome)
+    after = sum(r["throttle_s_after"] or 0.0 for r in outcome)
+    changes = [
+        {"entity": _entity_name(r), "requests": r["requests"],
+         "throttled s before": r["throttled_seconds_before"], "throttled s after": r["throttled_seconds_after"],
+         "throttle time s before": r["throttle_s_before"], "throttle time s after": r["throttle_s_after"],
+         "delayed bytes before": r["delayed_bytes_before"], "delayed bytes after": r["delayed_bytes_after"]}
+        for r in outcome[:TABLE_ROWS]
+    ]  # fmt: skip
+    values = [
+        {"entity": _entity_name(r), "key": r["key"], "current": r["current_limit"], "proposed": r["recommended"],
+         "p50": r["p50"], "p99": r["p99"], "peak": r["peak"], "active cells": r["active_cells"], "cells": r["cells"]}
+        for r in sorted(usage, key=lambda r: (_entity_name(r), r["key"]))[: TABLE_ROWS * 3]
+    ]  # fmt: skip
+    png = charts.usage_distributions(usage_charts(usage, outcome))
+    return [
+        (f"Proposal: {len(doc)} entities; throttle time {before:,.1f} s under the store's quotas, {after:,.1f} s "
+         f"under the proposal (top {TABLE_ROWS} changes)", html_table(changes, "no entity")),
+        ("Proposal: usage distribution vs current and proposed quota",
+         chart("usage_distribution", png, "usage distribution per entity")),
+        ("Proposal: values (current = the quota the entity's clients have now)", html_table(values, "no values")),
+    ]  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------- HTML
 
 
@@ -428,6 +496,10 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
             )
         )
 
+    if (in_dir / PROPOSAL_FILE).is_file():
+        step("proposal")
+        sections[:0] = proposal_sections(in_dir, chart)
+
     meta = {
         "backtest output": str(in_dir),
         "generated": _utc(int(dt.datetime.now(tz=dt.UTC).timestamp() * 1000)),
@@ -438,7 +510,8 @@ def build_report(in_dir: Path, out_dir: Path, progress: Progress | None = None) 
     }
     step("writing HTML")
     html_path = out_dir / "report.html"
-    html_path.write_text(render_html("quotaflow backtest report", sections, meta), encoding="utf-8")
+    title = "quotaflow recommend report" if (in_dir / PROPOSAL_FILE).is_file() else "quotaflow backtest report"
+    html_path.write_text(render_html(title, sections, meta), encoding="utf-8")
     summary = {
         "throttle": throttle_rows,
         "brokers": brokers,

@@ -9,7 +9,7 @@ resolved per row in Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -59,7 +59,7 @@ class QuotaConfig:
             for entity, values in snapshot.entities.items():
                 if entity.is_ip() or key not in values:
                     continue
-                ckey = _client_key(entity)
+                ckey = client_key(entity)
                 overrides[ckey] = values[key]
                 mask |= int(entity_bit(*ckey))
             types[name] = TypeConfig(overrides, mask, prefix_index(overrides))
@@ -71,7 +71,7 @@ class QuotaConfig:
         return cls(types, ip_rates, excluded)
 
 
-def _client_key(entity: QuotaEntity) -> ClientKey:
+def client_key(entity: QuotaEntity) -> ClientKey:
     """Kafka keys user overrides by the sanitized user name; client-ids stay raw; a prefix is its own kind."""
     if isinstance(entity.client_id_prefix, str):
         return (None, ClientIdPrefix(entity.client_id_prefix))
@@ -131,9 +131,11 @@ def resolve_clients(config: QuotaConfig, pairs: Iterable[tuple[str, str]]) -> pa
     return pa.table(cols, schema=RESOLUTION_SCHEMA)
 
 
-def components(res: pa.Table) -> list[int]:
+def components(res: pa.Table, *more: Sequence[int]) -> list[int]:
     """Per resolution row, the id of its connected component: pairs sharing any quota-id (of any type) belong
-    together, so partitioning rows by (broker, component) keeps every quota-id of every type in one partition."""
+    together, so partitioning rows by (broker, component) keeps every quota-id of every type in one partition.
+    Each of ``more`` is one more grouping of the rows (a group id per row: another config's quota-ids, an
+    entity) whose groups are kept together too."""
     parent = list(range(res.num_rows))
 
     def find(i: int) -> int:
@@ -142,9 +144,10 @@ def components(res: pa.Table) -> list[int]:
             i = parent[i]
         return i
 
-    for t in QUOTA_TYPES:
+    groupings = [res.column(f"{t}_qid").to_pylist() for t in QUOTA_TYPES] + [list(m) for m in more]
+    for ids in groupings:
         first: dict[int, int] = {}
-        for row, qid in enumerate(res.column(f"{t}_qid").to_pylist()):
+        for row, qid in enumerate(ids):
             other = first.setdefault(qid, row)
             a, b = find(row), find(other)
             if a != b:

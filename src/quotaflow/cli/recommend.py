@@ -1,0 +1,64 @@
+"""``quotaflow recommend``: quotas proposed from recorded traffic, with the backtest of the proposal (on Spark)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from quotaflow.cli.jobopts import print_summary
+from quotaflow.core.errors import QuotaflowError
+from quotaflow.pipeline.advisor import (
+    ADVISOR_KEYS,
+    DEFAULT_HEADROOM,
+    DEFAULT_MIN_RATE,
+    DEFAULT_PERCENTILE,
+    LEVELS,
+    AdvisorSettings,
+)
+
+
+@click.command("recommend")
+@click.option("--events", required=True, type=click.Path(path_type=Path),
+              help="Events directory (requests/, Parquet or JSON lines): the gateway's event log.")
+@click.option("--store", required=True, metavar="PATH|URL",
+              help="Quota store whose current quotas the proposal is compared with (read once, never written).")
+@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Output directory (replaced): proposal.json, usage/, outcome/ and the backtest's layout.")
+@click.option("--entity-type", "level", type=click.Choice(LEVELS), default="user", show_default=True,
+              help="The entities to propose quotas for.")
+@click.option("--prefixes", default="", metavar="P1,P2",
+              help="client-id-prefix: prefixes to propose for, beside the store's client-id-prefix entities.")
+@click.option("--keys", default=",".join(ADVISOR_KEYS), show_default=True, help="Quota keys to propose.")
+@click.option("--percentile", type=float, default=DEFAULT_PERCENTILE, show_default=True,
+              help="Percentile (linear interpolation) of the per-(broker, second) usage cells.")
+@click.option("--headroom", type=float, default=DEFAULT_HEADROOM, show_default=True,
+              help="Multiplier on the percentile.")
+@click.option("--min-rate", "min_rate", type=float, default=DEFAULT_MIN_RATE, show_default=True,
+              help="Floor of every recommended value (bytes/s, or % of one thread).")
+@click.option("--broker-config", "broker_config", type=click.Path(path_type=Path, dir_okay=False),
+              help="server.properties-style file: quota.window.num / quota.window.size.seconds.")
+@click.option("--master", default=None, help="Spark master URL (default local[*]).")
+def recommend(events: Path, store: str, out: Path, level: str, prefixes: str, keys: str, percentile: float,
+              headroom: float, min_rate: float, broker_config: Path | None, master: str | None) -> None:  # fmt: skip
+    """Propose quotas per entity from observed usage (P-th percentile × headroom) and backtest the proposal
+    against the store's quotas on the same events. Apply with `client-quotas --alter --from-file`."""
+    from quotaflow.pipeline import recommend as job
+
+    settings = AdvisorSettings(percentile, headroom, min_rate, tuple(k for k in keys.split(",") if k))
+    spec = job.RecommendSpec(events, store, out, level, settings, broker_config,
+                             tuple(p for p in prefixes.split(",") if p))  # fmt: skip
+    console = Console(stderr=True)
+    try:
+        spec.validate()  # a clear error before Spark starts
+        from quotaflow.pipeline.session import session_scope
+
+        with console.status("recommend") as status, session_scope("local", master) as spark:
+            summary = job.run(spec, spark=spark, progress=lambda s: status.update(f"recommend: {s}"))
+    except QuotaflowError as e:
+        raise click.ClickException(str(e)) from e
+    proposal = json.loads((out / job.PROPOSAL).read_text(encoding="utf-8"))
+    console.print(f"proposal: {len(proposal)} entities ({level}) -> {out / job.PROPOSAL}")
+    print_summary(summary, out)
