@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = Path(__file__).parent / "node" / "client_matrix.mjs"
 USER, PASSWORD = "matrix", "matrix-secret"
 Q = 100_000  # consumer_byte_rate of each client's quota phase
-QUOTA_S = 15.0
+QUOTA_S = 8.0
 COUNT = 20  # messages of each round trip
 
 
