@@ -18,9 +18,9 @@ from quotaflow.admin.acls import AclAdmin
 from quotaflow.core.acl import AclOperation, ResourceType
 from quotaflow.core.authorizer import StandardAuthorizer
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway import authorize
-from quotaflow.gateway.acl_admin import AclAdminHandler
-from quotaflow.gateway.hidden_topics import HiddenTopics
+from quotaflow.gateway.auth import authorize
+from quotaflow.gateway.auth.acl_admin import AclAdminHandler
+from quotaflow.gateway.auth.hidden_topics import HiddenTopics
 from quotaflow.store.sqlite import SqliteStore
 
 TOPIC, GROUP, CLUSTER, ANY = 2, 3, 4, 1

@@ -1,6 +1,7 @@
-"""Per-API authorization at the gateway (gateway.authorize), over real encoded requests and responses: what each API
-needs (AUTHORIZER.md's table, KafkaApis), the refused parts answered with Kafka's per-resource errors and the rest
-forwarded, the response merged; quotaflow's own topics refused to everyone; the hot path read without a decode."""
+"""Per-API authorization at the gateway (gateway.auth.authorize), over real encoded requests and responses: what
+each API needs (AUTHORIZER.md's table, KafkaApis), the refused parts answered with Kafka's per-resource errors and the
+rest forwarded, the response merged; quotaflow's own topics refused to everyone; the hot path read without a
+decode."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from kafka.protocol.api_key import ApiKey
 from quotaflow.core.acl import AclOperation as Op
 from quotaflow.core.acl import ResourceType as Rt
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway import authorize, protocol, topic_names
-from quotaflow.gateway.authz_audit import AuthzAudit
-from quotaflow.gateway.hidden_topics import HiddenTopics, hidden_topics_for
+from quotaflow.gateway.auth import authorize, topic_names
+from quotaflow.gateway.auth.authz_audit import AuthzAudit
+from quotaflow.gateway.auth.hidden_topics import HiddenTopics, hidden_topics_for
+from quotaflow.gateway.data import protocol
 
-from .memory_authorizer import Acl, MemoryAuthorizer
+from ..memory_authorizer import Acl, MemoryAuthorizer
 
 STORE = "qf-store"  # a configured store topic (not under the reserved prefix)
 HIDDEN = HiddenTopics({STORE, "__quotaflow_usage"})
@@ -459,7 +461,7 @@ def test_no_offered_version_of_any_api_forwards_quotaflows_topics(authorizer: Me
 
 
 def test_decisions_are_counted_for_metrics() -> None:
-    from quotaflow.gateway.metrics_http import MetricsServer
+    from quotaflow.gateway.observation.metrics_http import MetricsServer
 
     access = _access(MemoryAuthorizer([BOB_WRITES_BOB]))
     for topic in ("bob-1", "alice-1", STORE):

@@ -1,5 +1,5 @@
-"""The seams between the gateway's authorization (gateway.authorize), its own ACL / quota / SCRAM answers, the
-authorizer's decision cache and KIP-599 metering (gateway.mutations): one order, one cluster check, one cache rule.
+"""The seams between the gateway's authorization (gateway.auth.authorize), its own ACL / quota / SCRAM answers, the
+authorizer's decision cache and KIP-599 metering (gateway.data.mutations): one order, one cluster check, one cache rule.
 
 * Unauthorized topics and quotaflow's own are cut before the partition-count lookup of DeleteTopics /
   CreatePartitions: the gateway never asks the upstream (with its own rights) about a topic the client may not
@@ -35,15 +35,16 @@ from quotaflow.core.acl import (
     ResourceType,
 )
 from quotaflow.core.authorizer import StandardAuthorizer
-from quotaflow.gateway import api_handlers, authorize, protocol
-from quotaflow.gateway.acl_admin import AclAdminHandler
-from quotaflow.gateway.authz_audit import AuthzAudit
-from quotaflow.gateway.hidden_topics import HiddenTopics
-from quotaflow.gateway.pending import Pending
-from quotaflow.gateway.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.auth import authorize
+from quotaflow.gateway.auth.acl_admin import AclAdminHandler
+from quotaflow.gateway.auth.authz_audit import AuthzAudit
+from quotaflow.gateway.auth.hidden_topics import HiddenTopics
+from quotaflow.gateway.data import api_handlers, protocol
+from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
 from quotaflow.store.sqlite import SqliteStore
 
-from .memory_authorizer import Acl, MemoryAuthorizer
+from ..memory_authorizer import Acl, MemoryAuthorizer
 
 STORE = "qf-store"
 HIDDEN = HiddenTopics({STORE, "__quotaflow_usage"})

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from quotaflow.gateway.sasl import (
+from quotaflow.gateway.auth.sasl import (
     LoginCache,
     PlainMessage,
     SaslAuthenticationError,

@@ -8,13 +8,13 @@ import json
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 
-from quotaflow.gateway import protocol, versions
-from quotaflow.gateway.sasl_passthrough import (
+from quotaflow.gateway.auth.sasl_passthrough import (
     SaslPassthrough,
     oauthbearer_principal,
     plain_principal,
     scram_principal,
 )
+from quotaflow.gateway.data import protocol, versions
 
 
 def test_principals_from_client_tokens() -> None:

@@ -8,9 +8,9 @@ import hashlib
 import pytest
 
 from quotaflow.core.errors import CommandError
+from quotaflow.gateway.auth.sasl import SaslAuthenticationError
+from quotaflow.gateway.auth.scram import ScramServer, unknown_user_credential
 from quotaflow.gateway.config import SCRAM_LEGACY_CLIENT_NONCE, GatewayConfig
-from quotaflow.gateway.sasl import SaslAuthenticationError
-from quotaflow.gateway.scram import ScramServer, unknown_user_credential
 from quotaflow.store.base import ScramCredential
 from quotaflow.store.scram import digest, hmac_digest, scram_credential
 
@@ -65,7 +65,7 @@ def test_malformed_and_mismatched_messages() -> None:
 
 
 def test_client_side_of_rfc7677() -> None:
-    from quotaflow.gateway.scram import ScramClient
+    from quotaflow.gateway.auth.scram import ScramClient
 
     client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce=lambda: "rOprNGfwEbeRWgbNEkqO")
     assert client.first() == CLIENT_FIRST

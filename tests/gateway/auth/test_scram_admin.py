@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kafka.protocol.admin import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
 
-from quotaflow.gateway.scram_admin import ScramAdmin
+from quotaflow.gateway.auth.scram_admin import ScramAdmin
 from quotaflow.store import open_store
 from quotaflow.store.base import ScramStore
 from quotaflow.store.scram import scram_credential

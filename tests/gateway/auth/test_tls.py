@@ -10,8 +10,8 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 from quotaflow.core.errors import CommandError
-from quotaflow.gateway.ssl_principal import SslPrincipalMapper, SslPrincipalMappingError, distinguished_name
-from quotaflow.gateway.tls import listener_tls, pem_text, upstream_tls
+from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper, SslPrincipalMappingError, distinguished_name
+from quotaflow.gateway.auth.tls import listener_tls, pem_text, upstream_tls
 
 KAFKA_DOC_RULES = ("RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L, "
                    "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L, "

@@ -17,7 +17,7 @@ import trustme
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.testing.tansu import api_versions_probe
 
-from .conftest import GatewayFactory, RunningGateway
+from ..conftest import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.broker
 

@@ -4,7 +4,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
-from quotaflow.gateway.addresses import AddressMap, rewrite_addresses
+from quotaflow.gateway.data.addresses import AddressMap, rewrite_addresses
 
 GW = AddressMap(("127.0.0.1", 19092), {2: ("127.0.0.1", 19093)})
 

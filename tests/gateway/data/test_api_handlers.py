@@ -9,12 +9,12 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.gateway.addresses import REWRITTEN_APIS
-from quotaflow.gateway.api_handlers import DEFAULT, HANDLERS, LOCAL_APIS
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.enforcement import Enforcement, RequestDecisions
-from quotaflow.gateway.pending import Pending
-from quotaflow.gateway.protocol import RequestHeader
+from quotaflow.gateway.data.addresses import REWRITTEN_APIS
+from quotaflow.gateway.data.api_handlers import DEFAULT, HANDLERS, LOCAL_APIS
+from quotaflow.gateway.data.enforcement import Enforcement, RequestDecisions
+from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.protocol import RequestHeader
 from quotaflow.store import open_store
 
 NOW_MS = 1_700_000_000_000

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
-from quotaflow.gateway.brokers import BrokerRoutes, UpstreamUnavailableError, broker_key, parse_upstreams
+from quotaflow.gateway.data.brokers import BrokerRoutes, UpstreamUnavailableError, broker_key, parse_upstreams
 from quotaflow.gateway.listener import AcceptedConnection, QuotaListener
 
 

@@ -12,16 +12,16 @@ from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError
 from quotaflow.engine.cluster_share import UsageReport
 from quotaflow.engine.quota_type import QuotaType
-from quotaflow.gateway.broker_quotas import BrokerQuotas
-from quotaflow.gateway.cluster_quota import (
+from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.data.broker_quotas import BrokerQuotas
+from quotaflow.gateway.data.cluster_quota import (
     ClusterQuotas,
     ClusterQuotaSettings,
     cluster_quotas_for,
     decode_report,
     encode_report,
 )
-from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.enforcement import Enforcement
+from quotaflow.gateway.data.enforcement import Enforcement
 from quotaflow.store.base import Snapshot
 
 Q = 100_000.0

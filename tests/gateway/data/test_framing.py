@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from quotaflow.core.errors import ConnectionClosed
-from quotaflow.gateway.framing import FIRST_CHUNK, FrameBuffer
+from quotaflow.gateway.data.framing import FIRST_CHUNK, FrameBuffer
 
 
 def framed(body: bytes) -> bytes:

@@ -18,9 +18,9 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import CommandError
 from quotaflow.engine import StrictControllerMutationQuota
 from quotaflow.engine.controller_mutation import PermissiveControllerMutationQuota
-from quotaflow.gateway import mutations, protocol
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.enforcement import Enforcement
+from quotaflow.gateway.data import mutations, protocol
+from quotaflow.gateway.data.enforcement import Enforcement
 from quotaflow.store.base import Snapshot
 
 NOW = 1_700_000_000_000
@@ -129,7 +129,7 @@ def test_permissive_versions_never_refuse() -> None:
 def test_partition_counts_forget_what_the_upstream_cannot_answer() -> None:
     import asyncio
 
-    from quotaflow.gateway.partition_counts import PartitionCounts
+    from quotaflow.gateway.data.partition_counts import PartitionCounts
 
     async def unreachable() -> Any:
         raise OSError("connection refused")

@@ -25,7 +25,7 @@ from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu
 
 try:  # tests/gateway is a package when its __init__.py is present, else a rootdir on sys.path
-    from .gateway_wire import Wire
+    from ..gateway_wire import Wire
 except ImportError:
     from gateway_wire import Wire  # type: ignore[no-redef]
 

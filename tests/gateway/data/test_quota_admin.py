@@ -25,15 +25,15 @@ from quotaflow.admin import Admin
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import CommandError
 from quotaflow.core.filters import QuotaFilter
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.quota_admin import principal_allowed
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.data.quota_admin import principal_allowed
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu
 
 try:  # tests/gateway is a package when its __init__.py is present, else a rootdir on sys.path
-    from .gateway_wire import Wire
+    from ..gateway_wire import Wire
 except ImportError:
     from gateway_wire import Wire  # type: ignore[no-redef]
 

@@ -19,8 +19,8 @@ from quotaflow.admin.wire import WireAdmin
 from quotaflow.cli.main import cli
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.filters import QuotaFilter
-from quotaflow.gateway.cluster_quota import UsageExchange, encode_report
-from quotaflow.gateway.sasl import hash_password, verify_password
+from quotaflow.gateway.auth.sasl import hash_password, verify_password
+from quotaflow.gateway.data.cluster_quota import UsageExchange, encode_report
 from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
 from quotaflow.store.records import credential_record, credential_tombstones, quota_record

@@ -3,7 +3,7 @@ from __future__ import annotations
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from quotaflow.gateway import protocol, versions
+from quotaflow.gateway.data import protocol, versions
 
 
 def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or_names_brokers() -> None:

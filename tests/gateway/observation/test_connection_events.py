@@ -4,7 +4,7 @@ from typing import Any
 
 from quotaflow.core.errors import ConnectionThrottledError
 from quotaflow.engine.connection import ConnectionQuotaConfig
-from quotaflow.gateway.connection_events import ObservedConnectionQuotas
+from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 
 
 def test_every_admission_decision_becomes_one_row() -> None:

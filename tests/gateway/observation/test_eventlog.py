@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, dataset_files, read_dataset
-from quotaflow.gateway import eventlog
-from quotaflow.gateway.eventlog import CONNECTION_LOG_SCHEMA, REQUEST_LOG_SCHEMA, EventLog, EventLogError
+from quotaflow.gateway.observation import eventlog
+from quotaflow.gateway.observation.eventlog import CONNECTION_LOG_SCHEMA, REQUEST_LOG_SCHEMA, EventLog, EventLogError
 
 
 def request_row(i: int, **over: Any) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def test_a_crash_loses_at_most_the_unflushed_tail(tmp_path: Path) -> None:
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_eventlog import request_row
-        from quotaflow.gateway.eventlog import EventLog
+        from quotaflow.gateway.observation.eventlog import EventLog
         log = EventLog({str(tmp_path)!r}, "gw", roll_rows=100, roll_seconds=60)
         for i in range(150):
             log.request(request_row(i))
@@ -216,7 +216,7 @@ def test_pyarrow_is_warmed_before_the_first_row(tmp_path: Path) -> None:
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_eventlog import request_row
-        from quotaflow.gateway.eventlog import EventLog
+        from quotaflow.gateway.observation.eventlog import EventLog
         log = EventLog({str(tmp_path)!r}, "gw", roll_seconds=60)
         log.wait_ready()
         assert not list(Path({str(tmp_path)!r}).rglob("*.parquet"))  # the warm-up wrote nothing to disk

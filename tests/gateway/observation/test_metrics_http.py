@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from quotaflow.core.errors import ConnectionThrottledError
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
-from quotaflow.gateway.metrics_http import MetricsServer
+from quotaflow.gateway.observation.metrics_http import MetricsServer
 
 T0 = 1_000_000
 

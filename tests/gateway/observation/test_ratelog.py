@@ -6,13 +6,13 @@ import logging
 
 import pytest
 
-from quotaflow.gateway.ratelog import RateLimitedLog
+from quotaflow.gateway.observation.ratelog import RateLimitedLog
 
 
 def test_one_line_per_interval_with_the_count(caplog: pytest.LogCaptureFixture,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
-    monkeypatch.setattr("quotaflow.gateway.ratelog.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("quotaflow.gateway.observation.ratelog.time.monotonic", lambda: now[0])
     warn = RateLimitedLog(logging.getLogger("t"), interval_s=10.0)
     with caplog.at_level(logging.WARNING):
         for _ in range(2_000):

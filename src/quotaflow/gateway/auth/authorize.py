@@ -9,7 +9,7 @@ gateway's refusal from a broker's: same error codes (29 TOPIC_, 30 GROUP_, 31 CL
 
 Two layers, one pass:
 
-* quotaflow's own topics (:mod:`quotaflow.gateway.hidden_topics`) are refused in every mode, to every principal,
+* quotaflow's own topics (:mod:`quotaflow.gateway.auth.hidden_topics`) are refused in every mode, to every principal,
   with TOPIC_AUTHORIZATION_FAILED, and left out of every listing (Metadata all-topics and regex, OffsetFetch
   all-partitions, DescribeLogDirs, ListPartitionReassignments, DescribeTransactions, DescribeTopicPartitions);
 * Kafka's authorizer (``scope.gateway.access.authorizer``, terminate mode only: in SASL passthrough the upstream
@@ -21,7 +21,7 @@ because the gateway cannot say what it would touch. Versions that name topics by
 read are not offered either (:data:`VERSION_CAPS`).
 
 Cost: without an authorizer a request is looked at only when its bytes contain a hidden name (one substring search;
-Produce and Fetch read their topic names from the frame instead, :mod:`quotaflow.gateway.topic_names`). With one,
+Produce and Fetch read their topic names from the frame instead, :mod:`quotaflow.gateway.auth.topic_names`). With one,
 Produce and Fetch are still authorized from those names without a decode; the other APIs are decoded (they are not
 the hot path), and only a refusal re-encodes anything.
 """
@@ -41,12 +41,13 @@ from quotaflow.core.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from quotaflow.gateway import protocol, topic_names
-from quotaflow.gateway.authz_audit import AuthzAudit
-from quotaflow.gateway.hidden_topics import RESERVED_PREFIX, HiddenTopics
+from quotaflow.gateway.auth import topic_names
+from quotaflow.gateway.auth.authz_audit import AuthzAudit
+from quotaflow.gateway.auth.hidden_topics import RESERVED_PREFIX, HiddenTopics
+from quotaflow.gateway.data import protocol
 
 if TYPE_CHECKING:
-    from quotaflow.gateway.api_handlers import HandlerScope
+    from quotaflow.gateway.data.api_handlers import HandlerScope
 
 OP: Final = AclOperation
 RT: Final = ResourceType
@@ -1028,7 +1029,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.AddOffsetsToTxn: _add_offsets_to_txn,
     ApiKey.EndTxn: _end_txn,
     ApiKey.TxnOffsetCommit: _offset_commit,
-    # the ACL APIs: answered by the gateway in terminate mode (gateway.acl_admin), the cluster's in passthrough
+    # the ACL APIs: answered by the gateway in terminate mode (gateway.auth.acl_admin), the cluster's in passthrough
     ApiKey.DescribeAcls: _no_check,
     ApiKey.CreateAcls: _no_check,
     ApiKey.DeleteAcls: _no_check,

@@ -42,7 +42,7 @@ class HiddenTopics:
 
 def hidden_topics_for(store: object, extra: Mapping[str, str]) -> HiddenTopics:
     """The topics a gateway hides: its ``kafka://`` store's topic, the cluster-usage topic, the reserved prefix."""
-    from quotaflow.gateway.cluster_quota import DEFAULT_USAGE_TOPIC, USAGE_TOPIC
+    from quotaflow.gateway.data.cluster_quota import DEFAULT_USAGE_TOPIC, USAGE_TOPIC
 
     names = {DEFAULT_USAGE_TOPIC, (extra.get(USAGE_TOPIC) or DEFAULT_USAGE_TOPIC).strip() or DEFAULT_USAGE_TOPIC}
     spec = getattr(store, "spec", None)

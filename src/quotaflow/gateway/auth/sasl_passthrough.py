@@ -28,8 +28,8 @@ from typing import Final
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.gateway import protocol
-from quotaflow.gateway.sasl import ANONYMOUS, PLAIN
+from quotaflow.gateway.auth.sasl import ANONYMOUS, PLAIN
+from quotaflow.gateway.data import protocol
 
 log = logging.getLogger(__name__)
 

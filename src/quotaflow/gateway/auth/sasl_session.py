@@ -1,11 +1,11 @@
 """One connection's SASL state machine, in both modes, driven by the connection.
 
 *Terminate*: the gateway answers SaslHandshake (v0: raw tokens follow; v1+: SaslAuthenticate rounds) and checks
-PLAIN against the store's credentials (:mod:`quotaflow.gateway.sasl`, in its bounded pool) or SCRAM-SHA-256/512
-against its stored keys (:mod:`quotaflow.gateway.scram`). A failure is answered after
+PLAIN against the store's credentials (:mod:`quotaflow.gateway.auth.sasl`, in its bounded pool) or SCRAM-SHA-256/512
+against its stored keys (:mod:`quotaflow.gateway.auth.scram`). A failure is answered after
 ``connection.failed.authentication.delay.ms`` (KIP-306) and closes the connection, as Kafka's
 ``SaslServerAuthenticator`` does. *Passthrough* (the upstream authenticates): the exchange goes to the broker and
-:class:`~quotaflow.gateway.sasl_passthrough.SaslPassthrough` reads the principal from it once the broker accepts.
+:class:`~quotaflow.gateway.auth.sasl_passthrough.SaslPassthrough` reads the principal from it once the broker accepts.
 
 States: ``none`` -> ``handshaken-v0`` | ``handshaken`` -> ``authenticated``.
 
@@ -31,11 +31,11 @@ from quotaflow.core.errors import (
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
 )
-from quotaflow.gateway import protocol
-from quotaflow.gateway.pending import Pending
-from quotaflow.gateway.sasl import PLAIN, SaslAuthenticationError
-from quotaflow.gateway.sasl_passthrough import SaslPassthrough
-from quotaflow.gateway.scram import ScramServer
+from quotaflow.gateway.auth.sasl import PLAIN, SaslAuthenticationError
+from quotaflow.gateway.auth.sasl_passthrough import SaslPassthrough
+from quotaflow.gateway.auth.scram import ScramServer
+from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data.pending import Pending
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext

@@ -30,8 +30,8 @@ import os
 from collections.abc import Callable
 from typing import Final
 
+from quotaflow.gateway.auth.sasl import SaslAuthenticationError
 from quotaflow.gateway.config import SCRAM_LEGACY_CLIENT_NONCE
-from quotaflow.gateway.sasl import SaslAuthenticationError
 from quotaflow.store.base import ScramCredential
 from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, SALT_BYTES, digest, hmac_digest, scram_credential
 

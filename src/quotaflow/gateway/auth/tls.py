@@ -7,7 +7,7 @@ chain in one PEM file) or ``ssl.keystore.key`` + ``ssl.keystore.certificate.chai
 ``ssl.key.password`` for an encrypted key; ``ssl.truststore.type=PEM`` with ``ssl.truststore.location`` (a PEM file of
 CA certificates) or ``ssl.truststore.certificates`` (PEM text), which verify client certificates;
 ``ssl.client.auth=none|requested|required``; ``ssl.enabled.protocols``; ``ssl.principal.mapping.rules``. On an SSL
-listener the principal is the client certificate's mapped DN (``gateway.ssl_principal``), ``ANONYMOUS`` without
+listener the principal is the client certificate's mapped DN (``gateway.auth.ssl_principal``), ``ANONYMOUS`` without
 one; on SASL_SSL it is the SASL identity.
 
 The upstream connection has settings of its own, Kafka's client config names under the ``quotaflow.upstream.``
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from quotaflow.core.errors import CommandError
-from quotaflow.gateway.sasl import ANONYMOUS
-from quotaflow.gateway.ssl_principal import SslPrincipalMapper, distinguished_name
+from quotaflow.gateway.auth.sasl import ANONYMOUS
+from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper, distinguished_name
 
 SSL_KEYSTORE_TYPE: Final = "ssl.keystore.type"
 SSL_KEYSTORE_LOCATION: Final = "ssl.keystore.location"
@@ -133,7 +133,8 @@ def upstream_tls(props: Mapping[str, str]) -> ssl.SSLContext | None:
 
 def upstream_security_protocol(props: Mapping[str, str]) -> str:
     """``quotaflow.upstream.security.protocol``: PLAINTEXT (default), SSL, or SASL_PLAINTEXT / SASL_SSL, which mean
-    the upstream authenticates and clients' SASL exchanges are passed through to it (``gateway.sasl_passthrough``)."""
+    the upstream authenticates and clients' SASL exchanges are passed through to it
+    (``gateway.auth.sasl_passthrough``)."""
     protocol = (upstream_setting(props)(SECURITY_PROTOCOL) or "PLAINTEXT").strip().upper()
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise CommandError(f"Invalid value {protocol} for configuration {UPSTREAM_PREFIX}{SECURITY_PROTOCOL}: "

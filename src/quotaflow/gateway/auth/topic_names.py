@@ -4,7 +4,7 @@ Authorizing Produce and Fetch needs only their topic names; a kafka-python decod
 object (and hold the records). These walks read the names and skip everything else by its wire size: Produce v3–9
 (``transactional_id``, ``acks``, ``timeout_ms``, then topics with partitions of index + records) and Fetch v4–12
 (the fixed head, then topics with fixed-size partition entries). The gateway offers no higher versions (Produce v10+
-and Fetch v13+ name topics by id or carry broker addresses: :mod:`quotaflow.gateway.authorize`). Fetch's session
+and Fetch v13+ name topics by id or carry broker addresses: :mod:`quotaflow.gateway.auth.authorize`). Fetch's session
 fields sit at fixed offsets, so sessions can be switched off in place (:func:`sessionless_fetch`).
 """
 
@@ -16,7 +16,7 @@ from typing import Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway import protocol
+from quotaflow.gateway.data import protocol
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")

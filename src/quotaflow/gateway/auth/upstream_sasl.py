@@ -5,7 +5,7 @@ With ``quotaflow.upstream.security.protocol=SASL_PLAINTEXT|SASL_SSL`` and a serv
 ``quotaflow.upstream.sasl.jaas.config`` (Kafka's JAAS line: ``... required username="svc" password="...";``), the
 gateway terminates its clients' SASL itself and authenticates every upstream connection it opens as that identity
 (SaslHandshake v1, then SaslAuthenticate rounds), before the first forwarded request. Without an identity, clients'
-SASL is passed through instead (``gateway.sasl_passthrough``).
+SASL is passed through instead (``gateway.auth.sasl_passthrough``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from quotaflow.admin.wire import jaas_options
 from quotaflow.core.errors import CommandError, QuotaflowError
-from quotaflow.gateway import protocol
-from quotaflow.gateway.sasl import PLAIN, SaslAuthenticationError
-from quotaflow.gateway.scram import ScramClient
+from quotaflow.gateway.auth.sasl import PLAIN, SaslAuthenticationError
+from quotaflow.gateway.auth.scram import ScramClient
+from quotaflow.gateway.data import protocol
 from quotaflow.store.scram import HASHES
 
 SASL_MECHANISM: Final = "quotaflow.upstream.sasl.mechanism"

@@ -1,7 +1,7 @@
 """Broker-address rewriting: clients must only ever learn the gateway's addresses, never the upstream's.
 
 Metadata (brokers), FindCoordinator (v0–3 host/port, v4+ coordinators) and DescribeCluster (brokers) carry broker
-addresses and are rewritten: each upstream node id maps to its gateway address (``gateway.brokers``: one gateway
+addresses and are rewritten: each upstream node id maps to its gateway address (``gateway.data.brokers``: one gateway
 port per upstream node per listener).
 
 Other API versions that name brokers are not decoded on the hot path; ApiVersions offers them only up to the last
@@ -35,7 +35,7 @@ class AddressOf(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AddressMap:
-    """A fixed node id -> gateway address map (``gateway.brokers.BrokerRoutes`` is the live one)."""
+    """A fixed node id -> gateway address map (``gateway.data.brokers.BrokerRoutes`` is the live one)."""
 
     default: tuple[str, int]
     by_node: Mapping[int, tuple[str, int]] = field(default_factory=dict)

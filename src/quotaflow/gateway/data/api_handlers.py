@@ -27,16 +27,17 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, QuotaflowError, map_errors
-from quotaflow.gateway import authorize, mutations, protocol, scram_admin, versions
-from quotaflow.gateway.addresses import REWRITTEN_APIS, rewrite_addresses
-from quotaflow.gateway.brokers import UpstreamUnavailableError
-from quotaflow.gateway.enforcement import RequestDecisions
-from quotaflow.gateway.pending import Pending
+from quotaflow.gateway.auth import authorize, scram_admin
+from quotaflow.gateway.data import mutations, protocol, versions
+from quotaflow.gateway.data.addresses import REWRITTEN_APIS, rewrite_addresses
+from quotaflow.gateway.data.brokers import UpstreamUnavailableError
+from quotaflow.gateway.data.enforcement import RequestDecisions
+from quotaflow.gateway.data.pending import Pending
 
 if TYPE_CHECKING:
+    from quotaflow.gateway.auth.sasl_session import SaslSession
     from quotaflow.gateway.context import ConnectionContext
-    from quotaflow.gateway.enforcement import Enforcement
-    from quotaflow.gateway.sasl_session import SaslSession
+    from quotaflow.gateway.data.enforcement import Enforcement
 
 # a request Kafka cannot parse closes the connection
 CLOSE_ON_INVALID: Final[Mapping[type[BaseException], type[QuotaflowError]]] = {InvalidRequestError: ConnectionClosed}

@@ -2,7 +2,7 @@
 
 A client writing to three brokers through the gateway gets three times its quota, as it would on Kafka, and the
 event log's ``broker`` column says which broker's managers decided, so the backtest replays each broker's decisions
-on its own. One :class:`~quotaflow.gateway.enforcement.Enforcement` (one set of engine managers) per broker, made
+on its own. One :class:`~quotaflow.gateway.data.enforcement.Enforcement` (one set of engine managers) per broker, made
 when the broker's first connection comes, seeded with the quota configuration as it is now.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.enforcement import Enforcement
+from quotaflow.gateway.data.enforcement import Enforcement
 from quotaflow.store.base import Change, Snapshot
 
 

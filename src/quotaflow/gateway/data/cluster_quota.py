@@ -2,7 +2,7 @@
 the local share with the unchanged engine.
 
 Every window each gateway publishes the rate per quota-id of each of its participants (the engine managers of each
-upstream broker, :mod:`quotaflow.gateway.broker_quotas`; produce, fetch and request quotas; and its connection
+upstream broker, :mod:`quotaflow.gateway.data.broker_quotas`; produce, fetch and request quotas; and its connection
 quotas' accepted-connection rate per client IP with a ``connection_creation_rate`` quota; the token-bucket
 controller-mutation quota and the broker/listener ``max.connection.creation.rate`` stay local, as in
 docs/cluster-quotas.md) to
@@ -52,8 +52,8 @@ from quotaflow.store.signing import RecordSigner, ReplayGuard
 if TYPE_CHECKING:
     from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.engine.sensors import QuotaSensor
-    from quotaflow.gateway.broker_quotas import BrokerQuotas
-    from quotaflow.gateway.enforcement import Enforcement
+    from quotaflow.gateway.data.broker_quotas import BrokerQuotas
+    from quotaflow.gateway.data.enforcement import Enforcement
 
 Participants = Callable[[], Mapping[str, "Enforcement"]]  # broker -> its engine managers
 

@@ -50,8 +50,13 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
-from quotaflow.gateway import protocol, versions
-from quotaflow.gateway.api_handlers import (
+from quotaflow.gateway.auth.sasl import ANONYMOUS
+from quotaflow.gateway.auth.sasl_session import SaslSession
+from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
+from quotaflow.gateway.auth.tls_errors import log_connection_failure
+from quotaflow.gateway.config import SASL_PROTOCOLS
+from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data.api_handlers import (
     CLOSE_ON_INVALID,
     DEFAULT,
     HANDLERS,
@@ -61,21 +66,16 @@ from quotaflow.gateway.api_handlers import (
     prepare_request,
     rewrite,
 )
-from quotaflow.gateway.brokers import UpstreamUnavailableError, broker_key
-from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.framing import FrameBuffer
-from quotaflow.gateway.pending import RAW_SASL, Pending
-from quotaflow.gateway.sasl import ANONYMOUS
-from quotaflow.gateway.sasl_session import SaslSession
-from quotaflow.gateway.ssl_principal import SslPrincipalMappingError
-from quotaflow.gateway.tls_errors import log_connection_failure
-from quotaflow.gateway.versions import PASSTHROUGH_APIS, SASL_APIS
+from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
+from quotaflow.gateway.data.framing import FrameBuffer
+from quotaflow.gateway.data.pending import RAW_SASL, Pending
+from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
 
 if TYPE_CHECKING:
+    from quotaflow.gateway.auth.tls import ListenerTls
     from quotaflow.gateway.context import ConnectionContext
-    from quotaflow.gateway.enforcement import Enforcement
-    from quotaflow.gateway.request_memory import RequestMemory
-    from quotaflow.gateway.tls import ListenerTls
+    from quotaflow.gateway.data.enforcement import Enforcement
+    from quotaflow.gateway.data.request_memory import RequestMemory
 
 log = logging.getLogger(__name__)
 

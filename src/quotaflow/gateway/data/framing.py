@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from quotaflow.core.errors import ConnectionClosed
-from quotaflow.gateway.protocol import SIZE
+from quotaflow.gateway.data.protocol import SIZE
 
 RECEIVE_BUFFER: Final = 16 * 1024  # per client connection, allocated once; frames up to this need no pool memory
 FIRST_CHUNK: Final = 64 * 1024

@@ -4,7 +4,7 @@ topic, the upstream does the rest.
 Permits, as Kafka counts them: CreateTopics, the partitions a topic creates (its assignments, else
 ``num_partitions``; an unset ``-1`` counts as 1, the broker default of ``num.partitions``); CreatePartitions, the new
 partitions (requested count minus the current count); DeleteTopics, the topic's partitions. The last two need the
-upstream's partition counts, which :mod:`quotaflow.gateway.partition_counts` fetches just before the request is
+upstream's partition counts, which :mod:`quotaflow.gateway.data.partition_counts` fetches just before the request is
 decided; a topic that costs nothing (unknown to the upstream, or no new partitions) meets no quota and goes on to
 the upstream, which answers it with its own error. The engine's token bucket decides.
 
@@ -26,7 +26,7 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ThrottlingQuotaExceededError
 from quotaflow.engine import ControllerMutationQuota
-from quotaflow.gateway import protocol
+from quotaflow.gateway.data import protocol
 
 Counts = Callable[[str | None, uuid.UUID | None], int | None]
 """(topic name, topic id) -> current partition count, None when unknown."""

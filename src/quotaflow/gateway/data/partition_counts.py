@@ -18,8 +18,8 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway import protocol
-from quotaflow.gateway.ratelog import RateLimitedLog
+from quotaflow.gateway.data import protocol
+from quotaflow.gateway.observation.ratelog import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

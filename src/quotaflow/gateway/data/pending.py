@@ -6,9 +6,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
 
-from quotaflow.gateway import protocol
-from quotaflow.gateway.enforcement import NO_DECISIONS, RequestDecisions
-from quotaflow.gateway.mutations import TopicQuotaDecision
+from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data.enforcement import NO_DECISIONS, RequestDecisions
+from quotaflow.gateway.data.mutations import TopicQuotaDecision
 
 RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
 
@@ -39,4 +39,4 @@ class Pending:
     # a Fetch response larger than the consumer quota's window holds: delivered with its throttle, not emptied
     oversized: bool = False
     decisions: RequestDecisions = NO_DECISIONS
-    authz: Any = None  # the authorization plan (gateway.authorize.Plan) when the request was rewritten or refused
+    authz: Any = None  # the authorization plan (gateway.auth.authorize.Plan) when the request was rewritten or refused

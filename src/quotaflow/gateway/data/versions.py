@@ -20,9 +20,10 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import UnsupportedVersionError
-from quotaflow.gateway import authorize, protocol
-from quotaflow.gateway.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
-from quotaflow.gateway.protocol import RESPONSES, encode_response, max_known_version
+from quotaflow.gateway.auth import authorize
+from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
+from quotaflow.gateway.data.protocol import RESPONSES, encode_response, max_known_version
 
 # Served by the gateway itself, whatever the upstream supports: key -> (min, max).
 GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
