@@ -30,7 +30,7 @@ ACKS_UNREADABLE: int = -0x10000  # outside int16: "not a Produce, or its acks co
 @cython.cfunc
 @cython.inline
 @cython.exceptval(check=False)
-def _uvarint(data: cython.const[cython.uchar][:], pos: cython.Py_ssize_t,
+def _uvarint(data: cython.p_const_uchar, pos: cython.Py_ssize_t,
              size: cython.Py_ssize_t) -> tuple[cython.Py_ssize_t, cython.longlong]:
     """An unsigned varint at ``pos``: (the position after it, its value), or (-1, 0) if truncated or oversized."""
     value: cython.longlong = 0
@@ -47,9 +47,7 @@ def _uvarint(data: cython.const[cython.uchar][:], pos: cython.Py_ssize_t,
         shift += 7
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-def read_request(frame: cython.const[cython.uchar][:], flexible_from: cython.const[cython.uchar][:]) -> tuple:
+def read_request(frame: bytes, flexible_from: bytes) -> tuple:
     """``(api_key, api_version, correlation_id, client_id, end, body, acks)`` of one request frame (without its size
     prefix): ``end`` is the offset after ``client_id`` (None when null), ``body`` where the body starts (after the
     header's tagged fields when this version is flexible), ``acks`` a Produce's (else :data:`ACKS_UNREADABLE`).
@@ -60,11 +58,12 @@ def read_request(frame: cython.const[cython.uchar][:], flexible_from: cython.con
     size: cython.Py_ssize_t = len(frame)
     if size < 10:
         raise InvalidRequestError(f"request frame of {size} bytes is shorter than a request header")
-    api_key: cython.int = (frame[0] << 8) | frame[1]
-    version: cython.int = (frame[2] << 8) | frame[3]
-    correlation_id: cython.longlong = ((cython.cast(cython.longlong, frame[4]) << 24) | (frame[5] << 16)
-                                       | (frame[6] << 8) | frame[7])
-    n: cython.int = (frame[8] << 8) | frame[9]
+    data: cython.p_const_uchar = frame  # compiled: the bytes' own buffer, each read below checked against size
+    api_key: cython.int = (data[0] << 8) | data[1]
+    version: cython.int = (data[2] << 8) | data[3]
+    correlation_id: cython.longlong = ((cython.cast(cython.longlong, data[4]) << 24) | (data[5] << 16)
+                                       | (data[6] << 8) | data[7])
+    n: cython.int = (data[8] << 8) | data[9]
     if api_key >= 0x8000:  # int16 / int32 fields are signed
         api_key -= 0x10000
     if version >= 0x8000:
@@ -80,7 +79,7 @@ def read_request(frame: cython.const[cython.uchar][:], flexible_from: cython.con
         if end > size:
             raise InvalidRequestError("client_id runs past the end of the request frame")
         try:
-            client_id = bytes(frame[10:end]).decode("utf-8")
+            client_id = frame[10:end].decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidRequestError("client_id is not UTF-8") from e
     body: cython.Py_ssize_t = end
@@ -89,12 +88,12 @@ def read_request(frame: cython.const[cython.uchar][:], flexible_from: cython.con
     count: cython.longlong
     i: cython.longlong
     if flexible:  # the header's tagged fields: a count, then (tag, size, bytes) each
-        body, count = _uvarint(frame, body, size)
+        body, count = _uvarint(data, body, size)
         i = 0
         while body >= 0 and i < count:
-            body, value = _uvarint(frame, body, size)  # the tag
+            body, value = _uvarint(data, body, size)  # the tag
             if body >= 0:
-                body, value = _uvarint(frame, body, size)
+                body, value = _uvarint(data, body, size)
                 if body >= 0:
                     body = body + value if body + value <= size else -1
             i += 1
@@ -103,30 +102,29 @@ def read_request(frame: cython.const[cython.uchar][:], flexible_from: cython.con
     if api_key == 0 and pos >= 0:  # Produce
         if version >= 3:  # transactional_id (compact or not) comes first
             if flexible:
-                pos, value = _uvarint(frame, pos, size)
+                pos, value = _uvarint(data, pos, size)
                 if pos >= 0 and value > 1:
                     pos += value - 1
             elif pos + 2 <= size:
-                n = (frame[pos] << 8) | frame[pos + 1]
+                n = (data[pos] << 8) | data[pos + 1]
                 if n < 0x8000:  # null (-1) and empty take no bytes
                     pos += n
                 pos += 2
             else:
                 pos = -1
         if pos >= 0 and pos + 2 <= size:
-            acks = (frame[pos] << 8) | frame[pos + 1]
+            acks = (data[pos] << 8) | data[pos + 1]
             if acks >= 0x8000:
                 acks -= 0x10000
     return api_key, version, correlation_id, client_id, end, body, acks
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-def correlation_id(frame: cython.const[cython.uchar][:]) -> int:
+def correlation_id(frame: bytes) -> int:
     """The correlation id of a response frame (without its size prefix); -1 for a frame shorter than 4 bytes (no
     request has it: the caller refuses the response as out of order)."""
     if len(frame) < 4:
         return -1
-    value: cython.longlong = ((cython.cast(cython.longlong, frame[0]) << 24) | (frame[1] << 16) | (frame[2] << 8)
-                              | frame[3])
+    data: cython.p_const_uchar = frame
+    value: cython.longlong = ((cython.cast(cython.longlong, data[0]) << 24) | (data[1] << 16) | (data[2] << 8)
+                              | data[3])
     return value - 0x100000000 if value >= 0x80000000 else value

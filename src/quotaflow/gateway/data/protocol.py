@@ -96,6 +96,8 @@ class RequestHeader(NamedTuple):
 def read_request(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     """The header of a request frame and, for a Produce, its ``acks`` (else ``ACKS_UNREADABLE``), read in one call
     (``frame_facts``). Raise ``InvalidRequestError`` if the frame is too short for its header."""
+    if type(frame) is not bytes:  # the compiled reader takes bytes (frames cut by FrameBuffer are)
+        frame = bytes(frame)
     key, version, correlation_id, client_id, end, body, acks = frame_facts.read_request(frame, FLEXIBLE_FROM)
     return RequestHeader(key, version, correlation_id, client_id, end, body), acks
 
@@ -109,7 +111,7 @@ def body_offset(frame: bytes | memoryview, header: RequestHeader) -> int:
     """Where the request body starts: after client_id, and after the header's tagged fields when flexible."""
     body = header.body
     if body == BODY_UNREAD:  # a header made by hand
-        body = frame_facts.read_request(frame, FLEXIBLE_FROM)[5] if len(frame) >= 10 else -1
+        body = read_request(frame)[0].body if len(frame) >= 10 else -1
     if body < 0:
         raise InvalidRequestError("request header runs past the end of the frame")
     return body
@@ -117,7 +119,7 @@ def body_offset(frame: bytes | memoryview, header: RequestHeader) -> int:
 
 def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
     """``acks`` of a Produce request: skip ``transactional_id`` (v3+) and read the int16 that follows."""
-    acks: int = frame_facts.read_request(frame, FLEXIBLE_FROM)[6]
+    acks = read_request(frame)[1]
     if acks == ACKS_UNREADABLE:
         raise InvalidRequestError("Produce request too short for acks")
     return acks
