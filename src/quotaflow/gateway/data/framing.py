@@ -23,7 +23,7 @@ FIRST_CHUNK: Final = 64 * 1024
 class FrameBuffer:
     """One socket's receive side: ``buffer()`` / ``updated(n)`` from the protocol, ``pop()`` for whole frames."""
 
-    __slots__ = ("_allocated", "_buf", "_chunks", "_end", "_got", "_into_chunk", "_size", "_start", "_view")
+    __slots__ = ("_allocated", "_buf", "_chunks", "_end", "_got", "_into_chunk", "_size", "_start", "_view", "partial")
 
     def __init__(self, capacity: int = RECEIVE_BUFFER) -> None:
         self._buf = bytearray(capacity)
@@ -35,11 +35,9 @@ class FrameBuffer:
         self._allocated = 0  # bytes of its chunks
         self._got = 0  # body bytes in its chunks
         self._into_chunk = False  # the last buffer() handed out was the current chunk
-
-    @property
-    def partial(self) -> bool:
-        """A frame has begun arriving and is not complete."""
-        return self._size > 0 or self._end > self._start
+        # a frame has begun arriving and is not complete (``_size > 0 or _end > _start``, kept as a plain attribute:
+        # the connection asks several times per request)
+        self.partial = False
 
     @property
     def has_room(self) -> bool:
@@ -59,7 +57,10 @@ class FrameBuffer:
             chunk = self._chunks[-1]
             return memoryview(chunk)[len(chunk) - (self._allocated - self._got):]
         self._into_chunk = False
-        if self._end == len(self._buf):
+        end = self._end
+        if not end:
+            return self._view  # the common case: the whole (empty) buffer, no new view
+        if end == len(self._buf):
             self._compact()
         return self._view[self._end:]
 
@@ -68,6 +69,8 @@ class FrameBuffer:
             self._got += nbytes
         else:
             self._end += nbytes
+            if nbytes:
+                self.partial = True
 
     def feed(self, data: bytes) -> None:
         """Bytes that arrived before this buffer was the socket's (a stream's leftovers)."""
@@ -92,6 +95,7 @@ class FrameBuffer:
             frame = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
             self._size = self._allocated = self._got = 0
             self._chunks = []
+            self.partial = self._end > self._start
             return frame
         start = self._start
         avail = self._end - start
@@ -105,6 +109,7 @@ class FrameBuffer:
             frame = bytes(self._view[start + 4:stop])
             if stop == self._end:
                 self._start = self._end = 0
+                self.partial = False
             else:
                 self._start = stop
             return frame
