@@ -33,11 +33,8 @@ class HiddenTopics:
 
     def may_name(self, frame: bytes | memoryview) -> bool:
         """False when ``frame`` cannot name a hidden topic (none of their bytes occur in it)."""
-        data = frame if type(frame) is bytes else bytes(frame)
-        for needle in self._needles:  # (a loop, not any() over a generator: this runs for every Produce and Fetch)
-            if needle in data:
-                return True
-        return False
+        data = frame if isinstance(frame, bytes) else bytes(frame)
+        return any(needle in data for needle in self._needles)
 
     def __repr__(self) -> str:
         return f"HiddenTopics({sorted(self.names)!r} + {RESERVED_PREFIX}*)"
