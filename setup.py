@@ -4,7 +4,7 @@ pure-Python mode), which stays importable as the pure twin where no compiler is 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-COMPILED_MODULES = ["quotaflow.gateway.data.frame_facts"]
+COMPILED_MODULES = ["quotaflow.gateway.data.frame_facts", "quotaflow.gateway.data.framing"]
 
 setup(ext_modules=cythonize(
     [Extension(name, [f"src/{name.replace('.', '/')}.py"], optional=True) for name in COMPILED_MODULES],

@@ -3,9 +3,7 @@ twin (the same source, executed as Python) read every frame alike, real and host
 
 from __future__ import annotations
 
-import importlib.util
 import struct
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -19,23 +17,14 @@ from quotaflow.core.errors import InvalidRequestError
 from quotaflow.gateway.data import frame_facts, protocol
 from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
 
+from .twins import assert_compiled, forms, pure_twin
 
-def _pure_twin() -> ModuleType:
-    source = Path(frame_facts.__file__).with_name("frame_facts.py")
-    spec = importlib.util.spec_from_file_location("quotaflow_frame_facts_pure", source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PURE = _pure_twin()
-FORMS = [pytest.param(frame_facts, id="compiled"), pytest.param(PURE, id="pure")]
+PURE = pure_twin(frame_facts)
+FORMS = forms(frame_facts)
 
 
 def test_make_setup_built_the_compiled_form() -> None:
-    assert frame_facts.COMPILED, f"{frame_facts.__file__} is the pure-Python source: run `make setup`"
-    assert not PURE.COMPILED
+    assert_compiled(frame_facts)
 
 
 def _outcome(module: ModuleType, frame: bytes) -> object:
