@@ -2,8 +2,8 @@
 (``--before``, main before the change) against one tuple in the schema's column order and one Arrow struct array
 (this tree), in one process run.
 
-    PYTHONPATH=$PWD/src .venv/bin/python bench/eventlog_rows.py [--rows 50000] [--rounds 5] [--before REF] \
-        [--out FILE]
+    PYTHONPATH=$PWD/src .venv/bin/python bench/eventlog_rows.py [--rows 50000] [--rounds 5] [--paced-rate 700] \
+        [--paced-seconds 10] [--paced-rounds 3] [--before REF] [--out FILE]
 
 The before side is the code of ``--before`` (a git ref of this repository, default the commit the change was made
 on), loaded from git: its ``gateway/eventlog.py`` as a module of its own and its ``Gateway.on_request`` compiled
@@ -19,9 +19,12 @@ Figures, per row, each the median over ``--rounds`` (the order of before / after
 * writer: CPU time of the log's writer thread (its ``pthread_getcpuclockid`` clock) for the ``flush`` that follows:
   take the rows, convert them per 4,096, one Parquet file of ``--rows`` rows written and fsynced. Its Parquet part
   is the same code on the same data on both sides;
-* conversion alone, in this thread, on the same rows in batches of 4,096: before's ``from_pylist`` on its dicts;
-  this tree's struct array on its tuples; and ``zip(*rows)`` with one ``pa.array`` per column (the other way to
-  convert tuples, not taken: the transpose in Python costs more than it saves);
+* writer at the gateway's pace: the same clock with ``--paced-rate`` rows a second arriving for ``--paced-seconds``
+  into a log with the gateway's settings (5 s files, adaptive turns), over ``--paced-rounds``: per-turn and per-file
+  costs included, on rows and code gone cold between rolls;
+* conversion alone, in this thread, on the same rows in batches of 4,096, the best of 7 interleaved runs: before's
+  ``from_pylist`` on its dicts; this tree's struct array on its tuples; and ``zip(*rows)`` with one ``pa.array`` per
+  column (the other way to convert tuples, not taken: the transpose in Python costs about what it saves);
 * container bytes per queued row (``sys.getsizeof``; the values are the same objects either way).
 
 Both logs' files are then read back and compared: same schema, same rows, values and ``seq`` numbers, same number
@@ -140,6 +143,31 @@ def run_side(log_class: Any, on_request: Callable[..., None], pool: list[tuple[S
     return loop_ns / rows, writer_ns / rows
 
 
+def paced_writer_ns(log_class: Any, on_request: Callable[..., None],
+                    pool: list[tuple[SimpleNamespace, Pending, int]], rate: int, seconds: float,
+                    directory: Path) -> float:
+    """Writer ns CPU per row with rows arriving at ``rate`` a second for ``seconds`` (appended every 10 ms), the log
+    as the gateway opens it (files rolled every 5 s, the writer's adaptive turns), up to a flush of the last rows."""
+    log = log_class(directory, "gw")
+    log.wait_ready()
+    holder = SimpleNamespace(_event_log=log)
+    writer = log._thread
+    total = int(rate * seconds)
+    before = thread_cpu_ns(writer)
+    start, n = time.monotonic(), 0
+    while n < total:
+        due = min(total, int((time.monotonic() - start) * rate))
+        while n < due:
+            conn, pending, response_bytes = pool[n % len(pool)]
+            on_request(holder, conn, pending, response_bytes, 1_700_000_000_000 + n)
+            n += 1
+        time.sleep(0.01)
+    log.flush()
+    writer_ns = thread_cpu_ns(writer) - before
+    log.close()
+    return writer_ns / total
+
+
 def empty_loop_ns(pool: list[tuple[SimpleNamespace, Pending, int]], rows: int) -> float:
     def nothing(holder: Any, conn: Any, pending: Any, response_bytes: int, now_ms: int) -> None:
         pass
@@ -170,15 +198,13 @@ def conversions(old: ModuleType, dict_rows: list[dict[str, Any]], tuple_rows: li
         "tuples, struct array (after)": lambda s: eventlog.EventLog._convert(kind_new, tuple_rows[s:s + n]),
         "tuples, zip + pa.array per column": lambda s: by_columns(tuple_rows[s:s + n]),
     }
-    out = {}
-    for name, convert in ways.items():
-        best = float("inf")
-        for _ in range(reps):
+    out = dict.fromkeys(ways, float("inf"))
+    for _ in range(reps):  # interleaved, the best of each: the machine is shared
+        for name, convert in ways.items():
             start = time.thread_time_ns()
             for s in range(0, len(tuple_rows), n):
                 convert(s)
-            best = min(best, (time.thread_time_ns() - start) / len(tuple_rows))
-        out[name] = best
+            out[name] = min(out[name], (time.thread_time_ns() - start) / len(tuple_rows))
     return out
 
 
@@ -192,6 +218,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=50_000, help="request rows per log (one Parquet file)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--paced-rate", type=int, default=700, help="rows a second for the paced writer figure")
+    ap.add_argument("--paced-seconds", type=float, default=10.0, help="seconds per paced log (0: skip)")
+    ap.add_argument("--paced-rounds", type=int, default=3)
     ap.add_argument("--before", default=BEFORE, help="git ref of the code with dict rows")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here too")
     args = ap.parse_args()
@@ -229,6 +258,15 @@ def main() -> None:
                 assert sizes_before == sizes_after and sum(sizes_after) == args.rows, (sizes_before, sizes_after)
                 same_bytes = bytes_before == bytes_after
 
+        paced: dict[str, list[float]] = {"before": [], "after": []}
+        for r in range(args.paced_rounds if args.paced_seconds > 0 else 0):
+            for name in (["before", "after"] if r % 2 == 0 else ["after", "before"]):
+                log_class, on_request = sides[name]
+                paced[name].append(paced_writer_ns(log_class, on_request, pool, args.paced_rate, args.paced_seconds,
+                                                   work / f"{name}-paced-{r}"))
+            print(f"paced round {r + 1}: writer {paced['before'][-1]:.0f} / {paced['after'][-1]:.0f} ns a row "
+                  f"(before / after)", flush=True)
+
         # the rows of round 1, rebuilt as each side's caller builds them, for the conversion and size figures
         holder_rows: dict[str, list[Any]] = {}
         for name, (_cls, on_request) in sides.items():
@@ -241,7 +279,7 @@ def main() -> None:
         for i, row in enumerate(holder_rows["before"]):  # what before's EventLog._put adds
             row.setdefault("broker", "gw")
             row["seq"] = i
-        converted = conversions(old, holder_rows["before"], holder_rows["after"], reps=3)
+        converted = conversions(old, holder_rows["before"], holder_rows["after"], reps=7)
         size_before = statistics.mean(sys.getsizeof(r) for r in holder_rows["before"])
         size_after = statistics.mean(sys.getsizeof(r) for r in holder_rows["after"])
 
@@ -263,6 +301,11 @@ def main() -> None:
         f"**{(med['loop']['after'] - empty_ns) / (med['loop']['before'] - empty_ns):.2f}x** |",
         f"| writer thread: take + convert + Parquet + fsync, ns CPU | {med['writer']['before']:.0f} | "
         f"{med['writer']['after']:.0f} | **{med['writer']['after'] / med['writer']['before']:.2f}x** |",
+        *([f"| writer thread at {args.paced_rate} rows/s for {args.paced_seconds:g} s (the gateway's log settings: "
+           f"5 s files, adaptive turns), ns CPU | {statistics.median(paced['before']):.0f} | "
+           f"{statistics.median(paced['after']):.0f} | "
+           f"**{statistics.median(paced['after']) / statistics.median(paced['before']):.2f}x** |"]
+          if paced["after"] else []),
         f"| conversion alone (batches of {eventlog.BATCH_ROWS:,}), ns CPU | "
         f"{converted['dicts, from_pylist (before)']:.0f} | {converted['tuples, struct array (after)']:.0f} | "
         f"**{converted['tuples, struct array (after)'] / converted['dicts, from_pylist (before)']:.2f}x** |",
@@ -280,7 +323,10 @@ def main() -> None:
         "",
         "Rounds (loop / writer ns a row, before → after): " + "; ".join(
             f"{lb:.0f}/{wb:.0f} → {la:.0f}/{wa:.0f}"
-            for lb, wb, la, wa in zip(loop["before"], writer["before"], loop["after"], writer["after"], strict=True)),
+            for lb, wb, la, wa in zip(loop["before"], writer["before"], loop["after"], writer["after"], strict=True))
+        + ("; paced writer ns a row: " + ", ".join(f"{b:.0f} → {a:.0f}" for b, a in zip(paced["before"], paced["after"],
+                                                                                      strict=True))
+           if paced["after"] else ""),
     ]
     report = "\n".join(lines)
     print()
