@@ -257,9 +257,10 @@ def decision_cost(frames: dict[str, bytes]) -> dict[tuple[int, str], float]:
     import timeit
 
     from quotaflow.core.authorizer import StandardAuthorizer
-    from quotaflow.gateway import authorize, protocol
-    from quotaflow.gateway.authz_audit import AuthzAudit
-    from quotaflow.gateway.hidden_topics import HiddenTopics
+    from quotaflow.gateway.auth import authorize
+    from quotaflow.gateway.auth.authz_audit import AuthzAudit
+    from quotaflow.gateway.auth.hidden_topics import HiddenTopics
+    from quotaflow.gateway.data import protocol
 
     class Scope:
         principal = "ANONYMOUS"

@@ -6,7 +6,7 @@
         [--paced-seconds 10] [--paced-rounds 3] [--before REF] [--out FILE]
 
 The before side is the code of ``--before`` (a git ref of this repository, default the commit the change was made
-on), loaded from git: its ``gateway/eventlog.py`` as a module of its own and its ``Gateway.on_request`` compiled
+on), loaded from git: its event log module as a module of its own and its ``Gateway.on_request`` compiled
 from its source, so neither is a copy kept by hand. The after side is this tree's ``EventLog`` and
 ``Gateway.on_request``. Both ``on_request`` run unbound on a stand-in holding only ``_event_log``, with the same
 connections and requests (a pool of Produce, Fetch and Metadata requests of several clients, one row each per call).
@@ -53,30 +53,34 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quotaflow.events import REQUESTS_DIR, dataset_files
-from quotaflow.gateway import eventlog
-from quotaflow.gateway.enforcement import RequestDecisions
-from quotaflow.gateway.pending import Pending
-from quotaflow.gateway.protocol import RequestHeader
+from quotaflow.gateway.data.enforcement import RequestDecisions
+from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.protocol import RequestHeader
+from quotaflow.gateway.observation import eventlog
 from quotaflow.gateway.server import Gateway
 
 BEFORE = "5f6233ff6ea894868fe6e84d552dd0f7798298b8"  # main when request rows were dicts
-EVENTLOG_PATH = "src/quotaflow/gateway/eventlog.py"
+EVENTLOG_PATHS = ("src/quotaflow/gateway/observation/eventlog.py", "src/quotaflow/gateway/eventlog.py")  # new, old
 SERVER_PATH = "src/quotaflow/gateway/server.py"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def git_show(ref: str, path: str) -> str:
-    try:
-        return subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, check=True, capture_output=True,
-                              text=True).stdout
-    except subprocess.CalledProcessError as e:
-        raise SystemExit(f"cannot read {path} at {ref} (a git checkout with that commit is needed): {e.stderr}") from e
+def git_show(ref: str, *paths: str) -> str:
+    """The first of ``paths`` that exists at ``ref``."""
+    errors = []
+    for path in paths:
+        done = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode == 0:
+            return done.stdout
+        errors.append(done.stderr.strip())
+    raise SystemExit(f"cannot read {' or '.join(paths)} at {ref} (a git checkout with that commit is needed): "
+                     f"{'; '.join(errors)}")
 
 
 def before_eventlog(ref: str, work: Path) -> ModuleType:
     """``--before``'s eventlog module, imported under a name of its own (it imports this tree's events schema)."""
     path = work / "eventlog_before.py"
-    path.write_text(git_show(ref, EVENTLOG_PATH))
+    path.write_text(git_show(ref, *EVENTLOG_PATHS))
     spec = importlib.util.spec_from_file_location("eventlog_before", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -137,7 +137,7 @@ class _CountingTransport:
 
 def core_us(store: Path, n: int) -> float:
     """µs of this thread's CPU per forwarded Produce through a ClientConnection, no I/O."""
-    from quotaflow.gateway.connection import ClientConnection, UpstreamProtocol
+    from quotaflow.gateway.data.connection import ClientConnection, UpstreamProtocol
     from quotaflow.gateway.server import Gateway
 
     request, response = produce_frames()

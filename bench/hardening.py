@@ -48,7 +48,7 @@ from kafka import KafkaProducer
 from kafka.protocol.consumer import FetchRequest
 
 from quotaflow.events import CONNECTIONS_DIR, read_dataset
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.sasl_flood import round_trip

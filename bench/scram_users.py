@@ -34,7 +34,7 @@ from kafka.protocol.sasl import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gateway_wire_latency import _exactly
 
-from quotaflow.gateway.scram import ScramClient
+from quotaflow.gateway.auth.scram import ScramClient
 from quotaflow.store import open_store
 from quotaflow.store.scram import scram_credential
 from quotaflow.testing.gateway_process import GatewayProcess

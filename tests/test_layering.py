@@ -160,6 +160,57 @@ def test_wrong_imports_flags_up_and_sideways() -> None:
     ]
 
 
+# inside gateway/: its planes (data/, auth/, observation/) and the shell that wires them (server, listener; config and
+# context, the settings and the interface a connection sees, sit below the planes). A module inside the first
+# package must not import the second (a module or a package) unless the target is inside the first too.
+GATEWAY: Final = "quotaflow.gateway"
+PLANE_RULES: Final[tuple[tuple[str, str, str], ...]] = (
+    (f"{GATEWAY}.data", f"{GATEWAY}.server", "a plane imports the shell"),
+    (f"{GATEWAY}.data", f"{GATEWAY}.listener", "a plane imports the shell"),
+    (f"{GATEWAY}.auth", f"{GATEWAY}.server", "a plane imports the shell"),
+    (f"{GATEWAY}.auth", f"{GATEWAY}.listener", "a plane imports the shell"),
+    (f"{GATEWAY}.auth", f"{GATEWAY}.data.connection", "auth reaches into the connection"),
+    (f"{GATEWAY}.observation", GATEWAY, "observation only records"),
+)
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def wrong_plane_imports(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
+    """``module:line imports target (why)`` for every import inside gateway/ that breaks a rule of PLANE_RULES."""
+    wrong = []
+    for module, imported in graph.items():
+        for line, target in imported:
+            for importer, forbidden, why in PLANE_RULES:
+                if _inside(module, importer) and _inside(target, forbidden) and not _inside(target, importer):
+                    wrong.append(f"{module}:{line} imports {target} ({why})")
+                    break
+    return wrong
+
+
+def test_gateway_planes_point_inward() -> None:
+    graph = {m: [(line, t) for line, t, _ in imports_of(m)] for m in MODULES}
+    wrong = wrong_plane_imports(graph)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_wrong_plane_imports_flags_each_rule() -> None:
+    graph = {
+        "quotaflow.gateway.data.framing": [(1, "quotaflow.gateway.server"), (2, "quotaflow.gateway.auth.sasl")],
+        "quotaflow.gateway.auth.tls": [(3, "quotaflow.gateway.data.connection"), (4, "quotaflow.gateway.data.pending")],
+        "quotaflow.gateway.observation.eventlog": [(5, "quotaflow.gateway.config"),
+                                                   (6, "quotaflow.gateway.observation.ratelog")],
+        "quotaflow.gateway.server": [(7, "quotaflow.gateway.data.connection")],
+    }
+    assert wrong_plane_imports(graph) == [
+        "quotaflow.gateway.data.framing:1 imports quotaflow.gateway.server (a plane imports the shell)",
+        "quotaflow.gateway.auth.tls:3 imports quotaflow.gateway.data.connection (auth reaches into the connection)",
+        "quotaflow.gateway.observation.eventlog:5 imports quotaflow.gateway.config (observation only records)",
+    ]
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of a directed graph as a path [a, b, ..., a], else None (iterative DFS)."""
     state: dict[str, int] = {}  # 1 on the stack, 2 done

@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from quotaflow.cli.main import cli
-from quotaflow.gateway.sasl import verify_password
+from quotaflow.gateway.auth.sasl import verify_password
 from quotaflow.store import open_store
 
 

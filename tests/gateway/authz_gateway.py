@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
 

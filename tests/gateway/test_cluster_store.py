@@ -20,7 +20,7 @@ from quotaflow.cli.main import cli
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import StoreError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
-from quotaflow.gateway.sasl import hash_password, verify_password
+from quotaflow.gateway.auth.sasl import hash_password, verify_password
 from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
 from quotaflow.store.scram import scram_credential

@@ -50,7 +50,7 @@ def test_hardening_settings_have_kafkas_names_and_defaults() -> None:
 
 
 def test_request_memory_holds_readers_while_the_pool_is_full() -> None:
-    from quotaflow.gateway.request_memory import RequestMemory
+    from quotaflow.gateway.data.request_memory import RequestMemory
 
     pool, woken = RequestMemory(100), []
     a, b, c = object(), object(), object()
@@ -74,7 +74,7 @@ def test_request_memory_holds_readers_while_the_pool_is_full() -> None:
 def test_request_memory_wakes_the_frames_closest_to_done_first() -> None:
     """Waiters needing the least go first: a frame that announced 100 MiB and sent little waits behind one about to
     finish, whatever the order they came in."""
-    from quotaflow.gateway.request_memory import RequestMemory
+    from quotaflow.gateway.data.request_memory import RequestMemory
 
     pool, woken = RequestMemory(100), []
     holder, hog, small = object(), object(), object()

@@ -31,7 +31,7 @@ from kafka.admin import (
 from kafka.errors import ClusterAuthorizationFailedError, SecurityDisabledError
 
 from quotaflow.core import acl as qacl
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu

@@ -31,8 +31,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.store.scram import scram_credential
 from quotaflow.testing.tansu import Tansu
@@ -355,7 +355,7 @@ def test_kcat_scram_is_refused_without_the_legacy_setting_and_the_log_says_why(
     gw = sasl_ssl_gateway(gateway_factory, pki, legacy_nonce=False)
     host, port = gw.thread.address("EXTERNAL")
     target = Target(f"{host}:{port}", pki["ca"], "SCRAM-SHA-256", "kcat-strict", new_topic(tansu.bootstrap))
-    with caplog.at_level(logging.WARNING, logger="quotaflow.gateway.scram"):
+    with caplog.at_level(logging.WARNING, logger="quotaflow.gateway.auth.scram"):
         done = subprocess.run([*kcat_args(target), "-L", "-m", "5"], capture_output=True, timeout=30, check=False)
     assert done.returncode != 0, done.stdout.decode()  # no metadata: it never got past authentication
     causes = [r.getMessage() for r in caplog.records if "client repeated its nonce: librdkafka < 2.6.1" in

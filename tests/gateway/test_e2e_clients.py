@@ -13,7 +13,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, read_dataset
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
 
 from .conftest import GatewayFactory, RunningGateway

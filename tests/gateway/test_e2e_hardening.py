@@ -26,8 +26,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 
 from quotaflow.admin.wire import SaslPlain, WireAdmin
 from quotaflow.core.filters import QuotaFilter
+from quotaflow.gateway.auth.sasl import DEFAULT_ITERATIONS, hash_password
 from quotaflow.gateway.config import SASL_FAILED_PER_IP_RATE
-from quotaflow.gateway.sasl import DEFAULT_ITERATIONS, hash_password
 from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.sasl_flood import round_trip

@@ -43,8 +43,8 @@ from kafka.protocol.sasl import (
 from quotaflow.core.acl import AclOperation, ResourceType
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.events import AUTHORIZATIONS_DIR
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.sasl import hash_password
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
 from quotaflow.store.kafka import KafkaStore
@@ -413,7 +413,7 @@ def test_a_delete_under_a_mutation_quota_never_looks_up_topics_the_client_may_no
     from quotaflow.admin import Admin, Alteration
     from quotaflow.admin.acls import AclAdmin
     from quotaflow.core.acl import AccessControlEntry, AclBinding, AclPermissionType, PatternType, ResourcePattern
-    from quotaflow.gateway.partition_counts import PartitionCounts
+    from quotaflow.gateway.data.partition_counts import PartitionCounts
 
     with open_store(tmp_path / "q.db") as store:
         Admin(store).alter([Alteration.of(BOB, {"controller_mutation_rate": 1.0})])

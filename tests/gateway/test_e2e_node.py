@@ -12,7 +12,7 @@ import pytest
 
 from quotaflow.admin import Admin
 from quotaflow.core.filters import QuotaFilter
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
 
 from .conftest import GatewayFactory

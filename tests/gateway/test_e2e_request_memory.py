@@ -17,8 +17,8 @@ import pytest
 from kafka import KafkaProducer
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 
 from .conftest import GatewayFactory, RunningGateway

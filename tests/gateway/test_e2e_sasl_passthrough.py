@@ -16,8 +16,8 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from quotaflow.events import REQUESTS_DIR, read_dataset
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.store.scram import scram_credential
 

@@ -17,8 +17,8 @@ from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
 from quotaflow.cli.main import cli
 from quotaflow.events import REQUESTS_DIR, read_dataset
+from quotaflow.gateway.auth.scram import ScramClient
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.scram import ScramClient
 from quotaflow.store import open_store
 from quotaflow.store.scram import scram_credential
 

@@ -26,8 +26,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
+from quotaflow.gateway.auth.scram import ScramClient
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.scram import ScramClient
 from quotaflow.store import open_store
 from quotaflow.store.scram import HASHES, digest, hmac_digest, scram_credential
 
@@ -165,7 +165,7 @@ def test_a_repeated_client_nonce_is_refused_with_its_cause_logged(
 ) -> None:
     """Kafka 4.x's strict RFC 5802 check (CVE-2024-56128), by default; the log names the cause and the way out."""
     gw = _sasl_gateway(gateway_factory)
-    with caplog.at_level(logging.WARNING, logger="quotaflow.gateway.scram"):
+    with caplog.at_level(logging.WARNING, logger="quotaflow.gateway.auth.scram"):
         answer, wire = _legacy_login(gw)
         wire.sock.close()
     assert answer.error_code == SASL_ERROR

@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from quotaflow.events import REQUESTS_DIR, read_dataset
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.sasl import hash_password
 from quotaflow.store import open_store
 
 from .conftest import GatewayFactory, RunningGateway

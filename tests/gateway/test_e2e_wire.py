@@ -21,7 +21,7 @@ from quotaflow.core.errors import (
     UnsupportedVersionError,
 )
 from quotaflow.core.filters import FilterComponent, QuotaFilter
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu
 

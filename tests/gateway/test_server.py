@@ -16,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
-from quotaflow.gateway import authorize
+from quotaflow.gateway.auth import authorize
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.testing.tansu import Tansu

@@ -18,7 +18,7 @@ import click
 from quotaflow.cli.common import STORE_HELP
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway.brokers import parse_upstreams
+from quotaflow.gateway.data.brokers import parse_upstreams
 from quotaflow.gateway.server import Gateway, new_event_loop
 from quotaflow.store import store_value
 

@@ -9,7 +9,7 @@ import click
 
 from quotaflow.cli.common import store_option
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway.sasl import hash_password
+from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
 from quotaflow.store.base import ScramStore
 from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, scram_credential

@@ -20,7 +20,7 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     │   │                                   53  TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     │   ├── SecurityDisabledError           54  SECURITY_DISABLED (the ACL APIs without an authorizer)
     │   ├── SaslAuthenticationFailedError   58  SASL_AUTHENTICATION_FAILED
-    │   │   └── SaslAuthenticationError         a PLAIN message the gateway rejects (gateway.sasl)
+    │   │   └── SaslAuthenticationError         a PLAIN message the gateway rejects (gateway.auth.sasl)
     │   └── ThrottlingQuotaExceededError    89  THROTTLING_QUOTA_EXCEEDED
     │       └── MutationThrottledError          a strict controller-mutation quota, with its throttle
     │                                           (engine.controller_mutation)
@@ -29,17 +29,18 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     ├── StoreError                          the quota store cannot be opened, read or migrated
     ├── BrokerConnectionError               the admin client's gateway/broker is unreachable or not speaking Kafka
     ├── ConnectionClosed                    the gateway stops serving one client connection
-    ├── UpstreamUnavailableError            no upstream broker address accepted a connection (gateway.brokers;
+    ├── UpstreamUnavailableError            no upstream broker address accepted a connection (gateway.data.brokers;
     │                                       also an OSError)
     ├── SslPrincipalMappingError            no ssl.principal.mapping.rules rule applies to a client certificate
-    │                                       (gateway.ssl_principal)
+    │                                       (gateway.auth.ssl_principal)
     ├── UpstreamAuthenticationError         the upstream refused the gateway's own SASL identity
-    │                                       (gateway.upstream_sasl)
+    │                                       (gateway.auth.upstream_sasl)
     ├── ConnectionQuotaError                connection admission refused by the connection-quota engine
     │   ├── ConnectionThrottledError        "<ip> throttled for <ms>" (KIP-612 per-IP rate)
     │   └── TooManyConnectionsError         "Too many connections from <ip> (maximum = <n>)"
     ├── EventsInputError                    an events directory is missing or unreadable (events)
-    ├── EventLogError                       the gateway's event log is closed or its writer failed (gateway.eventlog)
+    ├── EventLogError                       the gateway's event log is closed or its writer failed
+    │                                       (gateway.observation.eventlog)
     ├── TansuError                          the test broker did not start (testing.tansu)
     └── GatewayProcessError                 the gateway child process did not come up (testing.gateway_process)
 """

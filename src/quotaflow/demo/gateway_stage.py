@@ -21,7 +21,7 @@ from rich.table import Table
 from quotaflow.admin import Alteration
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.events import API_PRODUCE, REQUESTS_DIR, read_dataset
-from quotaflow.gateway.sasl import ANONYMOUS
+from quotaflow.gateway.auth.sasl import ANONYMOUS
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 

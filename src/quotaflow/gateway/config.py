@@ -42,7 +42,7 @@ SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
 SSL: Final = "SSL"
 SASL_SSL: Final = "SASL_SSL"
 SECURITY_PROTOCOLS: Final = frozenset({PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL})
-TLS_PROTOCOLS: Final = frozenset({SSL, SASL_SSL})  # TLS settings: gateway.tls
+TLS_PROTOCOLS: Final = frozenset({SSL, SASL_SSL})  # TLS settings: gateway.auth.tls
 SASL_PROTOCOLS: Final = frozenset({SASL_PLAINTEXT, SASL_SSL})
 
 
@@ -57,7 +57,8 @@ class GatewayConfig:
     store_poll_ms: int = 250  # quota changes apply within a second
     max_in_flight: int = 256  # unanswered requests read per connection; 1 = Kafka's one-at-a-time reading
     fetch_max_bytes: int = 57_671_680  # Kafka's broker default (55 MB): Fetch max_bytes is capped to it
-    # the pool for request frames larger than a connection's receive buffer, all connections (gateway.request_memory);
+    # the pool for request frames larger than a connection's receive buffer, all connections
+    # (gateway.data.request_memory);
     # None: socket.request.max.bytes (Kafka's default is -1, unbounded: one announced frame could hold it all)
     queued_max_request_bytes: int | None = None
     # the same, for frames before SASL authentication (each at most sasl.server.max.receive.size)

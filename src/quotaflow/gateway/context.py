@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from quotaflow.core.acl import Authorizer
     from quotaflow.engine.connection import ConnectionQuotas
-    from quotaflow.gateway.acl_admin import AclAdminHandler
-    from quotaflow.gateway.addresses import AddressOf
-    from quotaflow.gateway.authorize import Access
-    from quotaflow.gateway.broker_quotas import BrokerQuotas
+    from quotaflow.gateway.auth.acl_admin import AclAdminHandler
+    from quotaflow.gateway.auth.authorize import Access
+    from quotaflow.gateway.auth.sasl import SaslVerifier
+    from quotaflow.gateway.auth.scram_admin import ScramAdmin
     from quotaflow.gateway.config import GatewayConfig
-    from quotaflow.gateway.partition_counts import PartitionCounts
-    from quotaflow.gateway.pending import Pending
-    from quotaflow.gateway.quota_admin import QuotaAdminHandler
-    from quotaflow.gateway.request_memory import RequestMemory
-    from quotaflow.gateway.sasl import SaslVerifier
-    from quotaflow.gateway.scram_admin import ScramAdmin
+    from quotaflow.gateway.data.addresses import AddressOf
+    from quotaflow.gateway.data.broker_quotas import BrokerQuotas
+    from quotaflow.gateway.data.partition_counts import PartitionCounts
+    from quotaflow.gateway.data.pending import Pending
+    from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+    from quotaflow.gateway.data.request_memory import RequestMemory
     from quotaflow.store.base import ScramStore
 
 
@@ -40,7 +40,7 @@ class ConnectionInfo(Protocol):
 
 
 class ConnectionContext(Protocol):
-    """Everything a :class:`~quotaflow.gateway.connection.ClientConnection` uses of its gateway."""
+    """Everything a :class:`~quotaflow.gateway.data.connection.ClientConnection` uses of its gateway."""
 
     @property
     def config(self) -> GatewayConfig: ...
@@ -83,7 +83,7 @@ class ConnectionContext(Protocol):
     @property
     def access(self) -> Access:
         """What per-API authorization uses: the authorizer (None in SASL passthrough), quotaflow's hidden topics,
-        the audit of decisions (:mod:`quotaflow.gateway.authorize`)."""
+        the audit of decisions (:mod:`quotaflow.gateway.auth.authorize`)."""
     @property
     def scram_admin(self) -> ScramAdmin | None:
         """KIP-554 answers from the gateway's own credentials (None: the store keeps no SCRAM credentials)."""

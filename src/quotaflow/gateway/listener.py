@@ -30,9 +30,9 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError, TooManyConnectionsError
 from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
 from quotaflow.engine.updates import QuotaChange, apply_changes, snapshot_changes
-from quotaflow.gateway.ratelog import RateLimitedLog
-from quotaflow.gateway.tls import accept_tls
-from quotaflow.gateway.tls_errors import log_connection_failure, tls_reason
+from quotaflow.gateway.auth.tls import accept_tls
+from quotaflow.gateway.auth.tls_errors import log_connection_failure, tls_reason
+from quotaflow.gateway.observation.ratelog import RateLimitedLog
 from quotaflow.store.base import QuotaStore
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class QuotaListener:
         self._socket_handler = socket_handler
         self._clock_ms = clock_ms
         self._backlog = backlog
-        self._tls = dict(tls or {})  # listener -> server context: TLS handshake before the handler (gateway.tls)
+        self._tls = dict(tls or {})  # listener -> server context: TLS handshake before the handler (gateway.auth.tls)
         self._reuse_port = reuse_port  # SO_REUSEPORT: several gateway processes accept on one port (--workers)
         if inter_broker_listener is not None:
             quotas.inter_broker_listener = inter_broker_listener
@@ -121,7 +121,7 @@ class QuotaListener:
 
     def add_port(self, listener: str, host: str, port: int, node: int | None = None) -> tuple[str, int]:
         """Bind one more port for ``listener`` (while running) and accept on it; its connections carry ``node``
-        (the upstream broker this port serves, ``gateway.brokers``). Returns the bound address."""
+        (the upstream broker this port serves, ``gateway.data.brokers``). Returns the bound address."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:

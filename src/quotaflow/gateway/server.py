@@ -33,48 +33,48 @@ from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.metrics import MetricSource
-from quotaflow.gateway import protocol
-from quotaflow.gateway.acl_admin import AclAdminHandler
-from quotaflow.gateway.addresses import AddressOf
-from quotaflow.gateway.authorize import Access
-from quotaflow.gateway.authz_audit import LOG_ALLOWED, AuthzAudit
-from quotaflow.gateway.broker_quotas import BrokerQuotas
-from quotaflow.gateway.brokers import (
-    Address,
-    BrokerRoutes,
-    Streams,
-    UpstreamUnavailableError,
-    parse_upstreams,
-)
-from quotaflow.gateway.cluster_quota import cluster_quotas_for
-from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
-from quotaflow.gateway.connection import ClientConnection
-from quotaflow.gateway.connection_events import ObservedConnectionQuotas
-from quotaflow.gateway.context import ConnectionInfo
-from quotaflow.gateway.hidden_topics import hidden_topics_for
-from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
-from quotaflow.gateway.partition_counts import PartitionCounts
-from quotaflow.gateway.pending import Pending
-from quotaflow.gateway.quota_admin import QuotaAdminHandler
-from quotaflow.gateway.ratelog import RateLimitedLog
-from quotaflow.gateway.request_memory import STALLED_S, RequestMemory
-from quotaflow.gateway.sasl import PLAIN, SaslVerifier
-from quotaflow.gateway.scram import MECHANISMS
-from quotaflow.gateway.scram_admin import ScramAdmin
-from quotaflow.gateway.tls import (
+from quotaflow.gateway.auth.acl_admin import AclAdminHandler
+from quotaflow.gateway.auth.authorize import Access
+from quotaflow.gateway.auth.authz_audit import LOG_ALLOWED, AuthzAudit
+from quotaflow.gateway.auth.hidden_topics import hidden_topics_for
+from quotaflow.gateway.auth.sasl import PLAIN, SaslVerifier
+from quotaflow.gateway.auth.scram import MECHANISMS
+from quotaflow.gateway.auth.scram_admin import ScramAdmin
+from quotaflow.gateway.auth.tls import (
     HANDSHAKE_TIMEOUT_S,
     listener_tls,
     open_upstream,
     upstream_security_protocol,
     upstream_tls,
 )
-from quotaflow.gateway.tls_errors import tls_reason
-from quotaflow.gateway.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
+from quotaflow.gateway.auth.tls_errors import tls_reason
+from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
+from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
+from quotaflow.gateway.context import ConnectionInfo
+from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data.addresses import AddressOf
+from quotaflow.gateway.data.broker_quotas import BrokerQuotas
+from quotaflow.gateway.data.brokers import (
+    Address,
+    BrokerRoutes,
+    Streams,
+    UpstreamUnavailableError,
+    parse_upstreams,
+)
+from quotaflow.gateway.data.cluster_quota import cluster_quotas_for
+from quotaflow.gateway.data.connection import ClientConnection
+from quotaflow.gateway.data.partition_counts import PartitionCounts
+from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.data.request_memory import STALLED_S, RequestMemory
+from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
+from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
+from quotaflow.gateway.observation.ratelog import RateLimitedLog
 from quotaflow.store import open_store
 from quotaflow.store.base import AclStore, QuotaStore, ScramStore
 
 if TYPE_CHECKING:  # imported when a log is opened: pyarrow is only loaded by gateways that log
-    from quotaflow.gateway.eventlog import EventLog
+    from quotaflow.gateway.observation.eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class Gateway:
         if self.cluster_quotas is not None:
             await self.cluster_quotas.start()
         if self.event_log_dir is not None:
-            from quotaflow.gateway.eventlog import MAX_BUFFERED_BYTES, EventLog
+            from quotaflow.gateway.observation.eventlog import MAX_BUFFERED_BYTES, EventLog
 
             self._event_log = EventLog(self.event_log_dir, broker=self.broker,
                                        max_buffered_bytes=self.event_log_buffer_bytes or MAX_BUFFERED_BYTES)
@@ -242,7 +242,7 @@ class Gateway:
         log.info("gateway up: %s -> upstream %s", self.addresses, self.brokers.describe())
 
     async def _start_metrics(self) -> None:
-        from quotaflow.gateway.metrics_http import MetricsServer
+        from quotaflow.gateway.observation.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
                                       sources=[self.broker_quotas, self.connection_quotas, self.sasl,

@@ -1,0 +1,770 @@
+"""One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding, on callbacks.
+
+What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
+and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.api_handlers`; the SASL
+exchange is :class:`~quotaflow.gateway.sasl_session.SaslSession`; a request on its way is a
+:class:`~quotaflow.gateway.pending.Pending`.
+
+Two asyncio protocols per connection and no task of their own: :class:`ClientConnection` on the client's socket
+and :class:`UpstreamProtocol` on the upstream's (opened with the first request to forward, so a client that never
+sends a whole request holds no upstream socket). Both cut frames from a receive buffer
+(:class:`~quotaflow.gateway.framing.FrameBuffer`) in ``buffer_updated``; everything else happens in one step,
+:meth:`ClientConnection._pump`, run whenever something changes (bytes arrive on either side, a mute ends, the
+client's socket drains, memory is released, an async step ends):
+
+* upstream responses are matched to the oldest forwarded request (order and correlation id checked);
+* responses leave in request order (Kafka clients pipeline requests and match responses by order and correlation
+  id); each is decided (KIP-219: answered at once with ``throttle_time_ms``, then the connection is not read for
+  that long), rewritten where it must be, written with one call, and logged, in one synchronous step, so the event
+  log's order is the decisions' order. Forwarded frames and unchanged responses are written as they came
+  (``writelines`` of the size prefix and the frame: no copy into a new buffer);
+* the next request is taken only while fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's
+  rule), the connection is not muted, no byte-rate-limited produce is waiting for its response and throttle (such a
+  producer is read one produce at a time, so nothing it pipelines slips past its throttle), the upstream socket is
+  not backed up, and the client has taken its responses (``quotaflow.max.unsent.response.bytes``); otherwise the
+  socket is not read (``pause_reading``) and TCP holds the rest in the client. The upstream socket is not read
+  either while the client has not taken its responses.
+
+Two steps may wait: connecting the upstream and the answers the gateway makes itself (the handler table's async
+``local`` hooks: SASL, DescribeClientQuotas/AlterClientQuotas, ApiVersions before authentication). Each runs as a
+task while the connection takes no further request, which keeps responses in order.
+
+Frames larger than the receive buffer draw on a memory pool as their bodies arrive (``gateway.request_memory``);
+a frame begun must be finished within ``quotaflow.request.body.timeout.ms`` (the gateway's housekeeping closes the
+connection otherwise).
+
+Thread time (``time.thread_time_ns``) up to a request's quota decision is its io-thread time, checked against the
+request quota; after it (rewrite, encode, write) its network-thread time, recorded unchecked (docs/gateway.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections import deque
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
+from quotaflow.gateway.auth.sasl import ANONYMOUS
+from quotaflow.gateway.auth.sasl_session import SaslSession
+from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
+from quotaflow.gateway.auth.tls_errors import log_connection_failure
+from quotaflow.gateway.config import SASL_PROTOCOLS
+from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data.api_handlers import (
+    CLOSE_ON_INVALID,
+    DEFAULT,
+    HANDLERS,
+    LOCAL_APIS,
+    PASS_THROUGH,
+    needs_partition_counts,
+    prepare_request,
+    rewrite,
+)
+from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
+from quotaflow.gateway.data.framing import FrameBuffer
+from quotaflow.gateway.data.pending import RAW_SASL, Pending
+from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
+
+if TYPE_CHECKING:
+    from quotaflow.gateway.auth.tls import ListenerTls
+    from quotaflow.gateway.context import ConnectionContext
+    from quotaflow.gateway.data.enforcement import Enforcement
+    from quotaflow.gateway.data.request_memory import RequestMemory
+
+log = logging.getLogger(__name__)
+
+UPSTREAM_BUFFER: Final = 64 * 1024  # responses are larger than requests; larger ones are read into chunks
+UPSTREAM_FRAME_LIMIT: Final = (1 << 31) - 1
+_EXPECTED: Final = (ConnectionClosed, ConnectionError, asyncio.CancelledError)
+_STOP, _BUFFER, _TAKE = 0, 1, 2  # ClientConnection._gate
+
+
+class ClientConnection(asyncio.BufferedProtocol):
+    """One admitted client connection (the protocol on its socket) and, once a request must be forwarded, its
+    upstream connection."""
+
+    def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int, *,
+                 node: int | None = None, tls: ListenerTls | None = None) -> None:
+        self.gateway = gateway
+        self.node = node  # the upstream broker whose gateway port this is (None: a bootstrap port)
+        # whose quotas apply: the node's, else the gateway's own name until a bootstrap connection's upstream is known
+        self.broker = broker_key(node, gateway.broker)
+        self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
+        self.listener = listener
+        self.client_ip = client_ip
+        self.client_port = client_port
+        self.principal = ANONYMOUS
+        self._tls = tls  # an SSL listener: the principal is the client certificate's mapped DN
+        self.last_active = time.monotonic()
+        self.muted_until = 0.0  # monotonic seconds; reading resumes after this
+        config = gateway.config
+        self._max_in_flight = config.max_in_flight
+        self._max_unsent = config.max_unsent_response_bytes
+        self.sasl = SaslSession(gateway, client_ip, required=config.security_protocol(listener) in SASL_PROTOCOLS,
+                                on_authenticated=self._authenticated)
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._frames = FrameBuffer()
+        self._upstream: UpstreamProtocol | None = None
+        self._queue: deque[Pending] = deque()  # taken, response not sent yet: in request order
+        self._awaiting: deque[Pending] = deque()  # forwarded, upstream response not read yet
+        self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
+        self._busy: asyncio.Task[None] | None = None  # an async step of the request being taken
+        self._pool: RequestMemory | None = None  # the pool the large frame being read draws on
+        self._progress = 0.0  # monotonic: when the large frame last received bytes
+        self._waiting_since = 0.0  # monotonic: when it began waiting for pool memory
+        self._waiting_memory = False
+        self._stopped = False  # close_after: read nothing more
+        self._closing = False
+        self._reading = True
+        self._upstream_reading = True
+        self._upstream_blocked = False  # the upstream socket's write buffer is full
+        self._mute_timer: asyncio.TimerHandle | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None  # held, then closed
+        self._admitted = tls is None  # an SSL listener's client waits for its principal's connection rate
+        self._pumping = False
+        self._again = False
+        self._cut = False  # a frame was cut since the body clock last started
+        self.frame_since = 0.0  # monotonic: when the partial frame being read began (0: none)
+        self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
+        # bytes of responses read from the upstream or made here and not yet handed to the client's socket
+        self._unsent = 0
+        self._unsent_local = 0  # the part of it the gateway made itself
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
+        # over the unsent bound with nothing left to send, only the socket's draining can wake the connection:
+        # resume_writing comes once its buffer falls from the bound
+        transport.set_write_buffer_limits(high=self._max_unsent)
+        if self._tls is not None:
+            transport.pause_reading()  # until admit()
+            self._reading = False
+            try:  # an SSL listener's principal is the client certificate's mapped DN (SASL_SSL: the SASL identity)
+                self.principal = self._tls.principal(transport.get_extra_info("peercert"))
+            except SslPrincipalMappingError as e:
+                log.info("closing TLS connection from %s: %s", self.client_ip, e)
+                self.close()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def admit(self) -> None:
+        """Serve a connection held at accept (an SSL listener's, until its principal's connection rate allowed it)."""
+        self._admitted = True
+        self._pump()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError):  # e.g. a refused renegotiation: the client's doing, one INFO line
+            log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
+        self._closing = True
+        if self._upstream is not None:
+            self._upstream.close()
+        if self._busy is not None:
+            self._busy.cancel()
+        for timer in (self._mute_timer, self._hold_timer):
+            if timer is not None:
+                timer.cancel()
+        while self._awaiting:
+            fut = self._awaiting.popleft().upstream
+            if fut is not None and not fut.done():
+                fut.cancel()
+        self._release_memory()
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        return False  # a client that stops sending is done (Kafka closes the channel too)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    def close(self, *, abort: bool = False) -> None:
+        """Close both sockets (idempotent). Responses already written are still delivered, unless ``abort``."""
+        self._closing = True
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
+        if self._upstream is not None:
+            self._upstream.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        if not isinstance(exc, _EXPECTED):  # a client's TLS error: one INFO line; anything else: a traceback
+            log_connection_failure(log, exc, self.client_ip, self.client_port, self.listener)
+        else:
+            log.debug("closing connection from %s:%s: %s", self.client_ip, self.client_port, exc)
+        self.close()
+
+    def body_overdue(self, now: float, timeout_s: float) -> bool:
+        """A frame begun more than ``timeout_s`` ago (while the gateway was reading) is still not complete."""
+        return bool(self.frame_since) and now - self.frame_since > timeout_s
+
+    def stalls_pool(self, now: float, stall_s: float, neediest: dict[RequestMemory, int]) -> bool:
+        """Holds memory of a contended pool (``neediest``: the least any of its waiters still needs) for a frame
+        that either received nothing for ``stall_s`` while the gateway was reading it, or has waited that long for
+        more memory while it still needs more than a waiter that could finish sooner (announcing far more than
+        one sends must not keep the pool from frames about to finish)."""
+        pool = self._pool
+        if pool is None or pool not in neediest or not pool.held(self):
+            return False
+        if self._reading:
+            return now - self._progress > stall_s
+        return (self._waiting_memory and now - self._waiting_since > stall_s
+                and self._frames.unreserved > neediest[pool])
+
+    def _release_memory(self) -> None:
+        if self._pool is not None:
+            self._pool.release(self)
+            self._pool = None
+        self._waiting_memory = False
+
+    # -- flow control callbacks -----------------------------------------------------------------------------
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._frames.updated(nbytes)
+        if self._pool is not None:
+            self._progress = time.monotonic()
+        self._pump()
+
+    def pause_writing(self) -> None:
+        pass  # the unsent-bytes bound reads the client's write buffer itself
+
+    def resume_writing(self) -> None:
+        self._pump()
+
+    def _memory_freed(self) -> None:
+        """The pool has room again: take the chunk now (or queue again) and go on reading."""
+        pool = self._pool
+        need = self._frames.wants()
+        if self._closing or pool is None or not need:
+            self._waiting_memory = False
+            return
+        if pool.reserve(self, need, self._memory_freed, self._frames.unreserved):
+            self._frames.grant(need)
+            self._waiting_memory = False
+            self._loop.call_soon(self._pump)
+
+    # -- the one step ---------------------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Do everything that can be done now: read upstream responses, send what is ready in order, take
+        requests, and set which sockets are read."""
+        if self._pumping:
+            self._again = True
+            return
+        if self._closing:
+            return
+        self._pumping = True
+        try:
+            again = True
+            while again and not self._closing:
+                self._again = False
+                if self._upstream is not None:
+                    self._read_upstream()
+                if self._queue:
+                    self._flush()
+                self._take()
+                again = self._again
+            if not self._closing:
+                self._set_reading()
+        except Exception as e:  # closes the connection; logged unless expected
+            self._fail(e)
+        finally:
+            self._pumping = False
+
+    def _set_reading(self) -> None:
+        gate = self._gate()
+        # waiting only for a response (its own, or one in flight): bytes may still come into the receive buffer,
+        # taken when the gate opens (Kafka mutes the channel; the small buffer only extends the kernel's), which
+        # spares a pause and a resume per request for a producer read one produce at a time
+        want = (gate == _TAKE or (gate == _BUFFER and self._frames.has_room)) and not self._waiting_memory
+        assert self.transport is not None
+        if want != self._reading:
+            self._reading = want
+            _read(self.transport, want)
+            if want and self._pool is not None:
+                self._progress = time.monotonic()  # a stall is the client's only while the gateway reads
+        # the body clock runs while the gateway reads (or waits for pool memory): a frame must be finished in time
+        if self._frames.partial and (gate == _TAKE or self._waiting_memory):
+            if self._cut or not self.frame_since:
+                self.frame_since = time.monotonic()
+        else:
+            self.frame_since = 0.0
+        self._cut = False
+        upstream = self._upstream
+        if upstream is not None:
+            want = not self._over_unsent_bound(upstream=True)
+            if want != self._upstream_reading:
+                self._upstream_reading = want
+                _read(upstream.transport, want)
+
+    def _gate(self) -> int:
+        """Whether the next request may be taken now (``_TAKE``), only read into the receive buffer (``_BUFFER``),
+        or not read at all (``_STOP``); see the module docstring."""
+        if self._closing or self._stopped or self._upstream_blocked or not self._admitted:
+            return _STOP
+        if self.muted_until:
+            wait = self.muted_until - time.monotonic()
+            if wait > 0:
+                if self._mute_timer is None:  # one that ends early (the mute grew) just looks again
+                    self._mute_timer = self._loop.call_later(wait, self._unmute)
+                return _STOP
+            self.muted_until = 0.0
+        if self._over_unsent_bound(upstream=False):
+            return _STOP
+        if self._busy is not None or self._held or len(self._queue) >= self._max_in_flight:
+            return _BUFFER
+        return _TAKE
+
+    def _unmute(self) -> None:
+        self._mute_timer = None
+        self._pump()
+
+    def _over_unsent_bound(self, upstream: bool) -> bool:
+        """Backpressure: while the client has more than ``quotaflow.max.unsent.response.bytes`` of responses it has
+        not taken, read neither its requests nor its upstream's responses. The upstream side does not count
+        responses made here: one of those queued behind a forwarded request must never stop the response it waits
+        for from being read."""
+        unsent = self._unsent - self._unsent_local if upstream else self._unsent
+        assert self.transport is not None
+        return unsent + self.transport.get_write_buffer_size() > self._max_unsent
+
+    # -- client -> gateway ----------------------------------------------------------------------------------
+
+    def _frame_limit(self) -> tuple[int, str]:
+        """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
+        authenticated, ``socket.request.max.bytes`` after."""
+        config = self.gateway.config
+        if self.sasl.pending_auth:
+            return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes), \
+                "sasl.server.max.receive.size"
+        return config.socket_request_max_bytes, "socket.request.max.bytes"
+
+    def _take(self) -> None:
+        frames = self._frames
+        if not frames.partial:
+            return
+        limit, setting = self._frame_limit()  # authentication only changes in an async step, which ends this loop
+        while self._gate() == _TAKE:
+            frame = frames.pop(limit, setting)
+            if frame is None:
+                need = frames.wants()
+                if not need or self._waiting_memory:
+                    return
+                if self._pool is None:  # a large frame begins: before authentication it has a pool of its own
+                    self._pool = self.gateway.preauth_memory if self.sasl.pending_auth \
+                        else self.gateway.request_memory
+                    self._progress = time.monotonic()
+                if not self._pool.reserve(self, need, self._memory_freed, frames.unreserved):
+                    self._waiting_memory = True
+                    self._waiting_since = time.monotonic()
+                    return
+                frames.grant(need)
+                continue
+            self._cut = True
+            pool, self._pool = self._pool, None
+            rest: Coroutine[Any, Any, None] | None
+            # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
+            connect = self._upstream is None and self._will_forward(frame)
+            if connect or needs_partition_counts(self, frame):
+                rest = self._prepare_then_take(frame, connect)
+            else:
+                rest = self._take_request(frame)
+            if rest is not None:
+                self._run_async(rest, pool)
+            elif pool is not None:
+                pool.release(self)
+
+    def _run_async(self, step: Coroutine[Any, Any, None], pool: RequestMemory | None) -> None:
+        """A step that waits (upstream connect, local answer): no further request is taken until it ends; the
+        frame's pool memory is held until then."""
+        task = self._loop.create_task(step)
+        self._busy = task
+
+        def done(_task: asyncio.Task[None]) -> None:
+            self._busy = None
+            if pool is not None:
+                pool.release(self)
+            if task.cancelled():
+                return
+            exc = task.exception()
+            if exc is not None:
+                self._fail(exc)
+            else:
+                self._pump()
+
+        task.add_done_callback(done)
+
+    async def _prepare_then_take(self, frame: bytes, connect: bool) -> None:
+        if connect:
+            await self._ensure_upstream()
+        await prepare_request(self, frame)  # KIP-599 permits that need the upstream's partition counts
+        rest = self._take_request(frame)
+        if rest is not None:
+            await rest
+
+    def _take_request(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
+        """Decide one request and pass it on: forwarded (its bytes go to the upstream socket now) or answered here.
+        Returns what is left to do when that must wait (an upstream connect, a local answer)."""
+        start = time.thread_time_ns()
+        self.last_active = time.monotonic()
+        pending = self._on_request(frame)
+        decided = time.thread_time_ns()
+        pending.thread_ns += decided - start
+        if pending.forward is not None:
+            if self._upstream is None:
+                return self._forward_later(pending)
+            self._forward(pending, decided)
+        elif pending.upstream is None and pending.local is None:
+            return self._answer_later(frame, pending)
+        self._enqueue(pending)
+        return None
+
+    async def _forward_later(self, pending: Pending) -> None:
+        await self._ensure_upstream()
+        self._forward(pending)
+        self._enqueue(pending)
+
+    async def _answer_later(self, frame: bytes, pending: Pending) -> None:
+        self._enqueue(await self._answer_locally(frame, pending))
+
+    def _enqueue(self, pending: Pending) -> None:
+        if pending.local:
+            self._unsent += len(pending.local)
+            self._unsent_local += len(pending.local)
+        self._queue.append(pending)
+        if pending.close_after:
+            self._stopped = True  # read no more; this last response is sent and then the connection ends
+        if pending.upstream is None:
+            self._again = True  # ready to send now
+
+    def _will_forward(self, frame: bytes) -> bool:
+        """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
+        if self.sasl.passthrough is not None and not self.sasl.authenticated:
+            return True  # SASL passthrough: the exchange itself goes to the broker
+        if self.sasl.raw_tokens or self.sasl.pending_auth:
+            return False
+        try:
+            header = protocol.parse_request_header(frame)
+        except InvalidRequestError:
+            return False
+        key, version = header.api_key, header.api_version
+        if key == ApiKey.ApiVersions:
+            return 0 <= version <= versions.APIVERSIONS_MAX
+        return key not in LOCAL_APIS and _supported(key, version)
+
+    def _on_request(self, frame: bytes) -> Pending:
+        now_ms = time.time_ns() // 1_000_000
+        if self.sasl.raw_tokens:
+            header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
+            return Pending(header, len(frame), now_ms)
+        with map_errors(CLOSE_ON_INVALID):
+            header = protocol.parse_request_header(frame)
+        pending = Pending(header, len(frame), now_ms)
+        key = header.api_key
+        if self.sasl.pending_auth and key not in _BEFORE_AUTH:
+            # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
+            raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
+        if key == ApiKey.ApiVersions and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
+            pending.local = versions.unsupported_version_response(header.correlation_id)  # KIP-511
+            return pending
+        if not _supported(key, header.api_version):
+            # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
+            # cannot frame a response for it either (its header version depends on the API version)
+            raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
+        passthrough = self.sasl.passthrough is not None
+        if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
+            return pending  # answered by _answer_locally
+        if passthrough and key in SASL_APIS:
+            self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
+        elif key == ApiKey.ApiVersions and self.sasl.pending_auth and not passthrough:
+            pending.local_api_versions = True  # no upstream connection before authentication
+            return pending
+        hook = HANDLERS.get(key, DEFAULT).request
+        if hook is not None:
+            forward = hook(self, pending, frame)
+            if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
+                return pending
+            frame = forward
+        pending.forward = frame
+        pending.upstream = self._loop.create_future()
+        self._awaiting.append(pending)
+        return pending
+
+    def _forward(self, pending: Pending, start: int | None = None) -> None:
+        """Write the request to the upstream socket; ``start``: the thread-time reading just taken, if any."""
+        assert self._upstream is not None and pending.forward is not None
+        frame, pending.forward = pending.forward, None
+        if start is None:
+            start = time.thread_time_ns()
+        self._upstream.transport.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
+        pending.network_ns += time.thread_time_ns() - start
+
+    # -- answered by the gateway itself -----------------------------------------------------------------------
+
+    async def _answer_locally(self, frame: bytes, pending: Pending) -> Pending:
+        header = pending.header
+        with map_errors(CLOSE_ON_INVALID):
+            if header.api_version == RAW_SASL:
+                return await self.sasl.raw_token(frame, pending)
+            request = protocol.decode_request(frame, header)
+            local = HANDLERS[header.api_key].local  # ApiVersions comes here only before authentication
+            assert local is not None
+            return await local(self, request, pending)
+
+    # -- upstream -> gateway ----------------------------------------------------------------------------------
+
+    async def _ensure_upstream(self) -> None:
+        """Connect the upstream on first use; while it is down the client is held (the gateway retries with
+        backoff up to its bound), then the connection is closed."""
+        if self._upstream is not None:
+            return
+        try:
+            reader, writer, node = await self.gateway.connect_upstream(self.node)
+        except UpstreamUnavailableError as e:
+            raise ConnectionClosed(str(e)) from e
+        if self._closing:
+            writer.close()
+            raise ConnectionClosed("closed while connecting upstream")
+        self._upstream = UpstreamProtocol.take_over(self, reader, writer)
+        self.broker = broker_key(node, self.gateway.broker)
+        self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
+
+    def _read_upstream(self) -> None:
+        upstream = self._upstream
+        if upstream is None:
+            return
+        frames = upstream.frames
+        while not self._over_unsent_bound(upstream=True):
+            frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream")
+            if frame is None:
+                need = frames.wants()
+                if not need:
+                    return
+                frames.grant(need)  # responses are bounded by the unsent bound and fetch.max.bytes, not a pool
+                continue
+            self._unsent += len(frame)
+            if not self._awaiting:
+                raise ConnectionClosed("upstream sent a response nobody asked for")
+            pending = self._awaiting.popleft()
+            if len(frame) < 4 or protocol.response_correlation_id(frame) != pending.header.correlation_id:
+                raise ConnectionClosed("upstream response out of order")
+            assert pending.upstream is not None
+            pending.upstream.set_result(frame)
+
+    def _upstream_lost(self) -> None:
+        self.close()  # the client reconnects; its requests in flight have no answer to wait for
+
+    def _upstream_writing(self, blocked: bool) -> None:
+        """A slow upstream: stop taking requests rather than buffer them."""
+        self._upstream_blocked = blocked
+        if not blocked:
+            self._pump()
+
+    # -- gateway -> client ------------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Send every response that is ready, in request order."""
+        queue = self._queue
+        sent = False
+        while queue and not self._closing:
+            pending = queue[0]
+            upstream = pending.upstream
+            if upstream is not None:
+                if not upstream.done():
+                    break
+                frame = upstream.result()
+            else:
+                assert pending.local is not None
+                frame = pending.local
+            queue.popleft()
+            self._send(pending, frame)
+            sent = True
+            if pending.holds_reading:  # the mute (set in _decide) now runs from this response
+                self._held -= 1
+            if pending.close_after:
+                self.close()  # closing after the response, as Kafka does
+                return
+            if pending.hold_then_close_ms:  # a principal over its connection creation rate (passthrough SASL)
+                self._stopped = True  # nothing more is read or sent; held, then closed (KIP-612's way)
+                self._queue.clear()
+                self._hold_timer = self._loop.call_later(pending.hold_then_close_ms / 1000, self.close)
+                return
+        upstream_side = self._upstream
+        if sent and upstream_side is not None and upstream_side.frames.partial:
+            self._again = True  # responses left unread while over the unsent bound may fit now
+
+    def _send(self, pending: Pending, frame: bytes) -> None:
+        """Decide, render and write one response, and log it: all in one synchronous step, so no other request's
+        decision comes between them and the event log's ``(ts_ms, seq)`` order is the order of the live decisions.
+
+        One definition of a request's thread time: ``io_thread_ns`` is the CPU time up to its quota decision (read,
+        parse, decide, executor work), recorded with the check; everything after the decision (address rewrite,
+        re-encoding, the socket write) is ``network_thread_ns``, recorded without one at the same timestamp. Both
+        are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md). The
+        clock is read where one part ends and the next begins (five readings per forwarded request, each shared by
+        the two parts it separates)."""
+        start = time.thread_time_ns()
+        key = pending.header.api_key
+        sasl = pending.header.api_version == RAW_SASL or key in SASL_APIS
+        now_ms = self.gateway.decision_ms()
+        throttle = 0 if sasl else self._decide(pending, frame, now_ms)
+        out = self._render(pending, frame, throttle)
+        self._unsent -= len(frame)
+        if pending.upstream is None:
+            self._unsent_local -= len(frame)
+        assert self.transport is not None
+        if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
+            self.transport.writelines((protocol.SIZE.pack(len(frame)), frame))
+        elif out:
+            self.transport.write(out)
+        self.last_active = time.monotonic()
+        pending.network_ns += time.thread_time_ns() - start
+        if sasl:
+            # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
+            # its CPU time becomes network-thread time of the first request after it, and it is not logged
+            self._auth_ns += pending.thread_ns + pending.network_ns
+            return
+        if self._auth_ns:
+            pending.network_ns += self._auth_ns
+            self._auth_ns = 0
+        enforcement = self.enforcement
+        client_id = pending.header.client_id or ""
+        if pending.exempt:
+            enforcement.exempt_network_time(pending.network_ns, now_ms)
+        else:
+            enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
+        if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
+            frame = pending.response
+        response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
+        self.gateway.on_request(self, pending, response_bytes, now_ms)
+
+    def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
+        """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
+        response (unframed) or the gateway's own (framed)."""
+        header = pending.header
+        key = header.api_key
+        enforcement = self.enforcement
+        user, client_id = self.principal, header.client_id or ""
+        decisions = HANDLERS.get(key, DEFAULT).decide(enforcement, pending, frame, user, client_id,
+                                                      pending.thread_ns, now_ms)
+        pending.decisions = decisions
+        throttle = decisions.throttle_ms
+        if throttle > 0:
+            self._mute(throttle)
+        return throttle
+
+    def _render(self, pending: Pending, frame: bytes, throttle: int) -> bytes:
+        """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
+        header = pending.header
+        key, version = header.api_key, header.api_version
+        hook = HANDLERS.get(key, DEFAULT).response
+        if hook is not None:
+            out = hook(self, pending, frame, throttle)
+            if out is not None:
+                return out
+        if pending.upstream is None:  # made here: already framed; only the throttle field may change
+            if throttle > 0 and frame:
+                return protocol.set_throttle(frame[4:], key, version, throttle) or frame
+            return frame
+        if throttle > 0:
+            return rewrite(self, frame, key, version, throttle)
+        return PASS_THROUGH
+
+    def hold_reading(self, pending: Pending) -> None:
+        """A byte-rate-limited produce: no further reads until its response is sent and its throttle has passed."""
+        pending.holds_reading = True
+        self._held += 1
+
+    def _authenticated(self, principal: str) -> None:
+        self.principal = principal
+
+    def _mute(self, throttle_ms: int) -> None:
+        """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
+        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
+
+
+class UpstreamProtocol(asyncio.BufferedProtocol):
+    """The protocol on a client's upstream socket: frames cut here, everything else done by its connection."""
+
+    def __init__(self, conn: ClientConnection, transport: asyncio.Transport,
+                 writer: asyncio.StreamWriter | None = None) -> None:
+        self.conn = conn
+        self.transport = transport
+        self.frames = FrameBuffer(UPSTREAM_BUFFER)
+        self._writer = writer  # kept: a StreamWriter closes its transport when it is collected
+
+    @classmethod
+    def take_over(cls, conn: ClientConnection, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> UpstreamProtocol:
+        """Move a freshly opened (and, when the gateway has an upstream identity, authenticated) stream connection
+        onto this protocol. Nothing has been asked on it for the client yet, so its reader holds nothing."""
+        transport = cast(asyncio.Transport, writer.transport)
+        upstream = cls(conn, transport, writer)
+        transport.set_protocol(upstream)
+        leftover = bytes(getattr(reader, "_buffer", b""))
+        if leftover:
+            upstream.frames.feed(leftover)  # answered before it was asked: _read_upstream refuses it
+        if transport.is_closing() or reader.exception() is not None or reader.at_eof():
+            transport.close()
+            raise ConnectionClosed("the upstream closed the connection as it was opened")
+        return upstream
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.frames.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.frames.updated(nbytes)
+        self.conn._pump()
+
+    def eof_received(self) -> bool | None:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._upstream_lost()
+
+    def pause_writing(self) -> None:
+        self.conn._upstream_writing(True)
+
+    def resume_writing(self) -> None:
+        self.conn._upstream_writing(False)
+
+
+def _read(transport: asyncio.Transport, on: bool) -> None:
+    if on:
+        transport.resume_reading()
+    else:
+        transport.pause_reading()
+
+
+def _supported(api_key: int, version: int) -> bool:
+    """Whether the gateway can take this request header: never a negative version; for the APIs it decodes or
+    answers itself, only versions kafka-python models (it could not frame their responses otherwise). Other APIs
+    are forwarded as bytes and the upstream judges their versions."""
+    if version < 0:
+        return False
+    if api_key not in versions.DECODED_APIS and api_key not in LOCAL_APIS:
+        return True
+    cls = protocol.REQUESTS.get(api_key)
+    known = protocol.max_known_version(api_key)
+    return cls is not None and known is not None and int(cls.min_version) <= version <= known
+
+
+_BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}

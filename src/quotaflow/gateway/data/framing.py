@@ -1,0 +1,156 @@
+"""Kafka's length-prefixed frames cut from a socket's bytes, for an ``asyncio.BufferedProtocol``.
+
+The socket is read into one small receive buffer allocated with the connection; every frame that fits in it is cut
+out as ``bytes`` (one copy, as a stream's ``readexactly`` made). A frame larger than the receive buffer is read
+straight into chunks of its own, which the protocol grants one at a time (:meth:`FrameBuffer.wants` /
+:meth:`FrameBuffer.grant`), so that a client pool (``gateway.request_memory``) can reserve the memory as the body
+arrives instead of trusting the size the frame announces. Chunks double from ``FIRST_CHUNK``: a frame holds at most
+about twice what it has received. Nothing is ever read past the frame being assembled into a chunk, so bytes that
+follow it stay in the receive buffer (or in the kernel, while the connection is paused).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from quotaflow.core.errors import ConnectionClosed
+from quotaflow.gateway.data.protocol import SIZE
+
+RECEIVE_BUFFER: Final = 16 * 1024  # per client connection, allocated once; frames up to this need no pool memory
+FIRST_CHUNK: Final = 64 * 1024
+
+
+class FrameBuffer:
+    """One socket's receive side: ``buffer()`` / ``updated(n)`` from the protocol, ``pop()`` for whole frames."""
+
+    __slots__ = ("_allocated", "_buf", "_chunks", "_end", "_got", "_into_chunk", "_size", "_start", "_view")
+
+    def __init__(self, capacity: int = RECEIVE_BUFFER) -> None:
+        self._buf = bytearray(capacity)
+        self._view = memoryview(self._buf)
+        self._start = 0  # the receive buffer holds [start, end)
+        self._end = 0
+        self._size = 0  # > 0: the body size of the large frame being assembled in chunks
+        self._chunks: list[bytearray] = []
+        self._allocated = 0  # bytes of its chunks
+        self._got = 0  # body bytes in its chunks
+        self._into_chunk = False  # the last buffer() handed out was the current chunk
+
+    @property
+    def partial(self) -> bool:
+        """A frame has begun arriving and is not complete."""
+        return self._size > 0 or self._end > self._start
+
+    @property
+    def has_room(self) -> bool:
+        """More bytes fit in the receive buffer (no large frame is being assembled)."""
+        return not self._size and self._end - self._start < len(self._buf)
+
+    @property
+    def large(self) -> bool:
+        """A frame larger than the receive buffer is being assembled."""
+        return self._size > 0
+
+    def buffer(self) -> memoryview:
+        """Where the next bytes from the socket go: the current chunk when it has room and nothing waits in the
+        receive buffer, else the receive buffer's free end."""
+        if self._size and self._got < self._allocated and self._start == self._end:
+            self._into_chunk = True
+            chunk = self._chunks[-1]
+            return memoryview(chunk)[len(chunk) - (self._allocated - self._got):]
+        self._into_chunk = False
+        if self._end == len(self._buf):
+            self._compact()
+        return self._view[self._end:]
+
+    def updated(self, nbytes: int) -> None:
+        if self._into_chunk:
+            self._got += nbytes
+        else:
+            self._end += nbytes
+
+    def feed(self, data: bytes) -> None:
+        """Bytes that arrived before this buffer was the socket's (a stream's leftovers)."""
+        pos = 0
+        while pos < len(data):
+            view = self.buffer()
+            n = min(len(view), len(data) - pos)
+            view[:n] = data[pos:pos + n]
+            self.updated(n)
+            pos += n
+            if self._size:
+                self._fill()
+
+    def pop(self, limit: int, setting: str) -> bytes | None:
+        """The next whole frame (without its size prefix), or None while it is incomplete (see :meth:`wants`).
+        A size outside ``0..limit`` raises ``ConnectionClosed`` with Kafka's message."""
+        if self._size:
+            self._fill()
+            if self._got < self._size:
+                return None
+            chunks = self._chunks
+            frame = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
+            self._size = self._allocated = self._got = 0
+            self._chunks = []
+            return frame
+        start = self._start
+        avail = self._end - start
+        if avail < 4:
+            return None
+        size: int = SIZE.unpack_from(self._buf, start)[0]
+        if size < 0 or size > limit:
+            raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
+        if avail >= 4 + size:
+            stop = start + 4 + size
+            frame = bytes(self._view[start + 4:stop])
+            if stop == self._end:
+                self._start = self._end = 0
+            else:
+                self._start = stop
+            return frame
+        if 4 + size > len(self._buf):
+            self._size = size  # too large for the receive buffer: assembled in chunks, the first one awaited
+            self._start = start + 4
+            if self._start == self._end:
+                self._start = self._end = 0
+        elif start:
+            self._compact()
+        return None
+
+    @property
+    def unreserved(self) -> int:
+        """Bytes of the large frame not in a chunk yet."""
+        return self._size - self._allocated
+
+    def wants(self) -> int:
+        """The size of the chunk the large frame needs next (0: none needed now)."""
+        if not self._size or self._got < self._allocated:
+            return 0
+        return min(self._size - self._allocated, max(FIRST_CHUNK, self._allocated))
+
+    def grant(self, size: int) -> None:
+        """A chunk of ``size`` bytes for the large frame (its memory reserved by the caller)."""
+        self._chunks.append(bytearray(size))
+        self._allocated += size
+        self._fill()
+
+    def _fill(self) -> None:
+        """Move bytes of the large frame that landed in the receive buffer into its chunk."""
+        avail = self._end - self._start
+        room = self._allocated - self._got
+        if not avail or not room:
+            return
+        n = min(avail, room)
+        chunk = self._chunks[-1]
+        at = len(chunk) - room
+        chunk[at:at + n] = self._view[self._start:self._start + n]
+        self._got += n
+        self._start += n
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _compact(self) -> None:
+        avail = self._end - self._start
+        if self._start:
+            self._buf[:avail] = bytes(self._view[self._start:self._end])
+            self._start, self._end = 0, avail

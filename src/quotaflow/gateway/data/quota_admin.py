@@ -1,0 +1,108 @@
+"""DescribeClientQuotas (48) and AlterClientQuotas (49) over the wire, answered from the quota store.
+
+The semantics are ``quotaflow.admin``'s (KIP-546, as KRaft implements it); this module only translates between
+kafka-python's decoded messages and the admin API, and answers CLUSTER_AUTHORIZATION_FAILED as ``KafkaApis`` does
+when the gateway's cluster check (``authorize.cluster_allowed``) refused: the authorizer's DESCRIBE_CONFIGS /
+ALTER_CONFIGS on the cluster, or without one a principal from the admin list (:func:`principal_allowed`; no list:
+everyone, as on a Kafka broker with no authorizer). Store work runs in an executor
+thread; its CPU time is returned so the request quota can charge it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.admin import Admin, Alteration, AlterResult, DescribedEntity, QuotaOp
+from quotaflow.core.acl import principal_allowed as principal_allowed  # the admin list's rule, re-exported
+from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
+from quotaflow.core.filters import FilterComponent, QuotaFilter
+from quotaflow.core.validation import RawEntity, java_map_order
+from quotaflow.gateway.data.protocol import response_class
+
+
+def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:
+    # Kafka decodes the entity list into a HashMap: a repeated type collapses, the last one wins
+    return {e.entity_type: e.entity_name for e in entity_data}
+
+
+class QuotaAdminHandler:
+    def __init__(self, admin: Admin, admins: frozenset[str] | None) -> None:
+        self.admin = admin
+        self.admins = admins
+
+    async def handle(self, api_key: int, version: int, request: Any, *, allowed: bool) -> tuple[Any, int]:
+        """The response message for a decoded 48/49 request, and the executor thread time spent on it. ``allowed``:
+        DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster, decided by the gateway's one cluster check
+        (``authorize.cluster_allowed``: its authorizer, else the admin list)."""
+
+        def run() -> tuple[Any, int]:
+            start = time.thread_time_ns()
+            if api_key == ApiKey.DescribeClientQuotas:
+                response = self.describe(version, request, allowed)
+            elif api_key == ApiKey.AlterClientQuotas:
+                response = self.alter(version, request, allowed)
+            else:
+                raise ValueError(f"not a quota admin api: {api_key}")
+            return response, time.thread_time_ns() - start
+
+        return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    # -- describe ---------------------------------------------------------------------------------------------
+
+    def describe(self, version: int, request: Any, allowed: bool) -> Any:
+        cls = response_class(ApiKey.DescribeClientQuotas, version)
+        if not allowed:
+            # getErrorResponse(Errors.CLUSTER_AUTHORIZATION_FAILED.exception): the error's default message
+            e = ClusterAuthorizationFailedError()
+            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.description, entries=None)
+        quota_filter = QuotaFilter(
+            tuple(FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components),
+            bool(request.strict),
+        )
+        try:
+            found = self.admin.describe(quota_filter)
+        except KafkaError as e:
+            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.message, entries=None)
+        return cls(throttle_time_ms=0, error_code=0, error_message=None,
+                   entries=[self._described(cls, d) for d in found])
+
+    @staticmethod
+    def _described(cls: Any, d: DescribedEntity) -> Any:
+        wire = d.entity.to_wire()
+        entry = cls.EntryData
+        return entry(
+            entity=[entry.EntityData(entity_type=t, entity_name=wire[t]) for t in java_map_order(wire)],
+            values=[entry.ValueData(key=k, value=float(d.values[k])) for k in java_map_order(d.values)],
+        )
+
+    # -- alter ------------------------------------------------------------------------------------------------
+
+    def alter(self, version: int, request: Any, allowed: bool) -> Any:
+        cls = response_class(ApiKey.AlterClientQuotas, version)
+        alterations = [
+            Alteration(_raw_entity(e.entity), tuple(QuotaOp(op.key, None if op.remove else float(op.value))
+                                                    for op in e.ops))
+            for e in request.entries
+        ]
+        if not allowed:
+            # every distinct entity echoed with code 31 and the generic message (``KafkaApis``)
+            error = ClusterAuthorizationFailedError()
+            seen: dict[frozenset[tuple[str | None, str | None]], RawEntity] = {}
+            for a in alterations:
+                seen.setdefault(frozenset(a.entity.items()), a.entity)
+            entries = [self._result(cls, e, error.errno, error.description) for e in seen.values()]
+            return cls(throttle_time_ms=0, entries=entries)
+        results: list[AlterResult] = self.admin.alter(alterations, validate_only=bool(request.validate_only))
+        return cls(throttle_time_ms=0,
+                   entries=[self._result(cls, r.entity, r.error.code, r.error.message) for r in results])
+
+    @staticmethod
+    def _result(cls: Any, entity: RawEntity, code: int, message: str | None) -> Any:
+        entry = cls.EntryData
+        return entry(error_code=code, error_message=message,
+                     entity=[entry.EntityData(entity_type=t, entity_name=entity[t]) for t in java_map_order(entity)])

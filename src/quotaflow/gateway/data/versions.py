@@ -1,0 +1,119 @@
+"""ApiVersions at the gateway: what the client is told it may send.
+
+The advertised set is every API the upstream offers (forwarded as bytes, whether or not kafka-python models it),
+with the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
+store, DescribeAcls / CreateAcls / DeleteAcls (29–31) v1–3, answered from the store's ACLs, and SaslHandshake (17) /
+SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway must decode: the
+address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's ``max_bytes`` cap and
+empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what kafka-python 3.0.12
+decodes; address-bearing versions it does not rewrite are capped below them
+(``addresses.ADDRESS_VERSION_CAPS``); an API with no version free of broker addresses is not offered.
+
+KIP-511: a client asking for a newer ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body
+listing the ApiVersions range, and retries with a version from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.core.errors import UnsupportedVersionError
+from quotaflow.gateway.auth import authorize
+from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED, REWRITTEN_APIS
+from quotaflow.gateway.data.protocol import RESPONSES, encode_response, max_known_version
+
+# Served by the gateway itself, whatever the upstream supports: key -> (min, max).
+GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {
+    ApiKey.DescribeClientQuotas: (0, 1),
+    ApiKey.AlterClientQuotas: (0, 1),
+    ApiKey.DescribeUserScramCredentials: (0, 0),  # KIP-554, from the gateway's own credentials
+    ApiKey.AlterUserScramCredentials: (0, 0),
+    # the ACL APIs, answered from the store: v1-3, what kafka-python encodes (v0 left Kafka in 4.0)
+    ApiKey.DescribeAcls: (1, 3),
+    ApiKey.CreateAcls: (1, 3),
+    ApiKey.DeleteAcls: (1, 3),
+    ApiKey.SaslHandshake: (0, 1),
+    ApiKey.SaslAuthenticate: (0, 2),
+}
+APIVERSIONS_MAX: Final = max_known_version(ApiKey.ApiVersions) or 0
+# APIs the gateway decodes (to rewrite or change them): only versions kafka-python models are offered
+DECODED_APIS: Final = REWRITTEN_APIS | {ApiKey.ApiVersions, ApiKey.Fetch, ApiKey.CreateTopics}
+SASL_APIS: Final = frozenset({ApiKey.SaslHandshake, ApiKey.SaslAuthenticate})
+ACL_APIS: Final = frozenset({ApiKey.DescribeAcls, ApiKey.CreateAcls, ApiKey.DeleteAcls})
+SCRAM_APIS: Final = frozenset({ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials})
+# with SASL passthrough the cluster authenticates and authorizes: its SASL, ACL and SCRAM-credential APIs answer,
+# not the gateway's
+PASSTHROUGH_APIS: Final = SASL_APIS | ACL_APIS | SCRAM_APIS
+
+
+def merge(upstream: list[tuple[int, int, int]], *, sasl_passthrough: bool = False,
+          authorizer: bool = False) -> list[tuple[int, int, int]]:
+    """(key, min, max) triples to advertise, sorted by key: the APIs the gateway can authorize
+    (``authorize.forwardable``; ``authorizer``: whether one is on) and its own. With ``sasl_passthrough`` the SASL,
+    ACL and SCRAM-credential APIs are the upstream's (capped to what the gateway decodes, and SaslHandshake from v1:
+    v0's raw tokens have no Kafka framing to forward)."""
+    own = {k: v for k, v in GATEWAY_APIS.items() if not (sasl_passthrough and k in PASSTHROUGH_APIS)}
+    merged: dict[int, tuple[int, int]] = {}
+    for key, lo, hi in upstream:
+        if key in own or key in NEVER_OFFERED or not authorize.forwardable(key, passthrough=sasl_passthrough,
+                                                                                 authorizer=authorizer):
+            continue  # an API the gateway cannot authorize is not offered (nor forwarded)
+        lo, hi = authorize.version_range(key, lo, hi)
+        if key == ApiKey.SaslHandshake:
+            lo = max(lo, 1)
+        if key in DECODED_APIS or key in PASSTHROUGH_APIS:
+            known = max_known_version(key)
+            hi = min(hi, -1 if known is None else known)
+        if key in ADDRESS_VERSION_CAPS:
+            hi = min(hi, ADDRESS_VERSION_CAPS[key])
+        if lo <= hi:
+            merged[key] = (lo, hi)
+    merged.update(own)
+    return [(k, lo, hi) for k, (lo, hi) in sorted(merged.items())]
+
+
+def _api_version(cls: Any, key: int, lo: int, hi: int) -> Any:
+    return cls.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+
+
+def rewrite_response(upstream_frame: bytes, version: int, throttle_ms: int = 0, *,
+                     sasl_passthrough: bool = False, authorizer: bool = False) -> bytes:
+    """The upstream's ApiVersions response with the merged version list (same header, same correlation id) and
+    ``throttle_time_ms`` raised to ``throttle_ms`` (v1+)."""
+    cls = RESPONSES[ApiKey.ApiVersions]
+    error_code = protocol.INT16.unpack_from(upstream_frame, 4)[0]  # after the v0 header, in every version
+    if error_code != 0:
+        # KIP-511: the upstream does not speak this version and answered with a v0 body naming its own ApiVersions
+        # range; pass that range on, capped to the gateway's, so the client retries with one both speak. A body
+        # that is not v0 (librdkafka's mock cluster writes its own shape) gets one version less, so a client's
+        # retries step down to one the upstream speaks.
+        lo, hi = 0, max(0, min(APIVERSIONS_MAX, version - 1))
+        try:
+            message = cls.decode(upstream_frame, version=0, header=True)
+        except Exception:  # kafka-python raises assorted errors on malformed input
+            message = None
+        if message is not None:
+            for entry in message.api_keys:
+                if entry.api_key == ApiKey.ApiVersions:
+                    lo, hi = entry.min_version, min(entry.max_version, APIVERSIONS_MAX)
+        fallback = cls[0](error_code=error_code, api_keys=[_api_version(cls, ApiKey.ApiVersions, lo, hi)])
+        return encode_response(fallback, 0, protocol.response_correlation_id(upstream_frame))
+    message = cls.decode(upstream_frame, version=version, header=True)
+    correlation_id = message.header.correlation_id
+    triples = merge([(a.api_key, a.min_version, a.max_version) for a in message.api_keys],
+                    sasl_passthrough=sasl_passthrough, authorizer=authorizer)
+    message.api_keys = [_api_version(cls, k, lo, hi) for k, lo, hi in triples]
+    if version >= 1:
+        message.throttle_time_ms = max(int(message.throttle_time_ms), throttle_ms)
+    return encode_response(message, version, correlation_id)
+
+
+def unsupported_version_response(correlation_id: int) -> bytes:
+    """KIP-511: UNSUPPORTED_VERSION in a v0 body that names the ApiVersions versions the gateway does speak."""
+    cls = RESPONSES[ApiKey.ApiVersions]
+    message = cls[0](error_code=UnsupportedVersionError.errno,
+                     api_keys=[_api_version(cls, ApiKey.ApiVersions, 0, APIVERSIONS_MAX)])
+    return encode_response(message, 0, correlation_id)

@@ -1,0 +1,256 @@
+"""The seams between the gateway's authorization (gateway.auth.authorize), its own ACL / quota / SCRAM answers, the
+authorizer's decision cache and KIP-599 metering (gateway.data.mutations): one order, one cluster check, one cache rule.
+
+* Unauthorized topics and quotaflow's own are cut before the partition-count lookup of DeleteTopics /
+  CreatePartitions: the gateway never asks the upstream (with its own rights) about a topic the client may not
+  name, so neither the throttle time nor any timing says whether it exists or how many partitions it has.
+* The gateway's own cluster-level APIs decide through ``authorize.cluster_allowed``: audited and counted as every
+  other decision.
+* A cached decision lives exactly as long as the authorizer's ``generation``: an ACL change made anywhere (another
+  gateway, the CLI) and loaded from the store applies to the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka.protocol.admin import CreateAclsRequest
+from kafka.protocol.api_key import ApiKey
+
+from quotaflow.admin.acls import AclAdmin
+from quotaflow.core.acl import (
+    AccessControlEntry,
+    AccessControlEntryFilter,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
+from quotaflow.core.authorizer import StandardAuthorizer
+from quotaflow.gateway.auth import authorize
+from quotaflow.gateway.auth.acl_admin import AclAdminHandler
+from quotaflow.gateway.auth.authz_audit import AuthzAudit
+from quotaflow.gateway.auth.hidden_topics import HiddenTopics
+from quotaflow.gateway.data import api_handlers, protocol
+from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+from quotaflow.store.sqlite import SqliteStore
+
+from ..memory_authorizer import Acl, MemoryAuthorizer
+
+STORE = "qf-store"
+HIDDEN = HiddenTopics({STORE, "__quotaflow_usage"})
+
+
+class Counts:
+    """``PartitionCounts`` as the hooks see it, recording what the gateway would ask the upstream."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[list[str], list[uuid.UUID]]] = []
+
+    async def refresh(self, names: Any, ids: Any = ()) -> None:
+        self.asked.append((sorted(names), sorted(ids)))
+
+    def count(self, name: str | None, topic_id: uuid.UUID | None = None) -> int | None:
+        return None
+
+
+class Enforcement:
+    def mutations_metered(self, _user: str) -> bool:
+        return True
+
+
+@dataclass
+class Sasl:
+    pending_auth: bool = False
+    passthrough: Any = None
+
+
+@dataclass
+class Gateway:
+    access: authorize.Access
+    partition_counts: Counts = field(default_factory=Counts)
+    acl_admin: Any = None
+    quota_admin: Any = None
+    scram_admin: Any = None
+
+
+@dataclass
+class Scope:
+    gateway: Gateway
+    principal: str = "bob"
+    client_ip: str = "10.0.0.9"
+    listener: str = "PLAINTEXT"
+    enforcement: Any = field(default_factory=Enforcement)
+    sasl: Sasl = field(default_factory=Sasl)
+
+
+def _frame(api: int, version: int, **fields: Any) -> bytes:
+    message = protocol.REQUESTS[api][version](**fields)
+    message.with_header(correlation_id=7, client_id="c")
+    return bytes(message.encode(header=True))
+
+
+def _access(authorizer: Any, rows: list[dict[str, Any]] | None = None) -> authorize.Access:
+    return authorize.Access(authorizer, HIDDEN, AuthzAudit(rows.append if rows is not None else None))
+
+
+# -- 1. metering after authorization ---------------------------------------------------------------------------
+
+BOB_ALL = MemoryAuthorizer([Acl("User:bob", AclOperation.ALL, ResourceType.TOPIC, "bob-", prefixed=True)])
+
+
+def test_delete_topics_looks_up_partition_counts_only_for_topics_the_client_may_delete() -> None:
+    scope = Scope(Gateway(_access(BOB_ALL)))
+    frame = _frame(ApiKey.DeleteTopics, 5, topic_names=["bob-1", STORE, "__quotaflow_usage", "alice-1"],
+                   timeout_ms=10)
+    asyncio.run(api_handlers.prepare_request(scope, frame))  # type: ignore[arg-type]
+    assert scope.gateway.partition_counts.asked == [(["bob-1"], [])]
+
+
+def test_create_partitions_of_refused_topics_asks_the_upstream_nothing() -> None:
+    scope = Scope(Gateway(_access(BOB_ALL)))
+    cls = protocol.REQUESTS[ApiKey.CreatePartitions]
+    frame = _frame(ApiKey.CreatePartitions, 3, timeout_ms=10, validate_only=False,
+                   topics=[cls.CreatePartitionsTopic(name=n, count=4, assignments=None)
+                           for n in (STORE, "alice-1")])
+    asyncio.run(api_handlers.prepare_request(scope, frame))  # type: ignore[arg-type]
+    assert scope.gateway.partition_counts.asked == []
+
+
+def test_without_an_authorizer_quotaflows_own_topics_are_never_looked_up() -> None:
+    scope = Scope(Gateway(_access(None)))
+    frame = _frame(ApiKey.DeleteTopics, 4, topic_names=["t", STORE, "__quotaflow_x"], timeout_ms=10)
+    asyncio.run(api_handlers.prepare_request(scope, frame))  # type: ignore[arg-type]
+    assert scope.gateway.partition_counts.asked == [(["t"], [])]
+
+
+def test_topics_named_by_id_are_never_looked_up() -> None:
+    """DeleteTopics v6 names topics by id: the gateway cannot authorize an id (the version is not offered and the
+    connection is closed), so the upstream must not be asked which topic the id is, nor its partitions."""
+    scope = Scope(Gateway(_access(None)))
+    cls = protocol.REQUESTS[ApiKey.DeleteTopics]
+    frame = _frame(ApiKey.DeleteTopics, 6, timeout_ms=10,
+                   topics=[cls.DeleteTopicState(name=None, topic_id=uuid.uuid4())])
+    asyncio.run(api_handlers.prepare_request(scope, frame))  # type: ignore[arg-type]
+    assert scope.gateway.partition_counts.asked == []
+
+
+def test_the_lookup_is_not_audited_twice() -> None:
+    """The refusal is recorded once, by the request hook; the lookup's filter decides quietly."""
+    rows: list[dict[str, Any]] = []
+    scope = Scope(Gateway(_access(BOB_ALL, rows)))
+    frame = _frame(ApiKey.DeleteTopics, 5, topic_names=["alice-1", STORE], timeout_ms=10)
+    asyncio.run(api_handlers.prepare_request(scope, frame))  # type: ignore[arg-type]
+    assert rows == [] and not scope.gateway.access.audit.counts and not scope.gateway.access.audit.hidden
+
+
+# -- 2. the gateway's own cluster-level APIs: one check, audited -----------------------------------------------
+
+def _acl_pending(api: int, version: int) -> Pending:
+    return Pending(protocol.RequestHeader(api, version, 7, "c", 0), 0, 0)
+
+
+def test_acl_apis_cluster_check_is_audited_and_counted(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = []
+    authorizer = StandardAuthorizer({"User:admin"})
+    store = SqliteStore(tmp_path / "acls.db")
+    access = _access(authorizer, rows)
+    handler = AclAdminHandler(AclAdmin(store), authorizer, None)
+    scope = Scope(Gateway(access, acl_admin=handler))
+    creation = CreateAclsRequest.AclCreation(resource_type=2, resource_name="t", resource_pattern_type=3,
+                                             principal="User:bob", host="*", operation=3, permission_type=3)
+    request = CreateAclsRequest(creations=[creation])
+    pending = asyncio.run(api_handlers._acl_admin(scope, request, _acl_pending(ApiKey.CreateAcls, 3)))  # type: ignore[arg-type]
+    assert pending.local is not None
+    response = protocol.decode_response(pending.local[4:], ApiKey.CreateAcls, 3)
+    assert [r.error_code for r in response.results] == [31]
+    assert [(r["principal"], r["resource_type"], r["operation"], r["allowed"]) for r in rows] == \
+        [("User:bob", "CLUSTER", "ALTER", False)]
+    assert access.audit.counts[(ApiKey.CreateAcls, int(ResourceType.CLUSTER), int(AclOperation.ALTER), False)] == 1
+    store.close()
+
+
+def test_without_an_authorizer_every_cluster_api_uses_the_same_admin_list_rule() -> None:
+    """``--admin-principal`` entries as ``alice`` or ``User:alice``; no list: everyone (a broker without an
+    authorizer), except KIP-554, which is for super users only (nobody without a list)."""
+    for admins, principal, open_api, super_only in [
+        (None, "bob", True, False),
+        (frozenset({"alice"}), "alice", True, True),
+        (frozenset({"User:alice"}), "alice", True, True),
+        (frozenset({"User:alice"}), "bob", False, False),
+    ]:
+        scope = Scope(Gateway(_access(None), quota_admin=QuotaAdminHandler(None, admins)), principal=principal)  # type: ignore[arg-type]
+        access = scope.gateway.access
+        assert authorize.cluster_allowed(access, scope, ApiKey.DescribeAcls, scope.client_ip,  # type: ignore[arg-type]
+                                         AclOperation.DESCRIBE) is open_api
+        assert authorize.cluster_allowed(access, scope, ApiKey.AlterUserScramCredentials,  # type: ignore[arg-type]
+                                         scope.client_ip, AclOperation.ALTER, super_only=True) is super_only
+
+
+# -- 3. the decision cache follows every ACL change ------------------------------------------------------------
+
+def _read(principal: str, topic: str) -> AclBinding:
+    return AclBinding(ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL),
+                      AccessControlEntry(principal, "*", AclOperation.READ, AclPermissionType.ALLOW))
+
+
+def test_a_revoke_made_elsewhere_refuses_the_next_request(tmp_path: Path) -> None:
+    """Gateway A caches bob's READ on ``orders``; the ACL is removed through another writer of the store (the CLI's
+    admin layer, as another gateway would); A's store refresh loads it and the next decision is a refusal, then a
+    re-grant is allowed again (the cache must not keep the deny either)."""
+    db = tmp_path / "fleet.db"
+    gateway_store, cli_store = SqliteStore(db), SqliteStore(db)
+    AclAdmin(cli_store).create([_read("User:bob", "orders")])
+    authorizer = StandardAuthorizer()
+
+    def refresh() -> None:  # what the gateway's poll does (Gateway.reload_acls)
+        snapshot = gateway_store.acls()
+        authorizer.load(snapshot.bindings, snapshot.version)
+
+    refresh()
+    access = _access(authorizer)
+    check = authorize.Check(access, "bob", "10.0.0.9", ApiKey.Fetch)
+    assert check.topic(AclOperation.READ, "orders") and check.topic(AclOperation.READ, "orders")  # cached
+    before = authorizer.generation
+    AclAdmin(cli_store).delete([AclBindingFilter(
+        ResourcePatternFilter(ResourceType.TOPIC, "orders", PatternType.LITERAL),
+        AccessControlEntryFilter("User:bob", "*", AclOperation.READ, AclPermissionType.ALLOW))])
+    refresh()
+    assert authorizer.generation != before
+    assert not check.topic(AclOperation.READ, "orders")
+    AclAdmin(cli_store).create([_read("User:bob", "orders")])
+    refresh()
+    assert check.topic(AclOperation.READ, "orders")
+    gateway_store.close()
+    cli_store.close()
+
+
+def test_every_load_moves_the_generation_even_at_the_same_store_version() -> None:
+    """An authorizer built with fixed bindings (version 0) or reloaded at an equal version still announces the new
+    index: the cache never outlives the index it was computed from."""
+    authorizer = StandardAuthorizer()
+    seen = {authorizer.generation}
+    for bindings in ([_read("User:bob", "t")], [], [_read("User:bob", "t")]):
+        authorizer.load(bindings)
+        assert authorizer.generation not in seen
+        seen.add(authorizer.generation)
+
+
+def test_an_authorizer_without_a_generation_is_asked_every_time() -> None:
+    acl = Acl("User:bob", AclOperation.READ, ResourceType.TOPIC, "t")
+    authorizer = MemoryAuthorizer([acl])  # generation None: its ACLs change in place
+    check = authorize.Check(_access(authorizer), "bob", "10.0.0.9", ApiKey.Fetch)
+    assert check.topic(AclOperation.READ, "t") and check.topic(AclOperation.READ, "t")
+    assert authorizer.calls == 2
+    authorizer.acls.remove(acl)
+    assert not check.topic(AclOperation.READ, "t")
+

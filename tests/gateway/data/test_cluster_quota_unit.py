@@ -1,0 +1,158 @@
+"""The gateway side of cluster-wide quotas without a broker: settings, the report format, and shares applied to
+the engine's sensors (the local engine then throttles against the share, Kafka-exact)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.errors import CommandError
+from quotaflow.engine.cluster_share import UsageReport
+from quotaflow.engine.quota_type import QuotaType
+from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.data.broker_quotas import BrokerQuotas
+from quotaflow.gateway.data.cluster_quota import (
+    ClusterQuotas,
+    ClusterQuotaSettings,
+    cluster_quotas_for,
+    decode_report,
+    encode_report,
+)
+from quotaflow.gateway.data.enforcement import Enforcement
+from quotaflow.store.base import Snapshot
+
+Q = 100_000.0
+KEY = (QuotaType.PRODUCE, "", "app")
+
+
+class FakeExchange:
+    """Stands in for the usage topic: reports handed in by the test, publications kept."""
+
+    def __init__(self) -> None:
+        self.inbox: list[UsageReport] = []
+        self.rejected = 0  # reports refused (unsigned, badly signed, replayed)
+
+    def take(self) -> list[UsageReport]:
+        out, self.inbox = self.inbox, []
+        return out
+
+
+def test_settings() -> None:
+    assert not ClusterQuotaSettings.from_properties({}).cluster
+    s = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster",
+                                              "quotaflow.quota.cluster.floor.fraction": "0.2",
+                                              "quotaflow.quota.cluster.expiry.windows": "5"})
+    assert (s.cluster, s.floor_fraction, s.expiry_windows, s.usage_topic) == (True, 0.2, 5, "__quotaflow_usage")
+    for bad in ({"quotaflow.quota.scope": "global"}, {"quotaflow.quota.cluster.floor.fraction": "2"},
+                {"quotaflow.quota.cluster.expiry.windows": "0"}, {"quotaflow.quota.cluster.expiry.windows": "x"}):
+        with pytest.raises(CommandError, match="Invalid value"):
+            ClusterQuotaSettings.from_properties(bad)
+    broker_quotas = BrokerQuotas(GatewayConfig())
+    assert cluster_quotas_for({}, broker_quotas, [("127.0.0.1", 9092)], 1, "gw") is None  # Kafka's per broker
+
+
+def test_report_round_trip_skips_what_it_does_not_know() -> None:
+    rates = {KEY: 1234.5, (QuotaType.REQUEST, "alice", ""): 12.0}
+    reports = decode_report(encode_report("gw-1", 1000, {"0": rates, "1": {}}), received_ms=77)
+    assert reports == [UsageReport("gw-1/0", 77, rates), UsageReport("gw-1/1", 77, {})]
+    odd = (b'{"gateway":"g","participants":{"0":[["CONTROLLER_MUTATION","u","c",1.0],["PRODUCE","u","c",-1],'
+           b'["PRODUCE","u","",2]]}}')
+    assert decode_report(odd, 1)[0].rates == {(QuotaType.PRODUCE, "u", ""): 2.0}
+    with pytest.raises((ValueError, KeyError)):
+        decode_report(b"{}", 1)
+
+
+def test_shares_become_the_sensor_bounds() -> None:
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)  # traffic makes the sensor
+    sensor = enforcement.managers.produce.quota_sensors()[0][1]
+    cq.apply(now)
+    assert sensor.bound == Q and cq.live_participants == 1  # alone: the whole quota
+    exchange.inbox.append(UsageReport("peer/1", now, {(QuotaType.PRODUCE, "", "other"): 5.0}))
+    cq.apply(now + 1000)
+    assert sensor.bound == Q  # a peer that does not meter this quota-id takes no share of it
+    exchange.inbox.append(UsageReport("peer/0", now + 1000, {KEY: 0.0}))
+    cq.apply(now + 2000)
+    assert sensor.bound == pytest.approx(Q / 2)  # a peer that meters it, nobody has traffic: even split
+    exchange.inbox.append(UsageReport("peer/0", now + 2000, {KEY: 1e9}))
+    cq.apply(now + 3000)
+    assert sensor.bound == pytest.approx(Q / 2)  # nothing published here yet: demand unknown, even split
+    cq.published = {"0": {KEY: 0.0}}  # published: no traffic here, the peer carries (nearly) all of it
+    cq.apply(now + 3250)
+    assert sensor.bound == pytest.approx(Q / 2 / 2 ** 0.25)  # the target is the floor; down by 2 per window
+    exchange.inbox.append(UsageReport("peer/0", now + 5000, {KEY: 1e9}))
+    cq.apply(now + 7250)
+    assert sensor.bound == pytest.approx(Q * 0.05)  # there: the floor, φ · Q / N
+    samples = {(s.group, s.name): s.value for s in cq.metric_samples(now)}
+    assert samples[("Produce", "cluster-share")] == sensor.bound
+    assert samples[("ClusterQuota", "live-participants")] == 2  # peer/1 fell silent 6 s ago
+    cq.apply(now + 5000 + 3 * 1000 + 1)  # and now peer/0 too: alone again, the whole quota at once
+    assert sensor.bound == Q and cq.live_participants == 1
+
+
+def test_shares_divide_the_published_rates() -> None:
+    """Every gateway divides the rates everyone published for the last window, its own included, so two gateways
+    that see the same reports compute shares that add up to Q (with live rates they could both claim a burst)."""
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    cq.published = {"0": {KEY: 30_000.0}}
+    exchange.inbox.append(UsageReport("peer/0", now, {KEY: 10_000.0}))
+    cq.apply(now)
+    mine = cq.shares["0"][KEY]
+    floor = 0.1 * Q / 2
+    assert mine == pytest.approx(floor + (Q - 2 * floor) * 30_000 / 40_000)
+    # what the peer computes from the same two reports: the rest of Q
+    assert mine + floor + (Q - 2 * floor) * 10_000 / 40_000 == pytest.approx(Q)
+
+
+def test_ip_connection_rates_are_a_participant_of_their_own() -> None:
+    """With the gateway's connection quotas attached, the per-IP creation rates travel in the same report (as the
+    ``connections`` participant), peers' IP rates divide the IP quota, and the share bounds the IP's sensor."""
+    from quotaflow.core.errors import ConnectionThrottledError
+    from quotaflow.engine.cluster_share import CONNECTIONS, ip_key
+    from quotaflow.engine.connection import ConnectionQuotaConfig, ConnectionQuotas
+
+    connections = ConnectionQuotas(ConnectionQuotaConfig(quota_window_num=3))
+    connections.add_listener("PLAINTEXT")
+    connections.update_ip_connection_rate_quota("10.1.2.3", 10)
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, dict, "127.0.0.1:9", window_ms=1000, gateway_id="me", connections=connections)
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    engine_now = time.time_ns() // 1_000_000  # ClusterQuotas reads the engine's (wall) clock itself
+    connections.inc("PLAINTEXT", "10.1.2.3", engine_now)
+    own = cq.apply(now)
+    ip = ip_key("10.1.2.3")
+    assert set(own) == {CONNECTIONS} and own[CONNECTIONS][ip] > 0
+    assert connections.ip_rate_bound("10.1.2.3") == 10  # alone: the whole quota
+    report = decode_report(encode_report("peer", 1000, {CONNECTIONS: {ip: 3.0}, "0": {KEY: 1.0}}), now)
+    assert [r.rates for r in report] == [{ip: 3.0}, {KEY: 1.0}]
+    exchange.inbox.extend(report)
+    cq.published = {CONNECTIONS: {ip: 3.0}}
+    cq.apply(now + 1000)
+    assert connections.ip_rate_bound("10.1.2.3") == pytest.approx(5.0)  # same demand: half of the IP quota
+    assert cq.live_participants == 1  # the peer's broker participant; connection participants are not counted
+    samples = {(s.group, s.name, s.tags): s.value for s in cq.metric_samples(now)}
+    assert samples[("socket-server-metrics", "ip-connection-cluster-share", (("ip", "10.1.2.3"),))] == 5.0
+    # the sensor enforces the share: Kafka's rate divides by at least (samples - 1) windows, 2 s here, so a burst
+    # admits about 2 × 5 connections (2 × 10 = all 21 under the configured quota)
+    for _ in range(20):
+        with contextlib.suppress(ConnectionThrottledError):
+            connections.inc("PLAINTEXT", "10.1.2.3", engine_now + 10)
+    assert 9 <= connections.get("10.1.2.3") <= 12

@@ -1,0 +1,73 @@
+"""FrameBuffer: Kafka frames cut from bytes that arrive in any pieces, large ones assembled in granted chunks."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from quotaflow.core.errors import ConnectionClosed
+from quotaflow.gateway.data.framing import FIRST_CHUNK, FrameBuffer
+
+
+def framed(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def receive(frames: FrameBuffer, data: bytes, rng: random.Random, granted: list[int]) -> list[bytes]:
+    """Feed ``data`` as a socket would (pieces of random size, never more than the buffer offered), popping whole
+    frames and granting every chunk asked for."""
+    out: list[bytes] = []
+    pos = 0
+    while True:
+        while True:
+            frame = frames.pop(1 << 30, "socket.request.max.bytes")
+            if frame is not None:
+                out.append(frame)
+                continue
+            need = frames.wants()
+            if not need:
+                break
+            granted.append(need)
+            frames.grant(need)
+        if pos == len(data):
+            return out
+        view = frames.buffer()
+        n = min(len(view), len(data) - pos, rng.randint(1, 70_000))
+        view[:n] = data[pos:pos + n]
+        frames.updated(n)
+        pos += n
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_frames_come_out_whole_and_in_order_whatever_the_pieces(seed: int) -> None:
+    rng = random.Random(seed)
+    bodies = [rng.randbytes(rng.choice([0, 1, 9, 100, 4000, 16_380, 16_381, 70_000, 300_000]))
+              for _ in range(40)]
+    frames, granted = FrameBuffer(), []
+    assert receive(frames, b"".join(framed(b) for b in bodies), rng, granted) == bodies
+    assert not frames.partial and not frames.large
+    # only the frames larger than the receive buffer took chunks, exactly their size in all
+    large = [len(b) for b in bodies if len(b) + 4 > 16 * 1024]
+    assert sum(granted) == sum(large)
+
+
+def test_a_large_frame_holds_about_what_arrived_not_what_it_announced() -> None:
+    frames = FrameBuffer()
+    frames.feed(struct.pack(">i", 100 << 20) + b"x" * 16)
+    assert frames.pop(1 << 30, "socket.request.max.bytes") is None
+    assert frames.large and frames.wants() == FIRST_CHUNK  # the first chunk, not 100 MiB
+    frames.grant(FIRST_CHUNK)
+    assert frames.wants() == 0  # 16 bytes are in it; nothing more until they arrive
+
+
+def test_a_size_outside_the_limit_closes_with_kafkas_message() -> None:
+    frames = FrameBuffer()
+    frames.feed(struct.pack(">i", 600_000))
+    with pytest.raises(ConnectionClosed, match=r"Invalid receive \(size = 600000 larger than 524288, sasl"):
+        frames.pop(524_288, "sasl.server.max.receive.size")
+    negative = FrameBuffer()
+    negative.feed(struct.pack(">i", -1))
+    with pytest.raises(ConnectionClosed):
+        negative.pop(1 << 20, "socket.request.max.bytes")

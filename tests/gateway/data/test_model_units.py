@@ -1,0 +1,149 @@
+"""Gateway pieces of issue 20 without a broker: excluded principals in the enforcement, KIP-599 permits and merges
+of DeleteTopics / CreatePartitions frames, the exclusion setting."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+
+from quotaflow.core.entities import DEFAULT, QuotaEntity
+from quotaflow.core.errors import CommandError
+from quotaflow.engine import StrictControllerMutationQuota
+from quotaflow.engine.controller_mutation import PermissiveControllerMutationQuota
+from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.data import mutations, protocol
+from quotaflow.gateway.data.enforcement import Enforcement
+from quotaflow.store.base import Snapshot
+
+NOW = 1_700_000_000_000
+
+
+def _enforcement(excluded: frozenset[str] = frozenset({"ops"})) -> Enforcement:
+    e = Enforcement(GatewayConfig(excluded_principals=excluded))
+    e.load(Snapshot(1, {QuotaEntity(user=DEFAULT): {"producer_byte_rate": 100.0, "request_percentage": 0.01,
+                                                     "controller_mutation_rate": 1.0}}))
+    return e
+
+
+def test_an_excluded_principal_is_never_throttled_and_metered_as_exempt() -> None:
+    e = _enforcement()
+    for i in range(20):
+        assert e.produce("ops", "c", 10_000, 50_000_000, 1, NOW + i).throttle_ms == 0
+        assert e.request(3, "ops", "c", 50_000_000, NOW + i) == 0
+    assert not e.produce_limited("ops", "c") and e.produce_limited("tenant", "c")
+    assert e.mutation_quota("ops", "c", 19, 6, NOW) is None and not e.mutations_metered("ops")
+    assert e.fetch_max_bytes("ops", "c") is None
+    assert e.managers.produce.sensor_count == 0 and e.managers.request.sensor_count == 0  # nothing in any bucket
+    assert e.produce("tenant", "c", 10_000, 1_000, 1, NOW).throttle_ms > 0  # the same quota throttles others
+    samples = {(s.name, s.tags): s.value for s in e.metric_samples(NOW + 20)}
+    assert samples[("excluded-byte-rate", (("user", "ops"),))] > 0
+    assert samples[("excluded-request-time", (("user", "ops"),))] > 0
+    assert samples[("exempt-request-time", ())] > 0
+
+
+def test_the_exclusion_setting() -> None:
+    config = GatewayConfig.from_properties({"quotaflow.quota.excluded.principals": "User:ops; User:replicator"})
+    assert config.excluded_principals == {"ops", "replicator"}
+    with pytest.raises(CommandError, match="each principal must be User:<name>"):
+        GatewayConfig.from_properties({"quotaflow.quota.excluded.principals": "Group:ops"})
+
+
+def _header(frame: bytes) -> protocol.RequestHeader:
+    return protocol.parse_request_header(frame)
+
+
+def _frame(request: object) -> bytes:
+    request.with_header(correlation_id=7, client_id="creator")  # type: ignore[attr-defined]
+    return bytes(request.encode(header=True))  # type: ignore[attr-defined]
+
+
+def _strict(quota: float = 2.0, samples: int = 2) -> StrictControllerMutationQuota:
+    e = Enforcement(GatewayConfig(controller_quota_window_num=samples, controller_quota_window_size_seconds=1))
+    e.load(Snapshot(1, {QuotaEntity(client_id="creator"): {"controller_mutation_rate": quota}}))
+    q = e.mutation_quota("u", "creator", 20, 6, NOW)
+    assert isinstance(q, StrictControllerMutationQuota)
+    return q
+
+
+def test_delete_topics_v6_by_id_and_name_costs_partitions() -> None:
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    state = DeleteTopicsRequest.DeleteTopicState
+    frame = _frame(DeleteTopicsRequest[6](topics=[state(name="a", topic_id=uuid.UUID(int=0)),
+                                                  state(name=None, topic_id=ids[0]),
+                                                  state(name=None, topic_id=ids[1]),
+                                                  state(name="unknown", topic_id=uuid.UUID(int=0))],
+                                          timeout_ms=1000))
+    header = _header(frame)
+    assert mutations.count_requests(frame, header) == (["a", "unknown"], ids)
+    counts = {("a", None): 3, (None, ids[0]): 3, (None, ids[1]): 3}
+    decision = mutations.decide(frame, header, _strict(), NOW, lambda n, i: counts.get((n, i)))
+    # 4 permits: a (3, 1 left), ids[0] (3, -2), ids[1] refused, the unknown topic costs nothing and passes on
+    assert [(r.name, r.topic_id) for r in decision.refused] == [(None, ids[1])]
+    assert decision.quota.throttle_time(NOW) == 1000  # Kafka's -tokens / quota x 1000 = 2 / 2 x 1000
+    forwarded = protocol.decode_request(decision.forward or b"", header)
+    assert [t.name or t.topic_id for t in forwarded.topics] == ["a", ids[0], "unknown"]
+    upstream = DeleteTopicsResponse[6](throttle_time_ms=0, responses=[])
+    upstream.with_header(correlation_id=7)
+    merged = mutations.merge_response(bytes(upstream.encode(header=True)), 20, 6, decision.refused, 1000)
+    answer = DeleteTopicsResponse.decode(merged[4:], version=6, header=True)  # framed for the client
+    assert answer.throttle_time_ms == 1000
+    assert [(r.topic_id, r.error_code) for r in answer.responses] == [(ids[1], 89)]
+
+
+def test_create_partitions_costs_the_new_partitions_only() -> None:
+    t = CreatePartitionsRequest.CreatePartitionsTopic
+    frame = _frame(CreatePartitionsRequest[3](topics=[t(name="a", count=3, assignments=None),
+                                                      t(name="b", count=1, assignments=None),
+                                                      t(name="c", count=9, assignments=None)],
+                                              timeout_ms=1000, validate_only=False))
+    header = _header(frame)
+    counts = {"a": 1, "b": 1, "c": 1}
+    decision = mutations.decide(frame, header, _strict(), NOW, lambda n, _i: counts.get(n or ""))
+    # a adds 2 (2 left), b adds none, c adds 8 (passes the check, -6)
+    assert decision.refused == [] and decision.forward == frame
+    again = mutations.decide(frame, header, decision.quota, NOW, lambda n, _i: counts.get(n or ""))
+    assert [r.name for r in again.refused] == ["a", "c"]  # in debt: every topic that costs something is refused
+    local = mutations.local_response(37, 3, 7, again.refused)
+    answer = CreatePartitionsResponse.decode(local[4:], version=3, header=True)
+    assert [(r.name, r.error_code) for r in answer.results] == [("a", 89), ("c", 89)]
+
+
+def test_permissive_versions_never_refuse() -> None:
+    e = Enforcement(GatewayConfig(controller_quota_window_num=2, controller_quota_window_size_seconds=1))
+    e.load(Snapshot(1, {QuotaEntity(client_id="creator"): {"controller_mutation_rate": 1.0}}))
+    q = e.mutation_quota("u", "creator", 20, 4, NOW)
+    assert isinstance(q, PermissiveControllerMutationQuota)
+    frame = _frame(DeleteTopicsRequest[4](topic_names=["a", "b"], timeout_ms=1000))
+    decision = mutations.decide(frame, _header(frame), q, NOW, lambda _n, _i: 5)
+    assert decision.refused == [] and q.throttle_time(NOW) > 0
+
+
+def test_partition_counts_forget_what_the_upstream_cannot_answer() -> None:
+    import asyncio
+
+    from quotaflow.gateway.data.partition_counts import PartitionCounts
+
+    async def unreachable() -> Any:
+        raise OSError("connection refused")
+
+    async def old_metadata() -> list[tuple[int, int, int]]:
+        return [(3, 0, 3)]  # Metadata v3 could auto-create the topics it names: never asked
+
+    async def modern() -> list[tuple[int, int, int]]:
+        return [(3, 0, 12)]
+
+    counts = PartitionCounts(unreachable, modern)
+    counts.by_name["a"] = 3  # from an earlier answer: a refresh that fails must not keep it
+    asyncio.run(counts.refresh(["a"]))
+    assert counts.count("a") is None
+    old = PartitionCounts(unreachable, old_metadata)
+    asyncio.run(old.refresh(["a"]))
+    assert old.count("a") is None and old.count(None, uuid.uuid4()) is None
