@@ -3,14 +3,14 @@
 The event loop only appends the row to a deque (:meth:`EventLog.request`, :meth:`EventLog.connection`): no lock, no
 queue, no wake-up. A request row is one tuple in :data:`REQUEST_LOG_SCHEMA`'s column order (:data:`RequestRow`),
 built by the caller in one expression with its ``seq`` from :attr:`EventLog.next_seq`: a dict of 19 keys cost
-XXx as much to build and append, and XXx as much for the writer (bench/eventlog_rows.py). The rare connection and
-authorization rows are dicts. One writer thread wakes on a timer (every ``batch_seconds``, 50 ms), takes everything
+2.3x as much to build and append, and 1.6x as much CPU in the writer (bench/eventlog_rows.py). The rare connection
+and authorization rows are dicts. One writer thread wakes on a timer (every ``batch_seconds``, 50 ms), takes everything
 appended since, turns it into Arrow record batches (per 4,096 rows or per file: request tuples as one struct array,
 converted by Arrow's C++ in one pass; dicts with ``from_pylist``) and writes ``DIR/requests/*.parquet`` and
 ``DIR/connections/*.parquet`` in the schema of :mod:`quotaflow.events` plus the decision columns, so the Spark jobs
 read exactly what the gateway saw. The first Arrow conversion and Parquet write in a process cost a third of a
-second of CPU; the writer does both once on dummy rows at start
-(:meth:`EventLog.wait_ready`), so the gateway serves its first request already warm.
+second of CPU; the writer does both once on dummy rows at start (:meth:`EventLog.wait_ready`), so the gateway serves
+its first request already warm.
 
 A file is written under a hidden temporary name (``.part-….parquet.tmp``, skipped by :func:`events.dataset_files`
 and by Spark's file sources, which ignore names starting with ``.``), fsynced, then renamed: a reader never sees a
@@ -25,7 +25,8 @@ the disk has room the log continues without a gap up to the present), counted in
 ``/metrics`` (``kafka_server_event_log_rows_dropped``) and logged with their ``seq`` range. Rows not yet taken by
 the writer are bounded by ``max_queued_rows`` (only reachable if the writer thread is stalled, e.g. a hung
 ``fsync``); beyond it the oldest are dropped and counted likewise. A row that breaks the schema (a null in a
-required column) is a bug in the caller, not an outage: it stops the log and is raised on the next call.
+required column, a tuple of another length) is a bug in the caller, not an outage: it stops the log and is raised on
+the next call.
 """
 
 from __future__ import annotations
