@@ -199,14 +199,18 @@ def test_a_row_without_a_required_value_stops_the_log_and_is_raised(tmp_path: Pa
     assert seqs_on_disk(tmp_path) == []
 
 
-def test_a_row_of_another_length_stops_the_log_and_is_raised(tmp_path: Path) -> None:
-    """A tuple missing a column (a caller built for another schema) is refused, not written shifted."""
+@pytest.mark.parametrize("bad", ["one value short", "a value out of its column's type"])
+def test_a_row_of_another_shape_stops_the_log_and_is_raised(tmp_path: Path, bad: str) -> None:
+    """A tuple missing a column (a caller built for another schema) or with a value of another type is refused, not
+    written shifted or cast, and the error says what a row must be."""
     log = EventLog(tmp_path, "gw")
-    log.request(request_row(log, 0)[:-1])  # type: ignore[arg-type]
-    with pytest.raises(EventLogError, match="number of struct fields"):
+    log.request(request_row(log, 0))
+    row = request_row(log, 1)[:-1] if bad == "one value short" else request_row(log, 1, api_key="Produce")
+    log.request(row)  # type: ignore[arg-type]
+    with pytest.raises(EventLogError, match="a requests row does not fit its schema \\(tuples of 19 values: ts_ms, "):
         log.flush()
     with pytest.raises(EventLogError):
-        log.request(request_row(log, 1))
+        log.request(request_row(log, 2))
     with pytest.raises(EventLogError):
         log.close()
     assert seqs_on_disk(tmp_path) == []

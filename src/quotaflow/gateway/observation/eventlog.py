@@ -417,10 +417,15 @@ class EventLog:
 
     @staticmethod
     def _convert(kind: _Kind, rows: list[Any]) -> pa.RecordBatch:
-        if kind.row_type is not None:  # tuples: one C loop over rows and values, no per-column Python transpose
-            batch = pa.RecordBatch.from_struct_array(pa.array(rows, type=kind.row_type))
-        else:
-            batch = pa.RecordBatch.from_pylist(rows, schema=kind.schema)
+        try:
+            if kind.row_type is not None:  # tuples: one C loop over rows and values, no per-column Python transpose
+                batch = pa.RecordBatch.from_struct_array(pa.array(rows, type=kind.row_type))
+            else:
+                batch = pa.RecordBatch.from_pylist(rows, schema=kind.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a tuple of another length, a value of the wrong type
+            shape = f"tuples of {len(kind.schema)} values" if kind.row_type is not None else "dicts"
+            raise EventLogError(f"a {kind.name} row does not fit its schema ({shape}: "
+                                f"{', '.join(kind.schema.names)}): {e}") from e
         for i in kind.required:
             if batch.column(i).null_count:
                 raise EventLogError(f"{batch.column(i).null_count} row(s) without a value for required column "
