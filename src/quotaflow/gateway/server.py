@@ -457,12 +457,15 @@ class Gateway:
         h = pending.header
         d = pending.decisions
         version = h.api_version
+        acks = pending.acks
+        if acks is not None and not -128 <= acks <= 127:  # an int16 on the wire, an int8 column: a tenant's acks=1000
+            acks = 127 if acks > 0 else -128  # must not stop the log; replay only asks whether it is 0
         # one tuple in REQUEST_LOG_SCHEMA's column order (eventlog.RequestRow): the cheapest row to build and convert
         event_log.request((
             now_ms, conn.broker, conn.listener, conn.principal, h.client_id or "", conn.client_ip, h.api_key,
             version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
-            pending.network_ns, pending.acks, False, event_log.next_seq(), d.throttle_ms_produce,
-            d.throttle_ms_fetch, d.throttle_ms_request, d.throttle_ms,
+            pending.network_ns, acks, False, event_log.next_seq(), d.throttle_ms_produce, d.throttle_ms_fetch,
+            d.throttle_ms_request, d.throttle_ms,
         ))
 
     def _on_authorization(self, row: dict[str, Any]) -> None:

@@ -469,3 +469,28 @@ def test_the_gateway_logs_each_request_field_in_its_own_column(tmp_path: Path) -
          "response_bytes": 13, "io_thread_ns": 5, "network_thread_ns": 6, "acks": None, "seq": 1,
          "throttle_ms_produce": 0, "throttle_ms_fetch": 0, "throttle_ms_request": 0, "throttle_ms": 0},
     ]
+
+
+def test_a_produce_with_acks_out_of_the_columns_range_does_not_stop_the_log(tmp_path: Path) -> None:
+    """The attack: ``acks`` is an int16 on the wire and an int8 column. A tenant's Produce with acks=1000 (which its
+    broker refuses) must not make a row that stops the log, which would then refuse every client's next request.
+    The row keeps what replay needs of acks (0 or not: KIP-124's exemption)."""
+    from quotaflow.gateway.data.pending import Pending
+    from quotaflow.gateway.data.protocol import RequestHeader
+    from quotaflow.gateway.server import Gateway
+
+    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events")
+    try:
+        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)
+        conn = SimpleNamespace(broker="gw", listener="PLAINTEXT", principal="mallory", client_ip="10.6.6.6")
+        for i, acks in enumerate((1000, -32768, 32767, 128, -129, 0, -1, 1)):
+            gw.on_request(conn, Pending(RequestHeader(0, 9, i, "evil", 14), 100, 0, acks=acks), 10, 1_700_000_000_000)
+        log.flush()
+        gw.on_request(conn, Pending(RequestHeader(0, 9, 99, "next", 14), 100, 0, acks=1), 10, 1_700_000_000_001)
+        log.close()
+    finally:
+        gw.sasl.close()
+        gw.store.close()
+    table = read_dataset(tmp_path / "events", REQUESTS_DIR)
+    assert table is not None
+    assert table.sort_by("seq").column("acks").to_pylist() == [127, -128, 127, 127, -128, 0, -1, 1, 1]
