@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -72,6 +72,9 @@ from quotaflow.gateway.observation.connection_events import ObservedConnectionQu
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
 from quotaflow.store import open_store
 from quotaflow.store.base import AclStore, QuotaStore, ScramStore
+
+if TYPE_CHECKING:  # imported when a log is opened: pyarrow is only loaded by gateways that log
+    from quotaflow.gateway.observation.eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +171,7 @@ class Gateway:
         self._metrics: Any = None
         self._metric_sources: list[MetricSource] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._event_log: Any = None
+        self._event_log: EventLog | None = None
         self._store_seq = 0
         self._acls_loaded = False
         self._last_decision_ms = 0
@@ -448,19 +451,22 @@ class Gateway:
         return now
 
     def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None:
-        if self._event_log is None:
+        event_log = self._event_log
+        if event_log is None:
             return
         h = pending.header
         d = pending.decisions
-        self._event_log.request({
-            "ts_ms": now_ms, "broker": conn.broker, "listener": conn.listener, "user": conn.principal,
-            "client_id": h.client_id or "", "client_ip": conn.client_ip, "api_key": h.api_key,
-            "api_version": max(h.api_version, 0), "request_bytes": pending.request_bytes,
-            "response_bytes": response_bytes, "io_thread_ns": pending.thread_ns,
-            "network_thread_ns": pending.network_ns, "acks": pending.acks, "is_follower": False,
-            "throttle_ms_produce": d.throttle_ms_produce, "throttle_ms_fetch": d.throttle_ms_fetch,
-            "throttle_ms_request": d.throttle_ms_request, "throttle_ms": d.throttle_ms,
-        })
+        version = h.api_version
+        acks = pending.acks
+        if acks is not None and not -128 <= acks <= 127:  # an int16 on the wire, an int8 column: a tenant's acks=1000
+            acks = 127 if acks > 0 else -128  # must not stop the log; replay only asks whether it is 0
+        # one tuple in REQUEST_LOG_SCHEMA's column order (eventlog.RequestRow): the cheapest row to build and convert
+        event_log.request((
+            now_ms, conn.broker, conn.listener, conn.principal, h.client_id or "", conn.client_ip, h.api_key,
+            version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
+            pending.network_ns, acks, False, event_log.next_seq(), d.throttle_ms_produce, d.throttle_ms_fetch,
+            d.throttle_ms_request, d.throttle_ms,
+        ))
 
     def _on_authorization(self, row: dict[str, Any]) -> None:
         if self._event_log is not None:

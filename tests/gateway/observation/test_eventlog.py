@@ -9,6 +9,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -16,31 +17,46 @@ import pytest
 
 from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, dataset_files, read_dataset
 from quotaflow.gateway.observation import eventlog
-from quotaflow.gateway.observation.eventlog import CONNECTION_LOG_SCHEMA, REQUEST_LOG_SCHEMA, EventLog, EventLogError
+from quotaflow.gateway.observation.eventlog import (
+    CONNECTION_LOG_SCHEMA,
+    REQUEST_LOG_SCHEMA,
+    EventLog,
+    EventLogError,
+    RequestRow,
+)
+
+REQUIRED_REQUEST_COLUMNS = [f.name for f in REQUEST_LOG_SCHEMA if not f.nullable]
 
 
-def request_row(i: int, **over: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
+def request_values(i: int) -> dict[str, Any]:
+    """Request ``i``'s values by column name but ``seq`` (every column's value varies, so a misplaced one shows)."""
+    return {
         "ts_ms": 1_700_000_000_000 + i,
-        "listener": "PLAINTEXT",
+        "broker": "gw-1" if i % 4 else "gw-1-node-2",
+        "listener": "PLAINTEXT" if i % 3 else "SASL_SSL",
         "user": "alice" if i % 2 else "ANONYMOUS",
         "client_id": f"c{i % 3}",
-        "client_ip": "127.0.0.1",
+        "client_ip": f"127.0.0.{1 + i % 5}",
         "api_key": 0 if i % 2 else 1,
-        "api_version": 9,
+        "api_version": 9 - i % 4,
         "request_bytes": 100 + i,
-        "response_bytes": 50 + i,
+        "response_bytes": 50 + 2 * i,
         "io_thread_ns": 1000 * i,
-        "network_thread_ns": 10 * i,
-        "acks": 1 if i % 2 else None,
-        "is_follower": False,
+        "network_thread_ns": 10 * i + 3,
+        "acks": (-1 if i % 3 else 1) if i % 2 else None,
+        "is_follower": i % 7 == 6,
         "throttle_ms_produce": i % 5,
-        "throttle_ms_fetch": 0,
-        "throttle_ms_request": 0,
-        "throttle_ms": i % 5,
+        "throttle_ms_fetch": i % 6,
+        "throttle_ms_request": i % 4,
+        "throttle_ms": max(i % 5, i % 6, i % 4),
     }
-    row.update(over)
-    return row
+
+
+def request_row(log: EventLog, i: int, **over: Any) -> RequestRow:
+    """Request ``i`` as the gateway hands it to the log: a tuple in the schema's column order, ``seq`` from the log
+    (``over`` replaces values by column name)."""
+    values = {**request_values(i), "seq": None if "seq" in over else log.next_seq(), **over}
+    return tuple(values[name] for name in REQUEST_LOG_SCHEMA.names)  # type: ignore[return-value]
 
 
 def connection_row(i: int) -> dict[str, Any]:
@@ -55,13 +71,15 @@ def connection_row(i: int) -> dict[str, Any]:
 
 
 def test_round_trip_in_the_event_schema(tmp_path: Path) -> None:
-    rows = [request_row(i) for i in range(25)]
+    """Every column of every row comes back as it was given, in the schema of :mod:`quotaflow.events`."""
+    rows: list[RequestRow] = []
     conns = [connection_row(i) for i in range(4)]
     with EventLog(tmp_path, "gw-1") as log:
-        for r, c in zip(rows, [*conns, *[None] * 21], strict=True):
-            log.request(dict(r))  # the log takes ownership of the dict it is given
+        for i, c in enumerate([*conns, *[None] * 21]):
+            rows.append(request_row(log, i))
+            log.request(rows[-1])
             if c is not None:
-                log.connection(c)
+                log.connection(dict(c))  # the log takes ownership of the dict it is given (fills broker and seq)
     requests = read_dataset(tmp_path, REQUESTS_DIR)
     connections = read_dataset(tmp_path, CONNECTIONS_DIR)
     assert requests is not None and connections is not None
@@ -69,18 +87,20 @@ def test_round_trip_in_the_event_schema(tmp_path: Path) -> None:
         for f in dataset_files(tmp_path / kind):
             assert pq.read_schema(f).remove_metadata().equals(schema)  # names, types and nullability
     got = requests.sort_by("seq").to_pylist()
-    assert [{k: v for k, v in g.items() if k not in ("broker", "seq")} for g in got] == rows
-    assert {g["broker"] for g in got} == {"gw-1"}
-    # one arrival counter over both kinds: seqs are distinct and increase in call order within a kind
-    seqs = [g["seq"] for g in got] + [c["seq"] for c in connections.to_pylist()]
-    assert len(set(seqs)) == len(seqs) == 29
-    assert connections.sort_by("seq").column("result").to_pylist() == [c["result"] for c in conns]
+    assert got == [dict(zip(REQUEST_LOG_SCHEMA.names, r, strict=True)) for r in rows]  # every column
+    assert {g["is_follower"] for g in got} == {False, True} and {g["acks"] for g in got} == {None, -1, 1}
+    got_conns = connections.sort_by("seq").to_pylist()
+    assert [{k: v for k, v in g.items() if k not in ("broker", "seq")} for g in got_conns] == conns
+    assert {g["broker"] for g in got_conns} == {"gw-1"}  # the log's own
+    # one arrival counter over both kinds, in call order: request i, then connection i
+    assert [g["seq"] for g in got] == [0, 2, 4, 6, *range(8, 29)]
+    assert [c["seq"] for c in got_conns] == [1, 3, 5, 7]
 
 
-def test_caller_seq_and_broker_are_kept(tmp_path: Path) -> None:
+def test_caller_seq_and_broker_of_a_connection_row_are_kept(tmp_path: Path) -> None:
     with EventLog(tmp_path, "gw") as log:
-        log.request(request_row(0, seq=41, broker="other"))
-    table = read_dataset(tmp_path, REQUESTS_DIR)
+        log.connection({**connection_row(0), "seq": 41, "broker": "other"})
+    table = read_dataset(tmp_path, CONNECTIONS_DIR)
     assert table is not None
     assert table.to_pylist()[0]["seq"] == 41 and table.to_pylist()[0]["broker"] == "other"
 
@@ -88,7 +108,7 @@ def test_caller_seq_and_broker_are_kept(tmp_path: Path) -> None:
 def test_rolls_by_rows(tmp_path: Path) -> None:
     with EventLog(tmp_path, "gw", roll_rows=10, roll_seconds=60) as log:
         for i in range(25):
-            log.request(request_row(i))
+            log.request(request_row(log, i))
         log.flush()
         assert log.files_written[REQUESTS_DIR] == 3  # 10 + 10 rolled by count, 5 by the flush
     files = dataset_files(tmp_path / REQUESTS_DIR)
@@ -98,7 +118,7 @@ def test_rolls_by_rows(tmp_path: Path) -> None:
 def test_rolls_by_time_without_close(tmp_path: Path) -> None:
     log = EventLog(tmp_path, "gw", roll_rows=1000, roll_seconds=0.2)
     try:
-        log.request(request_row(0))
+        log.request(request_row(log, 0))
         deadline = time.monotonic() + 5
         while not dataset_files(tmp_path / REQUESTS_DIR) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -128,7 +148,7 @@ def test_readers_never_see_a_partial_file(tmp_path: Path) -> None:
     try:
         with EventLog(tmp_path, "gw", roll_rows=50) as log:
             for i in range(3000):
-                log.request(request_row(i))
+                log.request(request_row(log, i))
     finally:
         stop.set()
         t.join()
@@ -148,10 +168,10 @@ def test_a_crash_loses_at_most_the_unflushed_tail(tmp_path: Path) -> None:
         from quotaflow.gateway.observation.eventlog import EventLog
         log = EventLog({str(tmp_path)!r}, "gw", roll_rows=100, roll_seconds=60)
         for i in range(150):
-            log.request(request_row(i))
+            log.request(request_row(log, i))
         log.flush()
         for i in range(150, 180):
-            log.request(request_row(i))
+            log.request(request_row(log, i))
         os._exit(0)
         """
     )
@@ -163,17 +183,37 @@ def test_a_crash_loses_at_most_the_unflushed_tail(tmp_path: Path) -> None:
     assert seqs == list(range(len(seqs))) and len(seqs) <= 180
 
 
-def test_writer_failure_is_raised_not_swallowed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("column", REQUIRED_REQUEST_COLUMNS)
+def test_a_row_without_a_required_value_stops_the_log_and_is_raised(tmp_path: Path, column: str) -> None:
+    """A row that breaks the schema is a bug in the caller: the writer refuses it, the next call raises, no file
+    holds it (nor the rows of its batch)."""
     log = EventLog(tmp_path, "gw")
-    row = request_row(0)
-    del row["user"]  # a required column
-    log.request(row)
-    with pytest.raises(EventLogError):
+    log.request(request_row(log, 0))
+    log.request(request_row(log, 1, **{column: None}))
+    with pytest.raises(EventLogError, match=f"without a value for required column {column}"):
         log.flush()
     with pytest.raises(EventLogError):
-        log.request(request_row(1))
+        log.request(request_row(log, 2))
     with pytest.raises(EventLogError):
         log.close()
+    assert seqs_on_disk(tmp_path) == []
+
+
+@pytest.mark.parametrize("bad", ["one value short", "a value out of its column's type"])
+def test_a_row_of_another_shape_stops_the_log_and_is_raised(tmp_path: Path, bad: str) -> None:
+    """A tuple missing a column (a caller built for another schema) or with a value of another type is refused, not
+    written shifted or cast, and the error says what a row must be."""
+    log = EventLog(tmp_path, "gw")
+    log.request(request_row(log, 0))
+    row = request_row(log, 1)[:-1] if bad == "one value short" else request_row(log, 1, api_key="Produce")
+    log.request(row)  # type: ignore[arg-type]
+    with pytest.raises(EventLogError, match="a requests row does not fit its schema \\(tuples of 19 values: ts_ms, "):
+        log.flush()
+    with pytest.raises(EventLogError):
+        log.request(request_row(log, 2))
+    with pytest.raises(EventLogError):
+        log.close()
+    assert seqs_on_disk(tmp_path) == []
 
 
 def test_closed_log_refuses_rows(tmp_path: Path) -> None:
@@ -194,7 +234,7 @@ def test_rows_are_taken_in_batches_not_one_wake_up_per_row(tmp_path: Path) -> No
         before = log.wakeups
         started = time.monotonic()
         for i in range(n):
-            log.request(request_row(i))
+            log.request(request_row(log, i))
         elapsed = time.monotonic() - started
         log.flush()
         turns = log.wakeups - before
@@ -222,7 +262,7 @@ def test_pyarrow_is_warmed_before_the_first_row(tmp_path: Path) -> None:
         assert not list(Path({str(tmp_path)!r}).rglob("*.parquet"))  # the warm-up wrote nothing to disk
         start = time.process_time_ns()
         for i in range(100):
-            log.request(request_row(i))
+            log.request(request_row(log, i))
         log.flush()
         first = time.process_time_ns() - start
         log.close()
@@ -268,7 +308,7 @@ def test_a_full_disk_keeps_rows_in_memory_and_writes_them_when_it_has_room(
     disk = RefusingDisk(monkeypatch)
     with EventLog(tmp_path, "gw", roll_rows=50, retry_seconds=0.05) as log:
         for i in range(120):
-            log.request(request_row(i))  # the loop side never raises for a disk error: the gateway keeps serving
+            log.request(request_row(log, i))  # the loop side never raises for a disk error: the gateway keeps serving
         with pytest.raises(EventLogError, match="could not be written yet"):
             log.flush()
         assert disk.refused >= 1 and log.write_errors >= 1
@@ -276,7 +316,7 @@ def test_a_full_disk_keeps_rows_in_memory_and_writes_them_when_it_has_room(
         metrics = {(s.name, s.tags): s.value for s in log.metric_samples(0)}
         assert metrics[("rows-buffered", ())] == 120
         assert metrics[("write-errors", ())] >= 1
-        log.request(request_row(120))
+        log.request(request_row(log, 120))
         disk.full = False
         log.flush()
         assert log.rows_buffered == 0
@@ -297,7 +337,7 @@ def test_a_full_disk_beyond_the_memory_bound_drops_the_oldest_rows_and_counts_th
     try:
         n = 1_000
         for i in range(n):
-            log.request(request_row(i))
+            log.request(request_row(log, i))
             if i % 50 == 49:
                 with pytest.raises(EventLogError):
                     log.flush()
@@ -321,7 +361,7 @@ def test_rows_the_disk_still_refuses_at_close_are_reported_not_silently_lost(
     RefusingDisk(monkeypatch)
     log = EventLog(tmp_path, "gw", retry_seconds=0.05)
     for i in range(30):
-        log.request(request_row(i))
+        log.request(request_row(log, i))
     with pytest.raises(EventLogError, match="30 row"):
         log.close()
     assert log.rows_dropped[REQUESTS_DIR] == 30
@@ -344,12 +384,12 @@ def test_rows_beyond_the_queue_bound_while_the_writer_is_stalled_are_counted(
 
     monkeypatch.setattr(eventlog, "write_parquet", stalled)
     log = EventLog(tmp_path, "gw", max_queued_rows=100)
-    log.request(request_row(0))
+    log.request(request_row(log, 0))
     flusher = threading.Thread(target=log.flush)
     flusher.start()
     assert entered.wait(30)
     for i in range(1, 501):
-        log.request(request_row(i))
+        log.request(request_row(log, i))
     release.set()
     flusher.join(30)
     with pytest.raises(EventLogError, match="400 row"):
@@ -366,7 +406,7 @@ def test_an_idle_log_sleeps_longer_than_its_batch_period(tmp_path: Path) -> None
         before = log.wakeups
         time.sleep(2.0)
         idle_turns = log.wakeups - before
-        log.request(request_row(0))
+        log.request(request_row(log, 0))
         log.flush()
     assert idle_turns <= 8, idle_turns  # 0.05 + 0.1 + 0.2 + 0.4 + 0.8 + 1.0 s ...; a 50 ms timer would be 40
     assert seqs_on_disk(tmp_path) == [0]
@@ -391,3 +431,66 @@ def test_the_gateway_reads_the_memory_bound_from_its_config(tmp_path: Path) -> N
     for bad in ("0", "-5", "lots"):
         with pytest.raises(CommandError, match=f"Invalid value {bad} for configuration {EVENT_LOG_BUFFER_MAX_BYTES}"):
             gateway(bad)
+
+
+def test_the_gateway_logs_each_request_field_in_its_own_column(tmp_path: Path) -> None:
+    """``Gateway.on_request`` builds the row by position: each field of the connection and the request lands in the
+    column named for it (distinct values everywhere, so a value in another's place shows)."""
+    from quotaflow.gateway.data.enforcement import RequestDecisions
+    from quotaflow.gateway.data.pending import RAW_SASL, Pending
+    from quotaflow.gateway.data.protocol import RequestHeader
+    from quotaflow.gateway.server import Gateway
+
+    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events",
+                 broker="gw-a")
+    try:
+        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)  # as Gateway.start opens it
+        conn = SimpleNamespace(broker="gw-a-node-3", listener="SASL_SSL", principal="alice", client_ip="10.1.2.3")
+        produce = Pending(RequestHeader(0, 9, 7, "app-1", 15), request_bytes=1111, received_ms=0, thread_ns=2222,
+                          network_ns=3333, acks=-1, decisions=RequestDecisions(44, 55, 66, 77))
+        sasl = Pending(RequestHeader(36, RAW_SASL, 8, None, 10), request_bytes=12, received_ms=0, thread_ns=5,
+                       network_ns=6)
+        gw.on_request(conn, produce, 4444, 1_700_000_000_123)
+        gw.on_request(conn, sasl, 13, 1_700_000_000_124)
+        log.close()
+    finally:
+        gw.sasl.close()
+        gw.store.close()
+    table = read_dataset(tmp_path / "events", REQUESTS_DIR)
+    assert table is not None
+    who = {"broker": "gw-a-node-3", "listener": "SASL_SSL", "user": "alice", "client_ip": "10.1.2.3",
+           "is_follower": False}
+    assert table.sort_by("seq").to_pylist() == [
+        {**who, "ts_ms": 1_700_000_000_123, "client_id": "app-1", "api_key": 0, "api_version": 9,
+         "request_bytes": 1111, "response_bytes": 4444, "io_thread_ns": 2222, "network_thread_ns": 3333, "acks": -1,
+         "seq": 0, "throttle_ms_produce": 44, "throttle_ms_fetch": 55, "throttle_ms_request": 66, "throttle_ms": 77},
+        # a raw SASL token exchange: no client id, version 0 (not the pseudo version), no decisions
+        {**who, "ts_ms": 1_700_000_000_124, "client_id": "", "api_key": 36, "api_version": 0, "request_bytes": 12,
+         "response_bytes": 13, "io_thread_ns": 5, "network_thread_ns": 6, "acks": None, "seq": 1,
+         "throttle_ms_produce": 0, "throttle_ms_fetch": 0, "throttle_ms_request": 0, "throttle_ms": 0},
+    ]
+
+
+def test_a_produce_with_acks_out_of_the_columns_range_does_not_stop_the_log(tmp_path: Path) -> None:
+    """The attack: ``acks`` is an int16 on the wire and an int8 column. A tenant's Produce with acks=1000 (which its
+    broker refuses) must not make a row that stops the log, which would then refuse every client's next request.
+    The row keeps what replay needs of acks (0 or not: KIP-124's exemption)."""
+    from quotaflow.gateway.data.pending import Pending
+    from quotaflow.gateway.data.protocol import RequestHeader
+    from quotaflow.gateway.server import Gateway
+
+    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events")
+    try:
+        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)
+        conn = SimpleNamespace(broker="gw", listener="PLAINTEXT", principal="mallory", client_ip="10.6.6.6")
+        for i, acks in enumerate((1000, -32768, 32767, 128, -129, 0, -1, 1)):
+            gw.on_request(conn, Pending(RequestHeader(0, 9, i, "evil", 14), 100, 0, acks=acks), 10, 1_700_000_000_000)
+        log.flush()
+        gw.on_request(conn, Pending(RequestHeader(0, 9, 99, "next", 14), 100, 0, acks=1), 10, 1_700_000_000_001)
+        log.close()
+    finally:
+        gw.sasl.close()
+        gw.store.close()
+    table = read_dataset(tmp_path / "events", REQUESTS_DIR)
+    assert table is not None
+    assert table.sort_by("seq").column("acks").to_pylist() == [127, -128, 127, 127, -128, 0, -1, 1, 1]
