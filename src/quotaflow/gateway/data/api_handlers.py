@@ -279,7 +279,7 @@ def _api_versions_response(scope: HandlerScope, pending: Pending, frame: bytes, 
                                      authorizer=scope.gateway.access.authorizer is not None)
 
 
-# -- authorization (gateway.authorize): wraps the other hooks of every forwarded API ---------------------------
+# -- authorization (gateway.auth.authorize): wraps the other hooks of every forwarded API ---------------------------
 
 def _authorize_request(inner: RequestHook | None) -> RequestHook:
     """Authorize, then run the API's own request hook on what is left to forward. Everything refused: answered
@@ -387,7 +387,7 @@ async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> P
 
 
 async def _acl_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
-    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.acl_admin``): DESCRIBE / ALTER on the
+    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.auth.acl_admin``): DESCRIBE / ALTER on the
     cluster, through the one cluster check (``authorize.cluster_allowed``)."""
     header = pending.header
     allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,

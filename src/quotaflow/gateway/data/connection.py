@@ -1,14 +1,14 @@
 """One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding, on callbacks.
 
 What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
-and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.api_handlers`; the SASL
-exchange is :class:`~quotaflow.gateway.sasl_session.SaslSession`; a request on its way is a
-:class:`~quotaflow.gateway.pending.Pending`.
+and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.data.api_handlers`; the SASL
+exchange is :class:`~quotaflow.gateway.auth.sasl_session.SaslSession`; a request on its way is a
+:class:`~quotaflow.gateway.data.pending.Pending`.
 
 Two asyncio protocols per connection and no task of their own: :class:`ClientConnection` on the client's socket
 and :class:`UpstreamProtocol` on the upstream's (opened with the first request to forward, so a client that never
 sends a whole request holds no upstream socket). Both cut frames from a receive buffer
-(:class:`~quotaflow.gateway.framing.FrameBuffer`) in ``buffer_updated``; everything else happens in one step,
+(:class:`~quotaflow.gateway.data.framing.FrameBuffer`) in ``buffer_updated``; everything else happens in one step,
 :meth:`ClientConnection._pump`, run whenever something changes (bytes arrive on either side, a mute ends, the
 client's socket drains, memory is released, an async step ends):
 
@@ -29,7 +29,7 @@ Two steps may wait: connecting the upstream and the answers the gateway makes it
 ``local`` hooks: SASL, DescribeClientQuotas/AlterClientQuotas, ApiVersions before authentication). Each runs as a
 task while the connection takes no further request, which keeps responses in order.
 
-Frames larger than the receive buffer draw on a memory pool as their bodies arrive (``gateway.request_memory``);
+Frames larger than the receive buffer draw on a memory pool as their bodies arrive (``gateway.data.request_memory``);
 a frame begun must be finished within ``quotaflow.request.body.timeout.ms`` (the gateway's housekeeping closes the
 connection otherwise).
 

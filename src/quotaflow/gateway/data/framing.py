@@ -3,7 +3,7 @@
 The socket is read into one small receive buffer allocated with the connection; every frame that fits in it is cut
 out as ``bytes`` (one copy, as a stream's ``readexactly`` made). A frame larger than the receive buffer is read
 straight into chunks of its own, which the protocol grants one at a time (:meth:`FrameBuffer.wants` /
-:meth:`FrameBuffer.grant`), so that a client pool (``gateway.request_memory``) can reserve the memory as the body
+:meth:`FrameBuffer.grant`), so that a client pool (``gateway.data.request_memory``) can reserve the memory as the body
 arrives instead of trusting the size the frame announces. Chunks double from ``FIRST_CHUNK``: a frame holds at most
 about twice what it has received. Nothing is ever read past the frame being assembled into a chunk, so bytes that
 follow it stay in the receive buffer (or in the kernel, while the connection is paused).
