@@ -32,10 +32,9 @@ segments (a path's CPU against its own broker's during that path's run). ``--qui
 10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
 root (``make bench-setup`` does the same), else the run stops and says so.
 
-``--pin`` puts every proxy alone on CPU 1 and the brokers and clients on CPU 0. On two shared cores each request
-otherwise finds the proxy's caches cold (the client, the broker and the proxy take turns on both cores, and the
-proxy is preempted about once a request): the pinned run shows how much of a proxy's cost is that, which weighs on
-Python's large working set far more than on HAProxy's.
+``--pin`` gives CPU 1 to the measured proxy alone, for its segment, and CPU 0 to everything else. On two shared
+cores each request otherwise finds the proxy's caches cold (the client, the broker and the proxy take turns on both
+cores, and the proxy is preempted about once a request): the pinned run shows how much of a proxy's cost that is.
 """
 
 from __future__ import annotations
@@ -365,7 +364,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma-separated path names to run (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here too")
     ap.add_argument("--pin", action="store_true",
-                    help="proxies (gateways, HAProxy, forwarder) on CPU 1; brokers and clients on CPU 0")
+                    help="the measured proxy alone on CPU 1; every other process on CPU 0")
     args = ap.parse_args()
     if args.quick:
         args.requests, args.messages, args.rounds = 1000, 10_000, 1
@@ -411,10 +410,9 @@ def main() -> None:
         if args.only:
             wanted = set(args.only.split(","))
             targets = [t for t in targets if t.name in wanted]
+        proxies = {t.proxy_pid for t in targets if t.proxy_pid is not None}
         if args.pin:
             for t in targets:
-                if t.proxy_pid is not None:
-                    pin(t.proxy_pid, 1)
                 pin(t.broker_pid, 0)
             pin(os.getpid(), 0)  # the clients: their threads are started later and inherit it
 
@@ -431,6 +429,9 @@ def main() -> None:
         for r in range(args.rounds):
             for load, (fn, n) in loads.items():
                 for t in targets if r % 2 == 0 else reversed(targets):
+                    if args.pin:  # CPU 1 is the measured proxy's alone; every other process waits on CPU 0
+                        for pid in proxies:
+                            pin(pid, 1 if pid == t.proxy_pid else 0)
                     proxy, brok, rate = sample(t, fn, ca_path, n)
                     fig = results.setdefault((load, t.name, t.tls), Figures())
                     fig.proxy_us.append(proxy)
@@ -466,7 +467,7 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs; load average (1 min) "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {seconds:.0f} s. Python {platform.python_version()}, "
         f"OpenSSL {ssl.OPENSSL_VERSION.split()[1]}, {haproxy_version()}. Medians over {args.rounds} round(s). "
-        + ("Pinned: every proxy on CPU 1, brokers and clients on CPU 0. " if args.pin else "") +
+        + ("Pinned: the measured proxy alone on CPU 1, everything else on CPU 0. " if args.pin else "") +
         f"One at a time: {args.requests} kafka-python requests (µs per request); pipelined: {args.messages} "
         "confluent-kafka messages, 5 in flight (µs per message).",
         "",
