@@ -6,10 +6,12 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+COMPILED := $(VENV)/.compiled
+COMPILED_SRC := src/quotaflow/gateway/data/frame_facts.py src/quotaflow/gateway/data/framing.py
 
 .PHONY: demo test setup lint typecheck conformance bench bench-setup clean chromium kcat
 
-setup: $(STAMP) $(NODE_STAMP) chromium kcat
+setup: $(STAMP) $(COMPILED) $(NODE_STAMP) chromium kcat
 
 # Debian's chromium, driven by Playwright in the console's browser tests (Playwright's own browser download is not
 # used). Installed once, only when missing; needs root (CI runs as root), else says what to run.
@@ -30,6 +32,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
+
+# The modules Cython compiles (setup.py), each next to its pure-Python source; rebuilt when a source changes.
+# gcc and the Python headers come with the machine; without them the pure-Python forms run.
+$(COMPILED): $(STAMP) setup.py $(COMPILED_SRC)
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -c "from quotaflow.gateway.data import frame_facts, framing; print('compiled per-frame work:', frame_facts.COMPILED and framing.COMPILED)"
+	@touch $(COMPILED)
 
 $(NODE_STAMP): package.json
 	npm install --no-audit --no-fund --silent

@@ -4,12 +4,15 @@ forwarder, this tree and ``--gateway-src`` (before), in one run.
     PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_core.py [--gateway-src DIR] [--requests 3000] \
         [--rounds 3] [--out FILE]
 
+``--core-only`` prints this tree's core figures (µs, opcodes) and exits (how the before tree is measured).
 ``--gateway-src`` runs the second gateway from another source tree (``git archive main src | tar -x -C /tmp/main``,
 then ``--gateway-src /tmp/main/src``). Figures:
 
-* core: the connection core's own Python work per forwarded Produce, with no I/O: a ``ClientConnection`` of this
-  tree fed its request and its upstream response through the protocol callbacks, with transports that only count
-  bytes (frame cut, header and acks parse, hooks, quota decision, render, write, timers);
+* core: the connection core's own work per forwarded Produce, with no I/O: a ``ClientConnection`` of each tree fed
+  its request and its upstream response through the protocol callbacks, with transports that only count bytes
+  (frame cut, header and acks read, hooks, quota decision, render, write, timers): µs of thread CPU, and the
+  Python opcodes it executes (a deterministic count, the same on a loaded machine: in the running gateway each
+  request starts with cold caches, so its cost follows the code it runs);
 * processes, each CPU read from ``/proc/<pid>/task/*/schedstat`` (user + system, all threads) around every segment:
   tansu direct; ``quotaflow gateway`` of this tree and of ``--gateway-src``, event log off (issue 23's event-log
   cost is another lane's), with a producer quota in force for the client id (metered on every request, never
@@ -135,20 +138,31 @@ class _CountingTransport:
         return default
 
 
-def core_us(store: Path, n: int) -> float:
-    """µs of this thread's CPU per forwarded Produce through a ClientConnection, no I/O."""
-    from quotaflow.gateway.data.connection import ClientConnection, UpstreamProtocol
+def _core_connection() -> tuple[Any, Any]:
+    """ClientConnection and UpstreamProtocol of the tree on sys.path (before and after the gateway's planes split)."""
+    try:
+        from quotaflow.gateway.data.connection import ClientConnection, UpstreamProtocol
+    except ImportError:  # a tree from before gateway/data/
+        from quotaflow.gateway.connection import ClientConnection, UpstreamProtocol  # type: ignore[no-redef]
+    return ClientConnection, UpstreamProtocol
+
+
+def core_figures(store: Path, n: int, *, opcodes: bool = False) -> float:
+    """µs of this thread's CPU per forwarded Produce through a ClientConnection, no I/O; with ``opcodes``, the
+    Python opcodes it executes per request instead (counted with a tracer over 200 requests: deterministic, the
+    same on a loaded machine; compiled code executes none)."""
     from quotaflow.gateway.server import Gateway
 
+    connection_cls, upstream_cls = _core_connection()
     request, response = produce_frames()
 
     async def run() -> float:
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store)
         gw.broker_quotas.load(gw.store.snapshot())
-        conn = ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+        conn = connection_cls(gw, "PLAINTEXT", "127.0.0.1", 1)
         client, upstream = _CountingTransport(), _CountingTransport()
-        conn.connection_made(client)  # type: ignore[arg-type]
-        conn._upstream = UpstreamProtocol(conn, upstream)  # type: ignore[arg-type]
+        conn.connection_made(client)
+        conn._upstream = upstream_cls(conn, upstream)
         side = conn._upstream
 
         def feed(proto: asyncio.BufferedProtocol, data: bytes) -> None:
@@ -159,16 +173,43 @@ def core_us(store: Path, n: int) -> float:
         for _ in range(500):
             feed(conn, request)
             feed(side, response)
-        start = time.thread_time_ns()
-        for _ in range(n):
-            feed(conn, request)
-            feed(side, response)
-        spent = time.thread_time_ns() - start
-        assert client.written == (n + 500) * len(response) and not conn._closing
+        if opcodes:
+            counted = [0]
+
+            def tracer(frame: Any, event: str, _arg: Any) -> Any:
+                frame.f_trace_opcodes = True
+                if event == "opcode":
+                    counted[0] += 1
+                return tracer
+
+            sys.settrace(tracer)
+            for _ in range(200):
+                feed(conn, request)
+                feed(side, response)
+            sys.settrace(None)
+            result = counted[0] / 200
+        else:
+            start = time.thread_time_ns()
+            for _ in range(n):
+                feed(conn, request)
+                feed(side, response)
+            result = (time.thread_time_ns() - start) / n / 1000
+        assert not conn._closing and client.written % len(response) == 0
         gw.store.close()
-        return spent / n / 1000
+        return result
 
     return asyncio.run(run())
+
+
+def core(store_dir: Path, n: int, src: str | None) -> tuple[float, float]:
+    """(median µs over three runs, opcodes) per forwarded Produce of this tree, or of ``src`` in a subprocess."""
+    if src is not None:
+        out = subprocess.run([sys.executable, __file__, "--core-only", "--requests", str(n)], check=True,
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src}).stdout
+        us, ops = out.split()[-2:]
+        return float(us), float(ops)
+    us = statistics.median(core_figures(quota_store(store_dir / f"core-{i}.db"), n) for i in range(3))
+    return us, core_figures(quota_store(store_dir / "core-ops.db"), n, opcodes=True)
 
 
 # -- processes ------------------------------------------------------------------------------------------------
@@ -223,12 +264,19 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--core-only", action="store_true", help="print this tree's core µs and opcodes, then exit")
     args = ap.parse_args()
+    if args.core_only:
+        with tempfile.TemporaryDirectory(prefix="quotaflow-core-") as work:
+            print(*core(Path(work), args.requests * 3, None))
+        return
     request, _ = produce_frames()
     load_before, started = os.getloadavg(), time.time()
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="quotaflow-core-")))
-        core = statistics.median(core_us(quota_store(work / f"core-{i}.db"), args.requests * 3) for i in range(3))
+        cores = {"gateway": core(work, args.requests * 3, None)}
+        if args.gateway_src:
+            cores["gateway@before"] = core(work, args.requests * 3, args.gateway_src)
         broker = stack.enter_context(Tansu())
         assert broker.pid is not None
         paths: list[tuple[str, int, int | None]] = [("broker", int(broker.bootstrap.rsplit(":", 1)[1]), None)]
@@ -252,13 +300,21 @@ def main() -> None:
                     results.setdefault((mode, name), []).append((proxy, brok, args.requests / seconds))
                     print(f"round {r + 1} {mode:13} {name:15} proxy {proxy:7.1f} µs broker {brok:7.1f} µs "
                           f"{args.requests / seconds:8.0f}/s", flush=True)
-    report = render(args, core, results, load_before, time.time() - started)
+    report = render(args, cores, results, load_before, time.time() - started)
     print(report)
     if args.out is not None:
         args.out.write_text(report)
 
 
-def render(args: argparse.Namespace, core: float, results: dict[tuple[str, str], list[tuple[float, float, float]]],
+def _core_ratio(cores: dict[str, tuple[float, float]]) -> str:
+    if "gateway@before" not in cores:
+        return ""
+    (us, ops), (us0, ops0) = cores["gateway"], cores["gateway@before"]
+    return f" (this tree / before: {us / us0:.2f}x time, {ops / ops0:.2f}x opcodes)"
+
+
+def render(args: argparse.Namespace, cores: dict[str, tuple[float, float]],
+           results: dict[tuple[str, str], list[tuple[float, float, float]]],
            load_before: tuple[float, float, float], seconds: float) -> str:
     med = statistics.median
     command = f"PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_core.py --requests {args.requests} " \
@@ -267,7 +323,9 @@ def render(args: argparse.Namespace, core: float, results: dict[tuple[str, str],
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs; load average "
              f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after; {seconds:.0f} s; Python "
              f"{platform.python_version()}. Medians over {args.rounds} rounds of {args.requests} requests.", "",
-             f"Core alone (this tree, no I/O): **{core:.1f} µs** of Python per forwarded Produce.", "",
+             "Core alone, no I/O, per forwarded Produce: " + "; ".join(
+                 f"{name} **{us:.1f} µs**, {ops:,.0f} Python opcodes" for name, (us, ops) in cores.items())
+             + _core_ratio(cores) + ".", "",
              "| load | path | proxy CPU µs / request | broker CPU µs / request | proxy / its broker | requests/s |",
              "|---|---|---:|---:|---:|---:|"]
     for (mode, name), rows in results.items():

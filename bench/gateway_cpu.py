@@ -1,7 +1,7 @@
 """CPU per request of the gateway against the broker behind it, HAProxy and the Python floor, in one run (issue 23).
 
     .venv/bin/python bench/gateway_cpu.py [--quick] [--requests 4000] [--messages 40000] [--rounds 2] \
-        [--gateway-src DIR] [--out FILE]
+        [--gateway-src DIR] [--pin] [--out FILE]
 
 Paths, each a process of its own whose CPU time (user + system, all threads, from ``/proc/<pid>/task/*/schedstat``:
 utime + stime in ns) is read before and after every measured segment, next to the broker's:
@@ -31,6 +31,10 @@ Rounds alternate the order of the paths. Figures are medians over rounds; ratios
 segments (a path's CPU against its own broker's during that path's run). ``--quick`` runs 1000 requests /
 10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
 root (``make bench-setup`` does the same), else the run stops and says so.
+
+``--pin`` gives CPU 1 to the measured proxy alone, for its segment, and CPU 0 to everything else. On two shared
+cores each request otherwise finds the proxy's caches cold (the client, the broker and the proxy take turns on both
+cores, and the proxy is preempted about once a request): the pinned run shows how much of a proxy's cost that is.
 """
 
 from __future__ import annotations
@@ -117,6 +121,16 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, IndexError, ValueError):  # a thread that just exited
             continue
     return total / 1e9
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Every thread of ``pid`` on ``cpu`` only (``--pin``: each proxy alone on a core, without the clients' and
+    brokers' work in its caches or preempting it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), {cpu})
+        except OSError:  # a thread that just exited
+            continue
 
 
 def ensure_haproxy() -> str:
@@ -349,6 +363,8 @@ def main() -> None:
     ap.add_argument("--gateway-src", default=None, help="also run the gateway from this source tree (before)")
     ap.add_argument("--only", default=None, help="comma-separated path names to run (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here too")
+    ap.add_argument("--pin", action="store_true",
+                    help="the measured proxy alone on CPU 1; every other process on CPU 0")
     args = ap.parse_args()
     if args.quick:
         args.requests, args.messages, args.rounds = 1000, 10_000, 1
@@ -394,6 +410,11 @@ def main() -> None:
         if args.only:
             wanted = set(args.only.split(","))
             targets = [t for t in targets if t.name in wanted]
+        proxies = {t.proxy_pid for t in targets if t.proxy_pid is not None}
+        if args.pin:
+            for t in targets:
+                pin(t.broker_pid, 0)
+            pin(os.getpid(), 0)  # the clients: their threads are started later and inherit it
 
         for t in targets:
             print(f"creating a topic through {t.name} ({'TLS' if t.tls else 'plain'})", flush=True)
@@ -408,6 +429,9 @@ def main() -> None:
         for r in range(args.rounds):
             for load, (fn, n) in loads.items():
                 for t in targets if r % 2 == 0 else reversed(targets):
+                    if args.pin:  # CPU 1 is the measured proxy's alone; every other process waits on CPU 0
+                        for pid in proxies:
+                            pin(pid, 1 if pid == t.proxy_pid else 0)
                     proxy, brok, rate = sample(t, fn, ca_path, n)
                     fig = results.setdefault((load, t.name, t.tls), Figures())
                     fig.proxy_us.append(proxy)
@@ -435,12 +459,15 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
         command += f" --gateway-src {args.gateway_src}"
     if args.only:
         command += f" --only {args.only}"
+    if args.pin:
+        command += " --pin"
     lines = [
         f"`{command}`",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs; load average (1 min) "
         f"{load_before[0]:.1f} before, {load_after[0]:.1f} after; {seconds:.0f} s. Python {platform.python_version()}, "
         f"OpenSSL {ssl.OPENSSL_VERSION.split()[1]}, {haproxy_version()}. Medians over {args.rounds} round(s). "
+        + ("Pinned: the measured proxy alone on CPU 1, everything else on CPU 0. " if args.pin else "") +
         f"One at a time: {args.requests} kafka-python requests (µs per request); pipelined: {args.messages} "
         "confluent-kafka messages, 5 in flight (µs per message).",
         "",

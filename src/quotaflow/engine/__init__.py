@@ -25,7 +25,14 @@ from quotaflow.engine.metrics import MetricSample, MetricSource, PrometheusColle
 from quotaflow.engine.quota_type import QuotaType
 from quotaflow.engine.rate import Rate, bounded_throttle_time, java_round, throttle_time, to_int32
 from quotaflow.engine.stats import Avg, CumulativeSum
-from quotaflow.engine.throttle import ThrottleDecision, combine, fetch_throttle, produce_throttle, request_throttle
+from quotaflow.engine.throttle import (
+    NOT_THROTTLED,
+    ThrottleDecision,
+    combine,
+    fetch_throttle,
+    produce_throttle,
+    request_throttle,
+)
 from quotaflow.engine.token_bucket import TokenBucket
 from quotaflow.engine.updates import (
     IpConnectionRateTarget,
@@ -45,6 +52,7 @@ __all__ = [
     "MODE_NOCHECK",
     "MODE_SKIP",
     "NANOS_TO_PERCENT",
+    "NOT_THROTTLED",
     "Avg",
     "ClientQuotaManager",
     "ControllerMutationQuota",

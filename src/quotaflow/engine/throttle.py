@@ -29,7 +29,12 @@ class ThrottleDecision:
         return self.request_ms >= self.bandwidth_ms
 
 
+NOT_THROTTLED = ThrottleDecision(0, 0, 0)
+
+
 def combine(bandwidth_ms: int, request_ms: int) -> ThrottleDecision:
+    if not bandwidth_ms and not request_ms:  # the common case: one shared instance, nothing to build
+        return NOT_THROTTLED
     return ThrottleDecision(max(bandwidth_ms, request_ms), bandwidth_ms, request_ms)
 
 

@@ -3,8 +3,8 @@
 ``Gateway`` is the programmatic entry point (``await start()`` / ``await stop()``, bound ``addresses``); tests, the
 demo and the bench use it in-process, through ``GatewayThread`` from synchronous code, or as the
 ``quotaflow gateway`` subprocess. The front door is the connection-quota listener (KIP-612); every admitted client
-connection gets its own upstream connection (:mod:`quotaflow.gateway.connection`), to the broker whose gateway port
-it came in on (:mod:`quotaflow.gateway.brokers`).
+connection gets its own upstream connection (:mod:`quotaflow.gateway.data.connection`), to the broker whose gateway port
+it came in on (:mod:`quotaflow.gateway.data.brokers`).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class Gateway:
                              if self.config.security_protocol(name) in TLS_PROTOCOLS}
         self.upstream_tls = upstream_tls(self.config.extra)
         # the upstream authenticates: the gateway's own identity there (terminate mode), else clients' SASL goes to
-        # their broker (gateway.sasl_passthrough)
+        # their broker (gateway.auth.sasl_passthrough)
         upstream_sasl = upstream_security_protocol(self.config.extra).startswith("SASL_")
         self.upstream_identity = service_identity(self.config.extra) if upstream_sasl else None
         self.sasl_passthrough = upstream_sasl and self.upstream_identity is None
@@ -305,7 +305,7 @@ class Gateway:
 
     async def handle(self, sock: socket.socket, accepted: AcceptedConnection) -> None:
         """Serve one admitted socket until it closes (the listener's handler): TLS first on SSL and SASL_SSL
-        listeners, then the connection's protocol (:class:`~quotaflow.gateway.connection.ClientConnection`)."""
+        listeners, then the connection's protocol (:class:`~quotaflow.gateway.data.connection.ClientConnection`)."""
         tls = self.listener_tls.get(accepted.listener)
         ssl_principal = tls is not None and self.config.security_protocol(accepted.listener) == SSL
         conn = ClientConnection(self, accepted.listener, accepted.client_ip, accepted.client_port,

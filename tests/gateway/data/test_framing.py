@@ -1,14 +1,25 @@
-"""FrameBuffer: Kafka frames cut from bytes that arrive in any pieces, large ones assembled in granted chunks."""
+"""FrameBuffer: Kafka frames cut from bytes that arrive in any pieces, large ones assembled in granted chunks; the
+compiled form and its pure-Python twin alike."""
 
 from __future__ import annotations
 
 import random
 import struct
+from types import ModuleType
 
 import pytest
 
 from quotaflow.core.errors import ConnectionClosed
+from quotaflow.gateway.data import framing
 from quotaflow.gateway.data.framing import FIRST_CHUNK, FrameBuffer
+
+from .twins import assert_compiled, forms
+
+FORMS = forms(framing)
+
+
+def test_make_setup_built_the_compiled_form() -> None:
+    assert_compiled(framing)
 
 
 def framed(body: bytes) -> bytes:
@@ -40,12 +51,13 @@ def receive(frames: FrameBuffer, data: bytes, rng: random.Random, granted: list[
         pos += n
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("seed", range(8))
-def test_frames_come_out_whole_and_in_order_whatever_the_pieces(seed: int) -> None:
+def test_frames_come_out_whole_and_in_order_whatever_the_pieces(form: ModuleType, seed: int) -> None:
     rng = random.Random(seed)
     bodies = [rng.randbytes(rng.choice([0, 1, 9, 100, 4000, 16_380, 16_381, 70_000, 300_000]))
               for _ in range(40)]
-    frames, granted = FrameBuffer(), []
+    frames, granted = form.FrameBuffer(), []
     assert receive(frames, b"".join(framed(b) for b in bodies), rng, granted) == bodies
     assert not frames.partial and not frames.large
     # only the frames larger than the receive buffer took chunks, exactly their size in all
@@ -53,8 +65,9 @@ def test_frames_come_out_whole_and_in_order_whatever_the_pieces(seed: int) -> No
     assert sum(granted) == sum(large)
 
 
-def test_a_large_frame_holds_about_what_arrived_not_what_it_announced() -> None:
-    frames = FrameBuffer()
+@pytest.mark.parametrize("form", FORMS)
+def test_a_large_frame_holds_about_what_arrived_not_what_it_announced(form: ModuleType) -> None:
+    frames = form.FrameBuffer()
     frames.feed(struct.pack(">i", 100 << 20) + b"x" * 16)
     assert frames.pop(1 << 30, "socket.request.max.bytes") is None
     assert frames.large and frames.wants() == FIRST_CHUNK  # the first chunk, not 100 MiB
@@ -62,12 +75,13 @@ def test_a_large_frame_holds_about_what_arrived_not_what_it_announced() -> None:
     assert frames.wants() == 0  # 16 bytes are in it; nothing more until they arrive
 
 
-def test_a_size_outside_the_limit_closes_with_kafkas_message() -> None:
-    frames = FrameBuffer()
+@pytest.mark.parametrize("form", FORMS)
+def test_a_size_outside_the_limit_closes_with_kafkas_message(form: ModuleType) -> None:
+    frames = form.FrameBuffer()
     frames.feed(struct.pack(">i", 600_000))
     with pytest.raises(ConnectionClosed, match=r"Invalid receive \(size = 600000 larger than 524288, sasl"):
         frames.pop(524_288, "sasl.server.max.receive.size")
-    negative = FrameBuffer()
+    negative = form.FrameBuffer()
     negative.feed(struct.pack(">i", -1))
     with pytest.raises(ConnectionClosed):
         negative.pop(1 << 20, "socket.request.max.bytes")

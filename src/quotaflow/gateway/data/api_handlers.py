@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, QuotaflowError, map_errors
+from quotaflow.engine import NOT_THROTTLED
 from quotaflow.gateway.auth import authorize, scram_admin
 from quotaflow.gateway.data import mutations, protocol, versions
 from quotaflow.gateway.data.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError
-from quotaflow.gateway.data.enforcement import RequestDecisions
+from quotaflow.gateway.data.enforcement import NO_THROTTLE, RequestDecisions
 from quotaflow.gateway.data.pending import Pending
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def decide_request(enforcement: Enforcement, pending: Pending, _frame: bytes, us
     key = pending.header.api_key
     pending.exempt = enforcement.is_exempt(key)
     throttle = enforcement.request(key, user, client_id, thread_ns, now_ms)
-    return RequestDecisions(throttle_ms_request=throttle, throttle_ms=throttle)
+    return RequestDecisions(throttle_ms_request=throttle, throttle_ms=throttle) if throttle else NO_THROTTLE
 
 
 def _decide_produce(enforcement: Enforcement, pending: Pending, _frame: bytes, user: str, client_id: str,
@@ -86,13 +87,15 @@ def _decide_produce(enforcement: Enforcement, pending: Pending, _frame: bytes, u
     acks = -1 if pending.acks is None else pending.acks
     pending.exempt = acks == 0
     decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
+    if decision is NOT_THROTTLED:
+        return NO_THROTTLE
     return RequestDecisions(throttle_ms_produce=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
                             throttle_ms=decision.throttle_ms)
 
 
 def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user: str, client_id: str,
                   thread_ns: int, now_ms: int) -> RequestDecisions:
-    if pending.upstream is None:
+    if not pending.forwarded:
         return decide_request(enforcement, pending, frame, user, client_id, thread_ns, now_ms)
     if pending.fetch_cap is not None:
         room = enforcement.fetch_room(user, client_id, now_ms)
@@ -102,6 +105,8 @@ def _decide_fetch(enforcement: Enforcement, pending: Pending, frame: bytes, user
             if pending.response is not None:
                 frame = pending.response
     decision = enforcement.fetch(user, client_id, len(frame), thread_ns, now_ms)
+    if decision is NOT_THROTTLED:
+        return NO_THROTTLE
     pending.oversized = decision.oversized
     return RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
                             throttle_ms=decision.throttle_ms)
@@ -132,8 +137,8 @@ def _decide_create_topics(enforcement: Enforcement, pending: Pending, frame: byt
 
 def _produce_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
     header = pending.header
-    with map_errors(CLOSE_ON_INVALID):
-        pending.acks = protocol.produce_acks(frame, header)
+    if pending.acks is None:  # read with the header (gateway.data.frame_facts) unless it could not be
+        raise ConnectionClosed("Produce request too short for acks")
     if scope.enforcement.produce_limited(scope.principal, header.client_id or ""):
         # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
         # until this response is decided and sent and its throttle has passed, so nothing slips past it
@@ -181,7 +186,7 @@ def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) 
 def needs_partition_counts(scope: HandlerScope, frame: bytes) -> bool:
     """Whether ``prepare_request`` has anything to do for this frame (a look at two bytes for most), so that a
     connection runs it only then (it waits on the upstream)."""
-    if len(frame) < 2 or int.from_bytes(frame[:2], "big") not in mutations.NEEDS_COUNTS or scope.sasl.pending_auth:
+    if len(frame) < 2 or (frame[0] << 8 | frame[1]) not in mutations.NEEDS_COUNTS or scope.sasl.pending_auth:
         return False
     return scope.enforcement.mutations_metered(scope.principal)
 
@@ -224,14 +229,14 @@ def rewrite(scope: HandlerScope, frame: bytes, key: int, version: int, throttle:
 
 
 def _address_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
-    if pending.upstream is None:
+    if not pending.forwarded:
         return None
     header = pending.header
     return rewrite(scope, frame, header.api_key, header.api_version, throttle)
 
 
 def _sasl_response(scope: HandlerScope, pending: Pending, frame: bytes, _throttle: int) -> bytes | None:
-    if scope.sasl.passthrough is not None and pending.upstream is not None:  # the broker's answer, as it is
+    if scope.sasl.passthrough is not None and pending.forwarded:  # the broker's answer, as it is
         hold = scope.sasl.watch_response(pending.header.api_key, pending.header.api_version, frame)
         if hold > 0:  # the principal is over its connection creation rate: nothing sent, held, then closed
             pending.hold_then_close_ms = hold
@@ -244,7 +249,7 @@ def _create_topics_response(_scope: HandlerScope, pending: Pending, frame: bytes
     if pending.mutations is None:
         return None
     version = pending.header.api_version
-    if pending.upstream is None:
+    if not pending.forwarded:
         return protocol.set_throttle(frame[4:], pending.header.api_key, version, throttle) or frame
     return mutations.merge_response(frame, pending.header.api_key, version, pending.mutations.refused, throttle)
 
@@ -253,7 +258,7 @@ def _fetch_response(scope: HandlerScope, pending: Pending, frame: bytes, throttl
     """A throttled fetch is answered empty (Kafka's rule), unless it is larger than the quota window holds: then it
     is delivered with its throttle, so the consumer always makes progress. A response cut to the quota's cap
     (``_decide_fetch``) is sent as cut."""
-    if pending.upstream is None:
+    if not pending.forwarded:
         return None
     header = pending.header
     body = frame if pending.response is None else pending.response
@@ -267,14 +272,14 @@ def _fetch_response(scope: HandlerScope, pending: Pending, frame: bytes, throttl
 
 
 def _api_versions_response(scope: HandlerScope, pending: Pending, frame: bytes, throttle: int) -> bytes | None:
-    if pending.upstream is None:
+    if not pending.forwarded:
         return None
     passthrough = scope.sasl.passthrough is not None
     return versions.rewrite_response(frame, pending.header.api_version, throttle, sasl_passthrough=passthrough,
                                      authorizer=scope.gateway.access.authorizer is not None)
 
 
-# -- authorization (gateway.authorize): wraps the other hooks of every forwarded API ---------------------------
+# -- authorization (gateway.auth.authorize): wraps the other hooks of every forwarded API ---------------------------
 
 def _authorize_request(inner: RequestHook | None) -> RequestHook:
     """Authorize, then run the API's own request hook on what is left to forward. Everything refused: answered
@@ -287,8 +292,8 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
             if plan is not None:
                 pending.authz = plan
                 if plan.forward is None:
-                    if header.api_key == ApiKey.Produce:
-                        pending.acks = protocol.produce_acks(frame, header)
+                    if header.api_key == ApiKey.Produce and pending.acks is None:
+                        raise ConnectionClosed("Produce request too short for acks")
                     pending.local = plan.local
                     return None
                 frame = plan.forward
@@ -317,7 +322,7 @@ def _authorize_response(inner: ResponseHook | None) -> ResponseHook:
         plan = pending.authz
         header = pending.header
         key, version = header.api_key, header.api_version
-        if plan is None or plan.merge is None or pending.upstream is None \
+        if plan is None or plan.merge is None or not pending.forwarded \
                 or (plan.merge_if_named and not scope.gateway.access.hidden.may_name(frame)) \
                 or (key == ApiKey.Fetch and throttle > 0):
             return None if inner is None else inner(scope, pending, frame, throttle)
@@ -382,7 +387,7 @@ async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> P
 
 
 async def _acl_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:
-    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.acl_admin``): DESCRIBE / ALTER on the
+    """DescribeAcls, CreateAcls and DeleteAcls against the store (``gateway.auth.acl_admin``): DESCRIBE / ALTER on the
     cluster, through the one cluster check (``authorize.cluster_allowed``)."""
     header = pending.header
     allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,

@@ -1,14 +1,14 @@
 """One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding, on callbacks.
 
 What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
-and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.api_handlers`; the SASL
-exchange is :class:`~quotaflow.gateway.sasl_session.SaslSession`; a request on its way is a
-:class:`~quotaflow.gateway.pending.Pending`.
+and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.data.api_handlers`; the SASL
+exchange is :class:`~quotaflow.gateway.auth.sasl_session.SaslSession`; a request on its way is a
+:class:`~quotaflow.gateway.data.pending.Pending`.
 
 Two asyncio protocols per connection and no task of their own: :class:`ClientConnection` on the client's socket
 and :class:`UpstreamProtocol` on the upstream's (opened with the first request to forward, so a client that never
 sends a whole request holds no upstream socket). Both cut frames from a receive buffer
-(:class:`~quotaflow.gateway.framing.FrameBuffer`) in ``buffer_updated``; everything else happens in one step,
+(:class:`~quotaflow.gateway.data.framing.FrameBuffer`) in ``buffer_updated``; everything else happens in one step,
 :meth:`ClientConnection._pump`, run whenever something changes (bytes arrive on either side, a mute ends, the
 client's socket drains, memory is released, an async step ends):
 
@@ -29,7 +29,7 @@ Two steps may wait: connecting the upstream and the answers the gateway makes it
 ``local`` hooks: SASL, DescribeClientQuotas/AlterClientQuotas, ApiVersions before authentication). Each runs as a
 task while the connection takes no further request, which keeps responses in order.
 
-Frames larger than the receive buffer draw on a memory pool as their bodies arrive (``gateway.request_memory``);
+Frames larger than the receive buffer draw on a memory pool as their bodies arrive (``gateway.data.request_memory``);
 a frame begun must be finished within ``quotaflow.request.body.timeout.ms`` (the gateway's housekeeping closes the
 connection otherwise).
 
@@ -55,7 +55,7 @@ from quotaflow.gateway.auth.sasl_session import SaslSession
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.auth.tls_errors import log_connection_failure
 from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data import frame_facts, protocol, versions
 from quotaflow.gateway.data.api_handlers import (
     CLOSE_ON_INVALID,
     DEFAULT,
@@ -67,6 +67,7 @@ from quotaflow.gateway.data.api_handlers import (
     rewrite,
 )
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
+from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
 from quotaflow.gateway.data.framing import FrameBuffer
 from quotaflow.gateway.data.pending import RAW_SASL, Pending
 from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
@@ -174,10 +175,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         for timer in (self._mute_timer, self._hold_timer):
             if timer is not None:
                 timer.cancel()
-        while self._awaiting:
-            fut = self._awaiting.popleft().upstream
-            if fut is not None and not fut.done():
-                fut.cancel()
+        self._awaiting.clear()
         self._release_memory()
         if not self._closed.done():
             self._closed.set_result(None)
@@ -271,23 +269,26 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._pumping = True
         try:
             again = True
+            gate = _STOP
             while again and not self._closing:
                 self._again = False
-                if self._upstream is not None:
-                    self._read_upstream()
+                upstream = self._upstream
+                if upstream is not None and upstream.frames.partial:
+                    self._read_upstream(upstream)
                 if self._queue:
                     self._flush()
-                self._take()
+                gate = self._take()
                 again = self._again
             if not self._closing:
-                self._set_reading()
+                self._set_reading(gate)
         except Exception as e:  # closes the connection; logged unless expected
             self._fail(e)
         finally:
             self._pumping = False
 
-    def _set_reading(self) -> None:
-        gate = self._gate()
+    def _set_reading(self, gate: int) -> None:
+        """Read the client's socket, or not, by ``gate`` (``_gate()`` as the last ``_take`` left it), and the
+        upstream's by the unsent bound."""
         # waiting only for a response (its own, or one in flight): bytes may still come into the receive buffer,
         # taken when the gate opens (Kafka mutes the channel; the small buffer only extends the kernel's), which
         # spares a pause and a resume per request for a producer read one produce at a time
@@ -354,17 +355,19 @@ class ClientConnection(asyncio.BufferedProtocol):
                 "sasl.server.max.receive.size"
         return config.socket_request_max_bytes, "socket.request.max.bytes"
 
-    def _take(self) -> None:
+    def _take(self) -> int:
+        """Take every whole request the gate lets in; returns the gate as it stands after."""
         frames = self._frames
+        gate = self._gate()
         if not frames.partial:
-            return
+            return gate
         limit, setting = self._frame_limit()  # authentication only changes in an async step, which ends this loop
-        while self._gate() == _TAKE:
+        while gate == _TAKE:
             frame = frames.pop(limit, setting)
             if frame is None:
                 need = frames.wants()
                 if not need or self._waiting_memory:
-                    return
+                    return gate
                 if self._pool is None:  # a large frame begins: before authentication it has a pool of its own
                     self._pool = self.gateway.preauth_memory if self.sasl.pending_auth \
                         else self.gateway.request_memory
@@ -372,7 +375,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 if not self._pool.reserve(self, need, self._memory_freed, frames.unreserved):
                     self._waiting_memory = True
                     self._waiting_since = time.monotonic()
-                    return
+                    return gate
                 frames.grant(need)
                 continue
             self._cut = True
@@ -388,6 +391,8 @@ class ClientConnection(asyncio.BufferedProtocol):
                 self._run_async(rest, pool)
             elif pool is not None:
                 pool.release(self)
+            gate = self._gate()
+        return gate
 
     def _run_async(self, step: Coroutine[Any, Any, None], pool: RequestMemory | None) -> None:
         """A step that waits (upstream connect, local answer): no further request is taken until it ends; the
@@ -423,20 +428,23 @@ class ClientConnection(asyncio.BufferedProtocol):
         start = time.thread_time_ns()
         self.last_active = time.monotonic()
         pending = self._on_request(frame)
-        decided = time.thread_time_ns()
-        pending.thread_ns += decided - start
         if pending.forward is not None:
             if self._upstream is None:
+                pending.thread_ns += time.thread_time_ns() - start
                 return self._forward_later(pending)
-            self._forward(pending, decided)
-        elif pending.upstream is None and pending.local is None:
+            self._forward(pending)
+        elif not pending.forwarded and pending.local is None:
+            pending.thread_ns += time.thread_time_ns() - start
             return self._answer_later(frame, pending)
+        pending.thread_ns += time.thread_time_ns() - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
         return None
 
     async def _forward_later(self, pending: Pending) -> None:
         await self._ensure_upstream()
+        start = time.thread_time_ns()
         self._forward(pending)
+        pending.thread_ns += time.thread_time_ns() - start
         self._enqueue(pending)
 
     async def _answer_later(self, frame: bytes, pending: Pending) -> None:
@@ -449,7 +457,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._queue.append(pending)
         if pending.close_after:
             self._stopped = True  # read no more; this last response is sent and then the connection ends
-        if pending.upstream is None:
+        if not pending.forwarded:
             self._again = True  # ready to send now
 
     def _will_forward(self, frame: bytes) -> bool:
@@ -472,10 +480,14 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
-        with map_errors(CLOSE_ON_INVALID):
-            header = protocol.parse_request_header(frame)
+        try:
+            header, acks = protocol.read_request(frame)
+        except InvalidRequestError as e:  # Kafka closes a connection whose request it cannot parse
+            raise ConnectionClosed(str(e)) from e
         pending = Pending(header, len(frame), now_ms)
         key = header.api_key
+        if acks != ACKS_UNREADABLE:
+            pending.acks = acks
         if self.sasl.pending_auth and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
@@ -494,25 +506,23 @@ class ClientConnection(asyncio.BufferedProtocol):
         elif key == ApiKey.ApiVersions and self.sasl.pending_auth and not passthrough:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
-        hook = HANDLERS.get(key, DEFAULT).request
+        pending.handler = handler = HANDLERS.get(key, DEFAULT)
+        hook = handler.request
         if hook is not None:
             forward = hook(self, pending, frame)
             if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
                 return pending
             frame = forward
         pending.forward = frame
-        pending.upstream = self._loop.create_future()
+        pending.forwarded = True
         self._awaiting.append(pending)
         return pending
 
-    def _forward(self, pending: Pending, start: int | None = None) -> None:
-        """Write the request to the upstream socket; ``start``: the thread-time reading just taken, if any."""
+    def _forward(self, pending: Pending) -> None:
+        """Write the request to the upstream socket."""
         assert self._upstream is not None and pending.forward is not None
         frame, pending.forward = pending.forward, None
-        if start is None:
-            start = time.thread_time_ns()
         self._upstream.transport.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
-        pending.network_ns += time.thread_time_ns() - start
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
 
@@ -544,12 +554,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.broker = broker_key(node, self.gateway.broker)
         self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
 
-    def _read_upstream(self) -> None:
-        upstream = self._upstream
-        if upstream is None:
-            return
+    def _read_upstream(self, upstream: UpstreamProtocol) -> None:
         frames = upstream.frames
-        while not self._over_unsent_bound(upstream=True):
+        while frames.partial and not self._over_unsent_bound(upstream=True):
             frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream")
             if frame is None:
                 need = frames.wants()
@@ -561,10 +568,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
             pending = self._awaiting.popleft()
-            if len(frame) < 4 or protocol.response_correlation_id(frame) != pending.header.correlation_id:
+            if frame_facts.correlation_id(frame) != pending.header.correlation_id:
                 raise ConnectionClosed("upstream response out of order")
-            assert pending.upstream is not None
-            pending.upstream.set_result(frame)
+            pending.reply = frame
 
     def _upstream_lost(self) -> None:
         self.close()  # the client reconnects; its requests in flight have no answer to wait for
@@ -581,18 +587,18 @@ class ClientConnection(asyncio.BufferedProtocol):
         """Send every response that is ready, in request order."""
         queue = self._queue
         sent = False
+        clock = 0  # the thread-time reading where the last response's work ended (0: none yet)
         while queue and not self._closing:
             pending = queue[0]
-            upstream = pending.upstream
-            if upstream is not None:
-                if not upstream.done():
+            if pending.forwarded:
+                frame = pending.reply
+                if frame is None:
                     break
-                frame = upstream.result()
             else:
                 assert pending.local is not None
                 frame = pending.local
             queue.popleft()
-            self._send(pending, frame)
+            clock = self._send(pending, frame, clock or time.thread_time_ns())
             sent = True
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
@@ -608,7 +614,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         if sent and upstream_side is not None and upstream_side.frames.partial:
             self._again = True  # responses left unread while over the unsent bound may fit now
 
-    def _send(self, pending: Pending, frame: bytes) -> None:
+    def _send(self, pending: Pending, frame: bytes, start: int) -> int:
         """Decide, render and write one response, and log it: all in one synchronous step, so no other request's
         decision comes between them and the event log's ``(ts_ms, seq)`` order is the order of the live decisions.
 
@@ -616,16 +622,17 @@ class ClientConnection(asyncio.BufferedProtocol):
         parse, decide, executor work), recorded with the check; everything after the decision (address rewrite,
         re-encoding, the socket write) is ``network_thread_ns``, recorded without one at the same timestamp. Both
         are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md). The
-        clock is read where one part ends and the next begins (five readings per forwarded request, each shared by
-        the two parts it separates)."""
-        start = time.thread_time_ns()
+        clock is read where one part ends and the next begins (four readings per forwarded request: where its request
+        is taken and where it has been forwarded, where its response's work begins and ends; consecutive responses
+        share the reading between them). ``start`` is the reading where this response's work began; returns the one
+        where it ended."""
         key = pending.header.api_key
         sasl = pending.header.api_version == RAW_SASL or key in SASL_APIS
         now_ms = self.gateway.decision_ms()
         throttle = 0 if sasl else self._decide(pending, frame, now_ms)
         out = self._render(pending, frame, throttle)
         self._unsent -= len(frame)
-        if pending.upstream is None:
+        if not pending.forwarded:
             self._unsent_local -= len(frame)
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
@@ -633,12 +640,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         elif out:
             self.transport.write(out)
         self.last_active = time.monotonic()
-        pending.network_ns += time.thread_time_ns() - start
+        end = time.thread_time_ns()
+        pending.network_ns += end - start
         if sasl:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
             # its CPU time becomes network-thread time of the first request after it, and it is not logged
             self._auth_ns += pending.thread_ns + pending.network_ns
-            return
+            return end
         if self._auth_ns:
             pending.network_ns += self._auth_ns
             self._auth_ns = 0
@@ -650,8 +658,9 @@ class ClientConnection(asyncio.BufferedProtocol):
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
         if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
             frame = pending.response
-        response_bytes = len(frame) if pending.upstream is not None else max(len(frame) - 4, 0)
+        response_bytes = len(frame) if pending.forwarded else max(len(frame) - 4, 0)
         self.gateway.on_request(self, pending, response_bytes, now_ms)
+        return end
 
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
@@ -660,8 +669,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         key = header.api_key
         enforcement = self.enforcement
         user, client_id = self.principal, header.client_id or ""
-        decisions = HANDLERS.get(key, DEFAULT).decide(enforcement, pending, frame, user, client_id,
-                                                      pending.thread_ns, now_ms)
+        decisions = (pending.handler or HANDLERS.get(key, DEFAULT)).decide(enforcement, pending, frame, user,
+                                                                            client_id, pending.thread_ns, now_ms)
         pending.decisions = decisions
         throttle = decisions.throttle_ms
         if throttle > 0:
@@ -672,12 +681,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        hook = HANDLERS.get(key, DEFAULT).response
+        hook = (pending.handler or HANDLERS.get(key, DEFAULT)).response
         if hook is not None:
             out = hook(self, pending, frame, throttle)
             if out is not None:
                 return out
-        if pending.upstream is None:  # made here: already framed; only the throttle field may change
+        if not pending.forwarded:  # made here: already framed; only the throttle field may change
             if throttle > 0 and frame:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame
             return frame

@@ -21,6 +21,7 @@ from typing import Final
 from quotaflow.core.keys import INT_MAX, UNLIMITED
 from quotaflow.engine import (
     NANOS_TO_PERCENT,
+    NOT_THROTTLED,
     ControllerMutationQuota,
     QuotaManagers,
     Rate,
@@ -51,8 +52,9 @@ class RequestDecisions:
 
 
 NO_DECISIONS: Final = RequestDecisions()
+NO_THROTTLE: Final = RequestDecisions()
+"""A request decided and not throttled (one shared instance: the common case builds nothing)."""
 """A request no quota decided (SASL authentication, which Kafka's authenticator handles before KafkaApis)."""
-NOT_THROTTLED: Final = ThrottleDecision(0, 0, 0)
 _USAGE_GROUPS: Final = {"produce": ("Produce", "excluded-byte-rate"), "fetch": ("Fetch", "excluded-byte-rate"),
                         "request": ("Request", "excluded-request-time")}
 

@@ -3,27 +3,44 @@
 The socket is read into one small receive buffer allocated with the connection; every frame that fits in it is cut
 out as ``bytes`` (one copy, as a stream's ``readexactly`` made). A frame larger than the receive buffer is read
 straight into chunks of its own, which the protocol grants one at a time (:meth:`FrameBuffer.wants` /
-:meth:`FrameBuffer.grant`), so that a client pool (``gateway.request_memory``) can reserve the memory as the body
+:meth:`FrameBuffer.grant`), so that a client pool (``gateway.data.request_memory``) can reserve the memory as the body
 arrives instead of trusting the size the frame announces. Chunks double from ``FIRST_CHUNK``: a frame holds at most
 about twice what it has received. Nothing is ever read past the frame being assembled into a chunk, so bytes that
 follow it stay in the receive buffer (or in the kernel, while the connection is paused).
+
+Cut for every frame of every connection, so compiled as ``frame_facts`` is (``make setup`` builds it with Cython in
+pure-Python mode: :class:`FrameBuffer` becomes an extension type with C fields); this source is its pure-Python
+twin, and the tests run both forms (``tests/gateway/data/test_framing.py``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+import cython
+
 from quotaflow.core.errors import ConnectionClosed
-from quotaflow.gateway.data.protocol import SIZE
+
+COMPILED: bool = cython.compiled
 
 RECEIVE_BUFFER: Final = 16 * 1024  # per client connection, allocated once; frames up to this need no pool memory
 FIRST_CHUNK: Final = 64 * 1024
 
 
+@cython.cclass
 class FrameBuffer:
     """One socket's receive side: ``buffer()`` / ``updated(n)`` from the protocol, ``pop()`` for whole frames."""
 
-    __slots__ = ("_allocated", "_buf", "_chunks", "_end", "_got", "_into_chunk", "_size", "_start", "_view")
+    _buf = cython.declare(bytearray)
+    _view = cython.declare(object)
+    _start = cython.declare(cython.Py_ssize_t)
+    _end = cython.declare(cython.Py_ssize_t)
+    _size = cython.declare(cython.Py_ssize_t)
+    _chunks = cython.declare(list)
+    _allocated = cython.declare(cython.Py_ssize_t)
+    _got = cython.declare(cython.Py_ssize_t)
+    _into_chunk = cython.declare(cython.bint)
+    partial = cython.declare(cython.bint, visibility="public")
 
     def __init__(self, capacity: int = RECEIVE_BUFFER) -> None:
         self._buf = bytearray(capacity)
@@ -31,15 +48,13 @@ class FrameBuffer:
         self._start = 0  # the receive buffer holds [start, end)
         self._end = 0
         self._size = 0  # > 0: the body size of the large frame being assembled in chunks
-        self._chunks: list[bytearray] = []
+        self._chunks = []  # list[bytearray]
         self._allocated = 0  # bytes of its chunks
         self._got = 0  # body bytes in its chunks
         self._into_chunk = False  # the last buffer() handed out was the current chunk
-
-    @property
-    def partial(self) -> bool:
-        """A frame has begun arriving and is not complete."""
-        return self._size > 0 or self._end > self._start
+        # a frame has begun arriving and is not complete (``_size > 0 or _end > _start``, kept as a plain attribute:
+        # the connection asks several times per request)
+        self.partial = False
 
     @property
     def has_room(self) -> bool:
@@ -59,7 +74,10 @@ class FrameBuffer:
             chunk = self._chunks[-1]
             return memoryview(chunk)[len(chunk) - (self._allocated - self._got):]
         self._into_chunk = False
-        if self._end == len(self._buf):
+        end = self._end
+        if not end:
+            return self._view  # the common case: the whole (empty) buffer, no new view
+        if end == len(self._buf):
             self._compact()
         return self._view[self._end:]
 
@@ -68,6 +86,8 @@ class FrameBuffer:
             self._got += nbytes
         else:
             self._end += nbytes
+            if nbytes:
+                self.partial = True
 
     def feed(self, data: bytes) -> None:
         """Bytes that arrived before this buffer was the socket's (a stream's leftovers)."""
@@ -92,19 +112,25 @@ class FrameBuffer:
             frame = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
             self._size = self._allocated = self._got = 0
             self._chunks = []
+            self.partial = self._end > self._start
             return frame
-        start = self._start
-        avail = self._end - start
+        start: cython.Py_ssize_t = self._start
+        avail: cython.Py_ssize_t = self._end - start
         if avail < 4:
             return None
-        size: int = SIZE.unpack_from(self._buf, start)[0]
+        data: cython.p_uchar = self._buf  # compiled: the bytearray's own bytes (start + 4 <= end checked above)
+        size: cython.longlong = (cython.cast(cython.longlong, data[start]) << 24) | (data[start + 1] << 16) \
+            | (data[start + 2] << 8) | data[start + 3]
+        if size >= 0x80000000:  # an int32
+            size -= 0x100000000
         if size < 0 or size > limit:
             raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
         if avail >= 4 + size:
-            stop = start + 4 + size
+            stop: cython.Py_ssize_t = start + 4 + size
             frame = bytes(self._view[start + 4:stop])
             if stop == self._end:
                 self._start = self._end = 0
+                self.partial = False
             else:
                 self._start = stop
             return frame

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,7 +23,8 @@ class Pending:
     network_ns: int = 0  # CPU time spent in socket writes for it ("network thread")
     acks: int | None = None
     local: bytes | None = None  # a response the gateway made itself
-    upstream: asyncio.Future[bytes] | None = None
+    forwarded: bool = False  # sent to the upstream, whose response it waits for (else answered here)
+    reply: bytes | None = None  # the upstream's response, once read
     forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
     local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool = False
@@ -40,3 +40,4 @@ class Pending:
     oversized: bool = False
     decisions: RequestDecisions = NO_DECISIONS
     authz: Any = None  # the authorization plan (gateway.auth.authorize.Plan) when the request was rewritten or refused
+    handler: Any = None  # its API's hooks (gateway.data.api_handlers.ApiHandler), looked up once when it was taken

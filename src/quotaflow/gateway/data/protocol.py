@@ -13,8 +13,7 @@ iff the response version is flexible, else v0, except ApiVersions whose response
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import kafka.protocol.admin
 import kafka.protocol.consumer
@@ -25,12 +24,14 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 from quotaflow.core.errors import InvalidRequestError
+from quotaflow.gateway.data import frame_facts
+from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
 
-_HEADER: Final = struct.Struct(">hhih")
 _INT16: Final = struct.Struct(">h")
 INT16: Final = _INT16
 _INT32: Final = struct.Struct(">i")
 SIZE: Final = _INT32
+BODY_UNREAD: Final = -2  # RequestHeader.body of a header made by hand: read from the frame when needed
 
 
 def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
@@ -66,78 +67,61 @@ def max_known_version(api_key: int) -> int | None:
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    cls = REQUESTS.get(api_key)
-    return bool(cls is not None and cls.flexible_version_q(version))
+    return 0 <= api_key < len(FLEXIBLE_FROM) and version >= 0 and version >= FLEXIBLE_FROM[api_key]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
-    """The request-header fields that sit at fixed offsets in v1 and v2."""
+def _flexible_from() -> bytes:
+    """The first flexible version of every API kafka-python models, indexed by API key (255: never), for
+    ``frame_facts.read_request``; every API's flexible versions are "N+" in Kafka's message definitions."""
+    table = bytearray(b"\xff" * (max(REQUESTS) + 1))
+    for key, cls in REQUESTS.items():
+        table[key] = next((v for v in range(int(cls.max_version) + 1) if cls.flexible_version_q(v)), 255)
+    return bytes(table)
+
+
+FLEXIBLE_FROM: Final = _flexible_from()
+
+
+class RequestHeader(NamedTuple):
+    """The request-header fields that sit at fixed offsets in v1 and v2, and where the body starts."""
 
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     end: int  # offset just after client_id (tagged header fields follow when flexible)
+    body: int = BODY_UNREAD  # offset of the body; -1: the header's tagged fields are malformed
+
+
+def read_request(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
+    """The header of a request frame and, for a Produce, its ``acks`` (else ``ACKS_UNREADABLE``), read in one call
+    (``frame_facts``). Raise ``InvalidRequestError`` if the frame is too short for its header."""
+    if type(frame) is not bytes:  # the compiled reader takes bytes (frames cut by FrameBuffer are)
+        frame = bytes(frame)
+    key, version, correlation_id, client_id, end, body, acks = frame_facts.read_request(frame, FLEXIBLE_FROM)
+    return RequestHeader(key, version, correlation_id, client_id, end, body), acks
 
 
 def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
     """Raise ``InvalidRequestError`` if the frame is too short for its header."""
-    if len(frame) < 10:
-        raise InvalidRequestError(f"request frame of {len(frame)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id, n = _HEADER.unpack_from(frame, 0)
-    if n < 0:
-        return RequestHeader(api_key, api_version, correlation_id, None, 10)
-    if 10 + n > len(frame):
-        raise InvalidRequestError("client_id runs past the end of the request frame")
-    try:
-        client_id = bytes(frame[10 : 10 + n]).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidRequestError("client_id is not UTF-8") from e
-    return RequestHeader(api_key, api_version, correlation_id, client_id, 10 + n)
-
-
-def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise InvalidRequestError("truncated or oversized unsigned varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
+    return read_request(frame)[0]
 
 
 def body_offset(frame: bytes | memoryview, header: RequestHeader) -> int:
     """Where the request body starts: after client_id, and after the header's tagged fields when flexible."""
-    pos = header.end
-    if is_flexible(header.api_key, header.api_version):
-        count, pos = _uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = _uvarint(frame, pos)
-            size, pos = _uvarint(frame, pos)
-            pos += size
-    if pos > len(frame):
+    body = header.body
+    if body == BODY_UNREAD:  # a header made by hand
+        body = read_request(frame)[0].body if len(frame) >= 10 else -1
+    if body < 0:
         raise InvalidRequestError("request header runs past the end of the frame")
-    return pos
+    return body
 
 
 def produce_acks(frame: bytes | memoryview, header: RequestHeader) -> int:
     """``acks`` of a Produce request: skip ``transactional_id`` (v3+) and read the int16 that follows."""
-    pos = body_offset(frame, header)
-    try:
-        if header.api_version >= 3:
-            if is_flexible(header.api_key, header.api_version):
-                n, pos = _uvarint(frame, pos)
-                pos += max(n - 1, 0)
-            else:
-                (n,) = _INT16.unpack_from(frame, pos)
-                pos += 2 + max(n, 0)
-        acks: int = _INT16.unpack_from(frame, pos)[0]
-    except struct.error as e:
-        raise InvalidRequestError("Produce request too short for acks") from e
+    acks = read_request(frame)[1]
+    if acks == ACKS_UNREADABLE:
+        raise InvalidRequestError("Produce request too short for acks")
     return acks
 
 

@@ -1,0 +1,130 @@
+"""The facts the data plane reads at fixed positions of every Kafka frame, in one call per frame.
+
+A forwarded request is never decoded: the gateway needs its header (API key and version, correlation id, client id,
+where the body starts) and, for a Produce, ``acks``; a response only its correlation id. :func:`read_request`
+reads all of a request's at once, :func:`correlation_id` a response's.
+
+This module is written once and runs in two forms, as the engine's compiled loops do: ``make setup`` compiles it
+with Cython (pure-Python mode: the ``cython`` annotations type the locals, the byte reads become C), and the very
+same source is its pure-Python twin, which runs wherever the extension was not built and which the tests run beside
+the compiled form (``tests/gateway/test_frame_facts.py``). :data:`COMPILED` says which form was imported.
+
+A hostile frame cannot make either form read outside it: every read is checked against the frame's length first,
+and what does not fit is an :class:`~quotaflow.core.errors.InvalidRequestError` (Kafka closes such a connection),
+except ``acks``, which reads as :data:`ACKS_UNREADABLE` so that the caller decides (a request refused for another
+reason keeps that reason).
+"""
+
+from __future__ import annotations
+
+import cython
+
+from quotaflow.core.errors import InvalidRequestError
+
+COMPILED: bool = cython.compiled
+"""True when the Cython-compiled form of this module was imported."""
+
+ACKS_UNREADABLE: int = -0x10000  # outside int16: "not a Produce, or its acks could not be read"
+
+
+@cython.cfunc
+@cython.inline
+@cython.exceptval(check=False)
+def _uvarint(data: cython.p_const_uchar, pos: cython.Py_ssize_t,
+             size: cython.Py_ssize_t) -> tuple[cython.Py_ssize_t, cython.longlong]:
+    """An unsigned varint at ``pos``: (the position after it, its value), or (-1, 0) if truncated or oversized."""
+    value: cython.longlong = 0
+    shift: cython.int = 0
+    b: cython.int
+    while True:
+        if pos >= size or shift > 28:
+            return -1, 0
+        b = data[pos]
+        pos += 1
+        value |= cython.cast(cython.longlong, b & 0x7F) << shift
+        if not b & 0x80:
+            return pos, value
+        shift += 7
+
+
+def read_request(frame: bytes, flexible_from: bytes) -> tuple:
+    """``(api_key, api_version, correlation_id, client_id, end, body, acks)`` of one request frame (without its size
+    prefix): ``end`` is the offset after ``client_id`` (None when null), ``body`` where the body starts (after the
+    header's tagged fields when this version is flexible), ``acks`` a Produce's (else :data:`ACKS_UNREADABLE`).
+
+    ``flexible_from[api_key]`` is the first flexible version of each API (255: none, or an API past the table).
+    A body offset past a malformed tagged-field section is -1: only the APIs that read their body need it, and
+    they refuse the frame then."""
+    size: cython.Py_ssize_t = len(frame)
+    if size < 10:
+        raise InvalidRequestError(f"request frame of {size} bytes is shorter than a request header")
+    data: cython.p_const_uchar = frame  # compiled: the bytes' own buffer, each read below checked against size
+    api_key: cython.int = (data[0] << 8) | data[1]
+    version: cython.int = (data[2] << 8) | data[3]
+    correlation_id: cython.longlong = ((cython.cast(cython.longlong, data[4]) << 24) | (data[5] << 16)
+                                       | (data[6] << 8) | data[7])
+    n: cython.int = (data[8] << 8) | data[9]
+    if api_key >= 0x8000:  # int16 / int32 fields are signed
+        api_key -= 0x10000
+    if version >= 0x8000:
+        version -= 0x10000
+    if correlation_id >= 0x80000000:
+        correlation_id -= 0x100000000
+    if n >= 0x8000:
+        n -= 0x10000
+    end: cython.Py_ssize_t = 10
+    client_id: object = None
+    if n >= 0:
+        end = 10 + n
+        if end > size:
+            raise InvalidRequestError("client_id runs past the end of the request frame")
+        try:
+            client_id = frame[10:end].decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidRequestError("client_id is not UTF-8") from e
+    body: cython.Py_ssize_t = end
+    flexible: cython.bint = 0 <= api_key < len(flexible_from) and version >= 0 and version >= flexible_from[api_key]
+    value: cython.longlong = 0
+    count: cython.longlong
+    i: cython.longlong
+    if flexible:  # the header's tagged fields: a count, then (tag, size, bytes) each
+        body, count = _uvarint(data, body, size)
+        i = 0
+        while body >= 0 and i < count:
+            body, value = _uvarint(data, body, size)  # the tag
+            if body >= 0:
+                body, value = _uvarint(data, body, size)
+                if body >= 0:
+                    body = body + value if body + value <= size else -1
+            i += 1
+    acks: cython.int = -0x10000  # ACKS_UNREADABLE
+    pos: cython.Py_ssize_t = body
+    if api_key == 0 and pos >= 0:  # Produce
+        if version >= 3:  # transactional_id (compact or not) comes first
+            if flexible:
+                pos, value = _uvarint(data, pos, size)
+                if pos >= 0 and value > 1:
+                    pos += value - 1
+            elif pos + 2 <= size:
+                n = (data[pos] << 8) | data[pos + 1]
+                if n < 0x8000:  # null (-1) and empty take no bytes
+                    pos += n
+                pos += 2
+            else:
+                pos = -1
+        if pos >= 0 and pos + 2 <= size:
+            acks = (data[pos] << 8) | data[pos + 1]
+            if acks >= 0x8000:
+                acks -= 0x10000
+    return api_key, version, correlation_id, client_id, end, body, acks
+
+
+def correlation_id(frame: bytes) -> int:
+    """The correlation id of a response frame (without its size prefix); -1 for a frame shorter than 4 bytes (no
+    request has it: the caller refuses the response as out of order)."""
+    if len(frame) < 4:
+        return -1
+    data: cython.p_const_uchar = frame
+    value: cython.longlong = ((cython.cast(cython.longlong, data[0]) << 24) | (data[1] << 16) | (data[2] << 8)
+                              | data[3])
+    return value - 0x100000000 if value >= 0x80000000 else value
