@@ -1,10 +1,15 @@
 """The compiled parts of quotaflow: Cython builds each listed module from its own pure-Python source (Cython's
-pure-Python mode), which stays importable as the pure twin where no compiler is available (``optional``)."""
+pure-Python mode, typed by ``cython`` annotations or by a ``.pxd`` beside the source), which stays importable as the
+pure twin where no compiler is available (``optional``)."""
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-COMPILED_MODULES = ["quotaflow.gateway.data.frame_facts", "quotaflow.gateway.data.framing"]
+COMPILED_MODULES = [
+    "quotaflow.gateway.data.frame_facts",
+    "quotaflow.gateway.data.framing",
+    "quotaflow.gateway.data.connection",  # typed by connection.pxd beside it
+]
 
 setup(ext_modules=cythonize(
     [Extension(name, [f"src/{name.replace('.', '/')}.py"], optional=True) for name in COMPILED_MODULES],

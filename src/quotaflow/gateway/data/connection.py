@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """One client connection's core: framing, ordering (pipelining), muting, backpressure, forwarding, on callbacks.
 
 What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
@@ -47,6 +48,7 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final, cast
 
+import cython
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
@@ -84,11 +86,16 @@ UPSTREAM_BUFFER: Final = 64 * 1024  # responses are larger than requests; larger
 UPSTREAM_FRAME_LIMIT: Final = (1 << 31) - 1
 _EXPECTED: Final = (ConnectionClosed, ConnectionError, asyncio.CancelledError)
 _STOP, _BUFFER, _TAKE = 0, 1, 2  # ClientConnection._gate
+COMPILED: bool = cython.compiled
+"""True when the Cython-compiled form of this module was imported (``make setup``; connection.pxd types it)."""
 
 
-class ClientConnection(asyncio.BufferedProtocol):
+class ConnectionCore:
     """One admitted client connection (the protocol on its socket) and, once a request must be forwarded, its
-    upstream connection."""
+    upstream connection: everything but the asyncio base class (:class:`ClientConnection`).
+
+    Compiled by Cython as an extension type (``connection.pxd`` declares its fields, C-typed where they are flags
+    and counters, and its per-request methods); this plain-Python source is its pure twin."""
 
     def __init__(self, gateway: ConnectionContext, listener: str, client_ip: str, client_port: int, *,
                  node: int | None = None, tls: ListenerTls | None = None) -> None:
@@ -707,10 +714,18 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
 
 
+class ClientConnection(ConnectionCore, asyncio.BufferedProtocol):
+    """A client connection's protocol: :class:`ConnectionCore` as an asyncio ``BufferedProtocol`` (asyncio's own
+    loop recognises buffered protocols by their class, uvloop by their ``get_buffer``). No fields of its own: every
+    one is the core's."""
+
+    __slots__ = ()
+
+
 class UpstreamProtocol(asyncio.BufferedProtocol):
     """The protocol on a client's upstream socket: frames cut here, everything else done by its connection."""
 
-    def __init__(self, conn: ClientConnection, transport: asyncio.Transport,
+    def __init__(self, conn: ConnectionCore, transport: asyncio.Transport,
                  writer: asyncio.StreamWriter | None = None) -> None:
         self.conn = conn
         self.transport = transport
@@ -718,7 +733,7 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self._writer = writer  # kept: a StreamWriter closes its transport when it is collected
 
     @classmethod
-    def take_over(cls, conn: ClientConnection, reader: asyncio.StreamReader,
+    def take_over(cls, conn: ConnectionCore, reader: asyncio.StreamReader,
                   writer: asyncio.StreamWriter) -> UpstreamProtocol:
         """Move a freshly opened (and, when the gateway has an upstream identity, authenticated) stream connection
         onto this protocol. Nothing has been asked on it for the client yet, so its reader holds nothing."""

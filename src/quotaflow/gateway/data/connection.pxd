@@ -1,0 +1,31 @@
+# Cython declarations for connection.py (pure-Python mode: that file is the source and the pure twin): the
+# connection core's fields as C fields, typed where they are flags, counters and clocks, and its per-request methods
+# as cpdef, so the steps a request takes call each other and read the connection's state without Python lookups.
+
+cdef class ConnectionCore:
+    cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
+    cdef public object _tls, _loop, _frames, _upstream, _queue, _awaiting, _busy, _pool
+    cdef public object _mute_timer, _hold_timer, _closed
+    cdef public int client_port
+    cdef public double last_active, muted_until, frame_since, _progress, _waiting_since
+    cdef public Py_ssize_t _max_in_flight, _max_unsent, _held, _unsent, _unsent_local
+    cdef public long long _auth_ns
+    cdef public bint _waiting_memory, _stopped, _closing, _reading, _upstream_reading, _upstream_blocked
+    cdef public bint _admitted, _pumping, _again, _cut
+
+    cpdef _pump(self)
+    cpdef _set_reading(self, int gate)
+    cpdef int _gate(self) except -1
+    cpdef bint _over_unsent_bound(self, bint upstream) except -1
+    cpdef int _take(self) except -1
+    cpdef tuple _frame_limit(self)
+    cpdef object _take_request(self, object frame)
+    cpdef _enqueue(self, object pending)
+    cpdef object _on_request(self, object frame)
+    cpdef _forward(self, object pending)
+    cpdef _read_upstream(self, object upstream)
+    cpdef _flush(self)
+    cpdef long long _send(self, object pending, object frame, long long start) except? -1
+    cpdef int _decide(self, object pending, object frame, long long now_ms) except? -1
+    cpdef object _render(self, object pending, object frame, int throttle)
+    cpdef _mute(self, long long throttle_ms)

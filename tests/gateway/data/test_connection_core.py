@@ -1,0 +1,125 @@
+"""The connection core in its two forms: compiled by ``make setup`` (an extension type typed by connection.pxd) and
+its pure-Python twin (connection.py itself) take the same requests and responses to the same bytes, decisions and
+mutes, produce throttles included."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from quotaflow.admin import Admin, Alteration
+from quotaflow.core.entities import QuotaEntity
+from quotaflow.gateway.data import connection
+from quotaflow.gateway.server import Gateway
+from quotaflow.store import open_store
+
+from .twins import assert_compiled, pure_twin
+
+CLIENT_ID = "twin"
+
+
+def test_make_setup_built_the_compiled_form() -> None:
+    assert_compiled(connection)
+
+
+class _Transport:
+    """Takes writes (kept per step) and reading switches; no socket."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def writelines(self, chunks: Any) -> None:
+        self.written.append(b"".join(bytes(c) for c in chunks))
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
+    def close(self) -> None: ...
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, _name: str, default: Any = None) -> Any:
+        return default
+
+    def take(self) -> list[bytes]:
+        out, self.written = self.written, []
+        return out
+
+
+def _frames(i: int, acks: int) -> tuple[bytes, bytes]:
+    """A framed 1 KB Produce v9 (correlation id ``i``) and the broker's framed response to it."""
+    r = ProduceRequest[9]
+    data = [r.TopicProduceData(name="t", partition_data=[r.TopicProduceData.PartitionProduceData(
+        index=0, records=b"r" * 1024)])]
+    request = r(transactional_id=None, acks=acks, timeout_ms=1000, topic_data=data)
+    request.with_header(correlation_id=i, client_id=CLIENT_ID)
+    p = ProduceResponse[9]
+    partition = p.TopicProduceResponse.PartitionProduceResponse(index=0, error_code=0, base_offset=i,
+                                                                log_append_time_ms=-1, log_start_offset=0,
+                                                                record_errors=[], error_message=None)
+    response = p(responses=[p.TopicProduceResponse(name="t", partition_responses=[partition])], throttle_time_ms=0)
+    response.with_header(correlation_id=i)
+    return bytes(request.encode(header=True, framed=True)), bytes(response.encode(header=True, framed=True))
+
+
+def _transcript(module: ModuleType, store_path: Path) -> list[tuple[object, ...]]:
+    """Forty produce requests through one connection of ``module``'s form, on a decision clock 10 ms a request
+    (a producer quota that throttles some of them): per request what went upstream, what the client got, the
+    decisions and whether the connection was muted. Mutes are lifted after each step, equally for both forms."""
+
+    async def run() -> list[tuple[object, ...]]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
+        gw.broker_quotas.load(gw.store.snapshot())
+        clock = iter(range(1_800_000_000_000, 1_900_000_000_000, 10))
+        gw.decision_ms = lambda: next(clock)  # type: ignore[method-assign]
+        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+        client, upstream = _Transport(), _Transport()
+        conn.connection_made(client)
+        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        out: list[tuple[object, ...]] = []
+        try:
+            for i in range(40):
+                acks = 0 if i % 13 == 12 else 1  # acks=0: no response comes, the gateway answers nothing
+                request, response = _frames(i, acks)
+                for proto, data in ((conn, request), (conn._upstream, response))[:1 if acks == 0 else 2]:
+                    buf = proto.get_buffer(-1)
+                    buf[:len(data)] = data
+                    proto.buffer_updated(len(data))
+                out.append((upstream.take(), client.take(), conn.muted_until > 0, client.reading, conn._held))
+                conn.muted_until = 0.0
+                if conn._mute_timer is not None:
+                    conn._mute_timer.cancel()
+                    conn._mute_timer = None
+                conn._pump()
+        finally:
+            gw.store.close()
+        return out
+
+    return asyncio.run(run())
+
+
+def test_both_forms_take_the_same_requests_to_the_same_bytes_and_throttles(tmp_path: Path) -> None:
+    store_path = tmp_path / "quotas.db"
+    admin = Admin(open_store(store_path))
+    try:
+        assert admin.alter([Alteration.of(QuotaEntity(client_id=CLIENT_ID), {"producer_byte_rate": 1_500})])[0].ok
+    finally:
+        admin.close()
+    compiled = _transcript(connection, store_path)
+    pure = _transcript(pure_twin(connection), store_path)
+    assert compiled == pure
+    assert sum(1 for step in compiled if step[2]) >= 5  # the quota throttled (and muted) several of them
+    assert all(step[0] for step in compiled)  # every request was forwarded
