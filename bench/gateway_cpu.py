@@ -32,9 +32,9 @@ segments (a path's CPU against its own broker's during that path's run). ``--qui
 10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
 root (``make bench-setup`` does the same), else the run stops and says so.
 
-``--pin`` gives CPU 1 to the measured proxy alone, for its segment, and CPU 0 to everything else. On two shared
-cores each request otherwise finds the proxy's caches cold (the client, the broker and the proxy take turns on both
-cores, and the proxy is preempted about once a request): the pinned run shows how much of a proxy's cost that is.
+``--pin`` gives CPU 1 to the measured proxy alone, for its segment, and CPU 0 to everything else: a probe of how
+much of a proxy's cost comes from sharing two cores with its client and broker (cold caches, ~0.8 preemptions a
+request). It also makes every request cross cores, which on this VM costs more than it saves (BENCHMARKS.md).
 """
 
 from __future__ import annotations
