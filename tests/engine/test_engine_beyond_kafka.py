@@ -7,7 +7,7 @@ import pytest
 
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import ConnectionThrottledError
-from quotaflow.core.keys import INT_MAX
+from quotaflow.core.keys import INT_MAX, UNLIMITED
 from quotaflow.core.precedence import PREFIX_TAG_USER
 from quotaflow.engine import QuotaManagers, QuotaType, apply_changes
 from quotaflow.engine.client_quota import ClientQuotaManager, QuotaId
@@ -122,3 +122,17 @@ def test_lookups_answer_the_same_with_many_prefixes(n: int) -> None:
     m.update_quota(None, None, 0.5, client_id_prefix="etl-")
     assert m.quota_limit("u", "etl-9") == 0.5
     assert m.quota_limit("u", "team-00007-app") == (8.0 if n else float(2**63 - 1))
+
+
+def test_quota_limit_asked_before_a_change_follows_it() -> None:
+    """quota_limit is kept per (user, client-id) for the gateway's per-request check; every change drops it."""
+    m = ClientQuotaManager(QuotaType.PRODUCE, samples=2, window_seconds=1)
+    m.update_quota(None, "c", 100.0)
+    assert m.quota_limit("u", "c") == 100.0
+    m.update_quota(None, "c", 7.0)
+    assert m.quota_limit("u", "c") == 7.0
+    m.update_quota(None, None, 3.0, client_id_prefix="c")
+    m.update_quota(None, "c", None)
+    assert m.quota_limit("u", "c") == 3.0
+    m.update_quota(None, None, None, client_id_prefix="c")
+    assert m.quota_limit("u", "c") == UNLIMITED
