@@ -90,6 +90,7 @@ class Target:
 @dataclass
 class Figures:
     proxy_us: list[float] = field(default_factory=list)
+    user_us: list[float] = field(default_factory=list)  # the proxy's user time (utime: 10 ms ticks)
     broker_us: list[float] = field(default_factory=list)
     per_s: list[float] = field(default_factory=list)
 
@@ -121,6 +122,13 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, IndexError, ValueError):  # a thread that just exited
             continue
     return total / 1e9
+
+
+def user_seconds(pid: int) -> float:
+    """User CPU time of ``pid`` (utime of ``/proc/<pid>/stat``, every thread, in 10 ms ticks): the part of a proxy's
+    cost that is its own code (the rest is the kernel's socket work, about the same for every proxy)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / os.sysconf("SC_CLK_TCK")
 
 
 def pin(pid: int, cpu: int) -> None:
@@ -334,24 +342,31 @@ def pipelined(target: Target, ca: Path, n: int, measure: Measure) -> None:
 Load = Callable[[Target, Path, int, Measure], None]
 
 
-def sample(target: Target, load: Load, ca: Path, n: int) -> tuple[float, float, float]:
-    """(proxy CPU µs, broker CPU µs) per unit and units per second of one segment."""
+def sample(target: Target, load: Load, ca: Path, n: int) -> tuple[float, float, float, float]:
+    """(proxy CPU µs, proxy user CPU µs, broker CPU µs) per unit and units per second of one segment."""
     pids = [p for p in (target.proxy_pid, target.broker_pid) if p is not None]
     cpu: dict[int, float] = {}
+    user = 0.0
     done: list[tuple[int, float]] = []
 
     def measure(run: Callable[[], object], count: int) -> None:
+        nonlocal user
         before = {pid: cpu_seconds(pid) for pid in pids}
+        user_before = user_seconds(target.proxy_pid) if target.proxy_pid is not None else 0.0
         start = time.perf_counter()
         run()
         elapsed = time.perf_counter() - start
         cpu.update({pid: cpu_seconds(pid) - before[pid] for pid in pids})
+        if target.proxy_pid is not None:
+            user = user_seconds(target.proxy_pid) - user_before
         done.append((count, elapsed))
 
     load(target, ca, n, measure)
     count, elapsed = done[0]
-    proxy = cpu[target.proxy_pid] / count * 1e6 if target.proxy_pid is not None else float("nan")
-    return proxy, cpu[target.broker_pid] / count * 1e6, count / elapsed
+    nan = float("nan")
+    proxy = cpu[target.proxy_pid] / count * 1e6 if target.proxy_pid is not None else nan
+    proxy_user = user / count * 1e6 if target.proxy_pid is not None else nan
+    return proxy, proxy_user, cpu[target.broker_pid] / count * 1e6, count / elapsed
 
 
 def main() -> None:
@@ -362,6 +377,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1000 requests, 10,000 messages, one round")
     ap.add_argument("--gateway-src", default=None, help="also run the gateway from this source tree (before)")
     ap.add_argument("--only", default=None, help="comma-separated path names to run (default: all)")
+    ap.add_argument("--plaintext-only", action="store_true", help="no TLS listeners")
+    ap.add_argument("--one-at-a-time-only", action="store_true", help="no pipelined load")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown report here too")
     ap.add_argument("--pin", action="store_true",
                     help="the measured proxy alone on CPU 1; every other process on CPU 0")
@@ -410,6 +427,8 @@ def main() -> None:
         if args.only:
             wanted = set(args.only.split(","))
             targets = [t for t in targets if t.name in wanted]
+        if args.plaintext_only:
+            targets = [t for t in targets if not t.tls]
         proxies = {t.proxy_pid for t in targets if t.proxy_pid is not None}
         if args.pin:
             for t in targets:
@@ -425,6 +444,8 @@ def main() -> None:
                 raise RuntimeError(f"no topic through {t.name} at {t.bootstrap}: {e!r}{logs}") from e
         loads: dict[str, tuple[Load, int]] = {"one at a time": (one_at_a_time, args.requests),
                                               "pipelined": (pipelined, args.messages)}
+        if args.one_at_a_time_only:
+            del loads["pipelined"]
         results: dict[tuple[str, str, bool], Figures] = {}
         for r in range(args.rounds):
             for load, (fn, n) in loads.items():
@@ -432,13 +453,14 @@ def main() -> None:
                     if args.pin:  # CPU 1 is the measured proxy's alone; every other process waits on CPU 0
                         for pid in proxies:
                             pin(pid, 1 if pid == t.proxy_pid else 0)
-                    proxy, brok, rate = sample(t, fn, ca_path, n)
+                    proxy, user, brok, rate = sample(t, fn, ca_path, n)
                     fig = results.setdefault((load, t.name, t.tls), Figures())
                     fig.proxy_us.append(proxy)
+                    fig.user_us.append(user)
                     fig.broker_us.append(brok)
                     fig.per_s.append(rate)
                     print(f"round {r + 1} {load:13} {t.name:22} {'TLS' if t.tls else 'plain':5} proxy "
-                          f"{proxy:7.1f} µs broker {brok:7.1f} µs {rate:9.0f}/s", flush=True)
+                          f"{proxy:7.1f} µs (user {user:6.1f}) broker {brok:7.1f} µs {rate:9.0f}/s", flush=True)
 
     report = render(args, results, targets, load_before, os.getloadavg(), time.time() - started)
     print(report)
@@ -461,6 +483,10 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
         command += f" --only {args.only}"
     if args.pin:
         command += " --pin"
+    if args.plaintext_only:
+        command += " --plaintext-only"
+    if args.one_at_a_time_only:
+        command += " --one-at-a-time-only"
     lines = [
         f"`{command}`",
         "",
@@ -471,8 +497,8 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
         f"One at a time: {args.requests} kafka-python requests (µs per request); pipelined: {args.messages} "
         "confluent-kafka messages, 5 in flight (µs per message).",
         "",
-        "| load | path | TLS | proxy CPU µs | broker CPU µs | proxy / its broker | per s |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| load | path | TLS | proxy CPU µs | of it user µs | broker CPU µs | proxy / its broker | per s |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for load in ("one at a time", "pipelined"):
         for t in targets:
@@ -482,7 +508,8 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
             proxy, brok = med(fig.proxy_us), med(fig.broker_us)
             ratio = "" if t.proxy_pid is None else f"{proxy / brok:.2f}x"
             shown = "-" if t.proxy_pid is None else f"{proxy:.1f}"
-            lines.append(f"| {load} | {t.name} | {'yes' if t.tls else 'no'} | {shown} | {brok:.1f} | {ratio} | "
+            user = "-" if t.proxy_pid is None else f"{med(fig.user_us):.1f}"
+            lines.append(f"| {load} | {t.name} | {'yes' if t.tls else 'no'} | {shown} | {user} | {brok:.1f} | {ratio} | "
                          f"{med(fig.per_s):,.0f} |")
     lines += ["", "Ratios (issue 23's targets in brackets):", ""]
 

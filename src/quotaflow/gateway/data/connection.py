@@ -34,8 +34,9 @@ Frames larger than the receive buffer draw on a memory pool as their bodies arri
 a frame begun must be finished within ``quotaflow.request.body.timeout.ms`` (the gateway's housekeeping closes the
 connection otherwise).
 
-Thread time (``time.thread_time_ns``) up to a request's quota decision is its io-thread time, checked against the
-request quota; after it (rewrite, encode, write) its network-thread time, recorded unchecked (docs/gateway.md).
+The event loop's time on a request (``time.monotonic_ns``, Kafka's ``System.nanoTime``) up to its quota decision is its
+io-thread time, checked against the request quota; after it (rewrite, encode, write) its network-thread time,
+recorded unchecked (docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class ConnectionCore:
         self._again = False
         self._cut = False  # a frame was cut since the body clock last started
         self.frame_since = 0.0  # monotonic: when the partial frame being read began (0: none)
-        self._auth_ns = 0  # CPU time of authentication, charged as network time to the next request
+        self._auth_ns = 0  # thread time of authentication, charged as network time to the next request
         # bytes of responses read from the upstream or made here and not yet handed to the client's socket
         self._unsent = 0
         self._unsent_local = 0  # the part of it the gateway made itself
@@ -432,26 +433,26 @@ class ConnectionCore:
     def _take_request(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
         """Decide one request and pass it on: forwarded (its bytes go to the upstream socket now) or answered here.
         Returns what is left to do when that must wait (an upstream connect, a local answer)."""
-        start = time.thread_time_ns()
+        start = time.monotonic_ns()
         self.last_active = time.monotonic()
         pending = self._on_request(frame)
         if pending.forward is not None:
             if self._upstream is None:
-                pending.thread_ns += time.thread_time_ns() - start
+                pending.thread_ns += time.monotonic_ns() - start
                 return self._forward_later(pending)
             self._forward(pending)
         elif not pending.forwarded and pending.local is None:
-            pending.thread_ns += time.thread_time_ns() - start
+            pending.thread_ns += time.monotonic_ns() - start
             return self._answer_later(frame, pending)
-        pending.thread_ns += time.thread_time_ns() - start  # up to its decision, forwarding included: io time
+        pending.thread_ns += time.monotonic_ns() - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
         return None
 
     async def _forward_later(self, pending: Pending) -> None:
         await self._ensure_upstream()
-        start = time.thread_time_ns()
+        start = time.monotonic_ns()
         self._forward(pending)
-        pending.thread_ns += time.thread_time_ns() - start
+        pending.thread_ns += time.monotonic_ns() - start
         self._enqueue(pending)
 
     async def _answer_later(self, frame: bytes, pending: Pending) -> None:
@@ -605,7 +606,7 @@ class ConnectionCore:
                 assert pending.local is not None
                 frame = pending.local
             queue.popleft()
-            clock = self._send(pending, frame, clock or time.thread_time_ns())
+            clock = self._send(pending, frame, clock or time.monotonic_ns())
             sent = True
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
@@ -625,14 +626,15 @@ class ConnectionCore:
         """Decide, render and write one response, and log it: all in one synchronous step, so no other request's
         decision comes between them and the event log's ``(ts_ms, seq)`` order is the order of the live decisions.
 
-        One definition of a request's thread time: ``io_thread_ns`` is the CPU time up to its quota decision (read,
-        parse, decide, executor work), recorded with the check; everything after the decision (address rewrite,
-        re-encoding, the socket write) is ``network_thread_ns``, recorded without one at the same timestamp. Both
-        are logged exactly as recorded, which is what ``quotaflow replay`` does with them (docs/gateway.md). The
-        clock is read where one part ends and the next begins (four readings per forwarded request: where its request
-        is taken and where it has been forwarded, where its response's work begins and ends; consecutive responses
-        share the reading between them). ``start`` is the reading where this response's work began; returns the one
-        where it ended."""
+        One definition of a request's thread time: ``io_thread_ns`` is the time the event loop spent on it up to its
+        quota decision (read, parse, decide, forward; plus the CPU time of its executor work), recorded with the
+        check; everything after the decision (address rewrite, re-encoding, the socket write) is
+        ``network_thread_ns``, recorded without one at the same timestamp. Both are logged exactly as recorded, which
+        is what ``quotaflow replay`` does with them (docs/gateway.md). The clock (monotonic, read through the vDSO:
+        no system call, unlike a thread CPU clock) is read where one part ends and the next begins (four readings
+        per forwarded request: where its request is taken and where it has been forwarded, where its response's
+        work begins and ends; consecutive responses share the reading between them). ``start`` is the reading where
+        this response's work began; returns the one where it ended."""
         key = pending.header.api_key
         sasl = pending.header.api_version == RAW_SASL or key in SASL_APIS
         now_ms = self.gateway.decision_ms()
@@ -647,11 +649,11 @@ class ConnectionCore:
         elif out:
             self.transport.write(out)
         self.last_active = time.monotonic()
-        end = time.thread_time_ns()
+        end = time.monotonic_ns()
         pending.network_ns += end - start
         if sasl:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
-            # its CPU time becomes network-thread time of the first request after it, and it is not logged
+            # its thread time becomes network-thread time of the first request after it, and it is not logged
             self._auth_ns += pending.thread_ns + pending.network_ns
             return end
         if self._auth_ns:

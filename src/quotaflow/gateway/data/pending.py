@@ -19,8 +19,8 @@ class Pending:
     header: protocol.RequestHeader
     request_bytes: int
     received_ms: int
-    thread_ns: int = 0  # event-loop (and executor) CPU time spent on this request so far ("io thread")
-    network_ns: int = 0  # CPU time spent in socket writes for it ("network thread")
+    thread_ns: int = 0  # event-loop time (and executor CPU time) spent on this request so far ("io thread")
+    network_ns: int = 0  # event-loop time from taking its response to having written it ("network thread")
     acks: int | None = None
     local: bytes | None = None  # a response the gateway made itself
     forwarded: bool = False  # sent to the upstream, whose response it waits for (else answered here)
