@@ -509,8 +509,8 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
             ratio = "" if t.proxy_pid is None else f"{proxy / brok:.2f}x"
             shown = "-" if t.proxy_pid is None else f"{proxy:.1f}"
             user = "-" if t.proxy_pid is None else f"{med(fig.user_us):.1f}"
-            lines.append(f"| {load} | {t.name} | {'yes' if t.tls else 'no'} | {shown} | {user} | {brok:.1f} | {ratio} | "
-                         f"{med(fig.per_s):,.0f} |")
+            lines.append(f"| {load} | {t.name} | {'yes' if t.tls else 'no'} | {shown} | {user} | {brok:.1f} | "
+                         f"{ratio} | {med(fig.per_s):,.0f} |")
     lines += ["", "Ratios (issue 23's targets in brackets):", ""]
 
     def ratio(a: Figures | None, b: Figures | None, *, b_broker: bool = False) -> str:
