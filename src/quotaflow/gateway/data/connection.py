@@ -44,9 +44,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections import deque
 from collections.abc import Coroutine
+from time import monotonic, monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import cython
@@ -110,7 +110,7 @@ class ConnectionCore:
         self.client_port = client_port
         self.principal = ANONYMOUS
         self._tls = tls  # an SSL listener: the principal is the client certificate's mapped DN
-        self.last_active = time.monotonic()
+        self.last_active = monotonic()
         self.muted_until = 0.0  # monotonic seconds; reading resumes after this
         config = gateway.config
         self._max_in_flight = config.max_in_flight
@@ -243,7 +243,7 @@ class ConnectionCore:
     def buffer_updated(self, nbytes: int) -> None:
         self._frames.updated(nbytes)
         if self._pool is not None:
-            self._progress = time.monotonic()
+            self._progress = monotonic()
         self._pump()
 
     def pause_writing(self) -> None:
@@ -306,11 +306,11 @@ class ConnectionCore:
             self._reading = want
             _read(self.transport, want)
             if want and self._pool is not None:
-                self._progress = time.monotonic()  # a stall is the client's only while the gateway reads
+                self._progress = monotonic()  # a stall is the client's only while the gateway reads
         # the body clock runs while the gateway reads (or waits for pool memory): a frame must be finished in time
         if self._frames.partial and (gate == _TAKE or self._waiting_memory):
             if self._cut or not self.frame_since:
-                self.frame_since = time.monotonic()
+                self.frame_since = monotonic()
         else:
             self.frame_since = 0.0
         self._cut = False
@@ -327,7 +327,7 @@ class ConnectionCore:
         if self._closing or self._stopped or self._upstream_blocked or not self._admitted:
             return _STOP
         if self.muted_until:
-            wait = self.muted_until - time.monotonic()
+            wait = self.muted_until - monotonic()
             if wait > 0:
                 if self._mute_timer is None:  # one that ends early (the mute grew) just looks again
                     self._mute_timer = self._loop.call_later(wait, self._unmute)
@@ -379,10 +379,10 @@ class ConnectionCore:
                 if self._pool is None:  # a large frame begins: before authentication it has a pool of its own
                     self._pool = self.gateway.preauth_memory if self.sasl.pending_auth \
                         else self.gateway.request_memory
-                    self._progress = time.monotonic()
+                    self._progress = monotonic()
                 if not self._pool.reserve(self, need, self._memory_freed, frames.unreserved):
                     self._waiting_memory = True
-                    self._waiting_since = time.monotonic()
+                    self._waiting_since = monotonic()
                     return gate
                 frames.grant(need)
                 continue
@@ -433,26 +433,26 @@ class ConnectionCore:
     def _take_request(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
         """Decide one request and pass it on: forwarded (its bytes go to the upstream socket now) or answered here.
         Returns what is left to do when that must wait (an upstream connect, a local answer)."""
-        start = time.monotonic_ns()
-        self.last_active = time.monotonic()
+        start = monotonic_ns()
+        self.last_active = monotonic()
         pending = self._on_request(frame)
         if pending.forward is not None:
             if self._upstream is None:
-                pending.thread_ns += time.monotonic_ns() - start
+                pending.thread_ns += monotonic_ns() - start
                 return self._forward_later(pending)
             self._forward(pending)
         elif not pending.forwarded and pending.local is None:
-            pending.thread_ns += time.monotonic_ns() - start
+            pending.thread_ns += monotonic_ns() - start
             return self._answer_later(frame, pending)
-        pending.thread_ns += time.monotonic_ns() - start  # up to its decision, forwarding included: io time
+        pending.thread_ns += monotonic_ns() - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
         return None
 
     async def _forward_later(self, pending: Pending) -> None:
         await self._ensure_upstream()
-        start = time.monotonic_ns()
+        start = monotonic_ns()
         self._forward(pending)
-        pending.thread_ns += time.monotonic_ns() - start
+        pending.thread_ns += monotonic_ns() - start
         self._enqueue(pending)
 
     async def _answer_later(self, frame: bytes, pending: Pending) -> None:
@@ -484,7 +484,7 @@ class ConnectionCore:
         return key not in LOCAL_APIS and _supported(key, version)
 
     def _on_request(self, frame: bytes) -> Pending:
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = time_ns() // 1_000_000
         if self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
@@ -606,7 +606,7 @@ class ConnectionCore:
                 assert pending.local is not None
                 frame = pending.local
             queue.popleft()
-            clock = self._send(pending, frame, clock or time.monotonic_ns())
+            clock = self._send(pending, frame, clock or monotonic_ns())
             sent = True
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
@@ -648,8 +648,8 @@ class ConnectionCore:
             self.transport.writelines((protocol.SIZE.pack(len(frame)), frame))
         elif out:
             self.transport.write(out)
-        self.last_active = time.monotonic()
-        end = time.monotonic_ns()
+        self.last_active = monotonic()
+        end = monotonic_ns()
         pending.network_ns += end - start
         if sasl:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
@@ -713,7 +713,7 @@ class ConnectionCore:
 
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
-        self.muted_until = max(self.muted_until, time.monotonic() + throttle_ms / 1000)
+        self.muted_until = max(self.muted_until, monotonic() + throttle_ms / 1000)
 
 
 class ClientConnection(ConnectionCore, asyncio.BufferedProtocol):

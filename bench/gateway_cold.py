@@ -1,0 +1,174 @@
+"""The connection core's cost per request with cold CPU caches, this tree against ``--gateway-src`` trees and the
+Python floor's protocols, with optional ablations to attribute it (issue 23).
+
+    PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_cold.py [--gateway-src DIR ...] [--flush-mb 64] \
+        [--requests 400] [--processes 6] [--ablate engine,authorization,eventlog]
+
+Why: in the running gateway (bench/gateway_cpu.py) a request costs several times what the same code costs in a
+tight loop (bench/gateway_core.py: ~15 µs warm against ~90 µs of user time over the Python floor). On two cores
+shared with the client and the broker, each request finds the gateway's code and data evicted from the caches
+by the others. This bench reproduces that regime in one process: a ``ClientConnection`` fed a 1 KB Produce and
+its response through the protocol callbacks (transports that only count bytes, event log on, a producer quota in
+force), with ``--flush-mb`` of memory written between requests (64 MB: more than this machine's 32 MB L3, so
+every request starts cold). What it measures is proportional to the memory a request touches (code and data),
+not to the instructions it executes: a typed compiled Rate or a compiled Pending changed nothing here, the thread
+CPU clock's system calls did.
+
+Each tree runs in ``--processes`` fresh interpreters, alternated (one process's heap layout differs from the
+next: ±15 % here); figures are medians. ``--ablate`` replaces parts with no-ops in this tree's runs (engine: the
+produce decision and network time; authorization: the Produce request/response hooks' authorization wrapper;
+eventlog: the request row), which attributes the cost without editing the source. ``floor`` is bench/
+l4_forwarder.py's two protocols fed the same frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _flusher(mb: int) -> Any:
+    memory = np.ones(mb * 1024 * 1024 // 8)
+
+    def flush() -> None:
+        memory[::8] += 1.0  # one write per 64-byte cache line
+
+    return flush
+
+
+def _ablate(parts: set[str]) -> None:
+    if "engine" in parts:
+        from quotaflow.engine import NOT_THROTTLED
+        from quotaflow.gateway.data.enforcement import Enforcement
+        Enforcement.produce = lambda self, *a: NOT_THROTTLED  # type: ignore[method-assign]
+        Enforcement.network_time = lambda self, *a: None  # type: ignore[method-assign]
+        Enforcement.produce_limited = lambda self, *a: False  # type: ignore[method-assign]
+    if "authorization" in parts:
+        from quotaflow.gateway.data import api_handlers
+        handlers: Any = api_handlers.HANDLERS
+        handlers[0] = api_handlers.ApiHandler(request=api_handlers._produce_request,
+                                              decide=api_handlers._decide_produce)
+
+
+def core_cold(requests: int, mb: int, parts: set[str]) -> float:
+    """Median µs per forwarded Produce through this tree's core, caches flushed before each."""
+    from gateway_core import _core_connection, _CountingTransport, produce_frames, quota_store
+
+    from quotaflow.gateway.server import Gateway
+
+    _ablate(parts)
+    connection_cls, upstream_cls = _core_connection()
+    request, response = produce_frames()
+    flush = _flusher(mb)
+
+    async def run() -> float:
+        with tempfile.TemporaryDirectory(prefix="quotaflow-cold-") as work:
+            gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, quota_store(Path(work) / "q.db"),
+                         event_log=Path(work) / "events")
+            gw.broker_quotas.load(gw.store.snapshot())
+            if "eventlog" in parts:
+                gw._event_log = None
+            conn = connection_cls(gw, "PLAINTEXT", "127.0.0.1", 1)
+            conn.connection_made(_CountingTransport())
+            conn._upstream = side = upstream_cls(conn, _CountingTransport())
+
+            def feed(proto: asyncio.BufferedProtocol, data: bytes) -> None:
+                buf = proto.get_buffer(-1)
+                buf[:len(data)] = data  # type: ignore[index]
+                proto.buffer_updated(len(data))
+
+            for _ in range(300):
+                feed(conn, request)
+                feed(side, response)
+            spent = []
+            for _ in range(requests):
+                flush()
+                start = time.perf_counter_ns()
+                feed(conn, request)
+                feed(side, response)
+                spent.append(time.perf_counter_ns() - start)
+            assert not conn._closing
+            gw.store.close()
+            return statistics.median(spent) / 1000
+
+    return asyncio.run(run())
+
+
+def floor_cold(requests: int, mb: int) -> float:
+    """The same for bench/l4_forwarder.py's protocols: frames cut by length and written on."""
+    import l4_forwarder
+    from gateway_core import _CountingTransport, produce_frames
+
+    request, response = produce_frames()
+    flush = _flusher(mb)
+    client_side, upstream_side = _CountingTransport(), _CountingTransport()
+    client = l4_forwarder._Client("127.0.0.1", 9)
+    client.transport, client.upstream = client_side, upstream_side  # type: ignore[assignment]
+    upstream = l4_forwarder._Upstream(client_side)  # type: ignore[arg-type]
+    for _ in range(300):
+        client.data_received(request)
+        upstream.data_received(response)
+    spent = []
+    for _ in range(requests):
+        flush()
+        start = time.perf_counter_ns()
+        client.data_received(request)
+        upstream.data_received(response)
+        spent.append(time.perf_counter_ns() - start)
+    return statistics.median(spent) / 1000
+
+
+def one_process(name: str, src: str | None, args: argparse.Namespace) -> float:
+    env = {**os.environ, "PYTHONPATH": src} if src else dict(os.environ)
+    cmd = [sys.executable, __file__, "--child", name, "--requests", str(args.requests), "--flush-mb",
+           str(args.flush_mb), "--ablate", args.ablate if name == "gateway" else ""]
+    return float(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout.split()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gateway-src", action="append", default=[], help="another tree (repeatable)")
+    ap.add_argument("--flush-mb", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=400, help="measured requests per process")
+    ap.add_argument("--processes", type=int, default=6, help="fresh interpreters per path, alternated")
+    ap.add_argument("--ablate", default="", help="comma-separated: engine, authorization, eventlog")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    parts = {p for p in args.ablate.split(",") if p}
+    if args.child == "floor":
+        print(floor_cold(args.requests, args.flush_mb))
+        return
+    if args.child is not None:
+        print(core_cold(args.requests, args.flush_mb, parts))
+        return
+    paths: list[tuple[str, str | None]] = [("gateway", None)]
+    paths += [(f"gateway@{src}", src) for src in args.gateway_src]
+    paths.append(("floor", None))
+    runs: dict[str, list[float]] = {name: [] for name, _ in paths}
+    for i in range(args.processes):
+        for name, src in paths if i % 2 == 0 else paths[::-1]:
+            runs[name].append(one_process(name if name != "floor" else "floor", src, args))
+    print(f"cold per request (caches flushed with {args.flush_mb} MB before each; medians of {args.processes} "
+          f"processes x {args.requests} requests{'; ablated: ' + args.ablate if parts else ''}):")
+    base = statistics.median(runs["gateway"])
+    for name, values in runs.items():
+        med = statistics.median(values)
+        print(f"  {name:40} {med:7.1f} µs  ({med / base:.2f}x this tree)  runs: "
+              + " ".join(f"{v:.0f}" for v in sorted(values)))
+
+
+if __name__ == "__main__":
+    main()
