@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.keys import CONNECTION_CREATION_RATE
@@ -213,3 +214,37 @@ def test_reloader_applies_store_changes_and_config_edits(tmp_path: Path) -> None
             store.close()
 
     run(body)
+
+
+def test_a_gateway_reads_its_change_log_once_per_poll_for_every_kind_of_quota(gateway_factory: Any,
+                                                                               tmp_path: Path) -> None:
+    """The connection quotas take the store's changes from the gateway's own poll (no second reader of the change
+    log on the event loop), and the config file's connection settings are looked at in the same turn."""
+    config = tmp_path / "gateway.properties"
+    config.write_text("max.connection.creation.rate=40\n")
+    gw = gateway_factory(config_path=config)
+    gateway = gw.thread.gateway
+    reloader = gateway._reloader
+    assert reloader is not None and reloader._task is None  # started without a poll of its own
+    assert gateway.connection_quotas.broker_rate.bound == 40
+    store = open_store(gw.store_path)
+    try:
+        store.alter([(QuotaEntity(ip="127.0.0.2"), {CONNECTION_CREATION_RATE: 7.0})])
+        store.alter([(QuotaEntity(client_id="app"), {"producer_byte_rate": 1024.0})])
+        config.write_text("max.connection.creation.rate=12\n# edited\n")
+        deadline = time.monotonic() + 10
+        enforcement = gateway.broker_quotas.for_broker(gateway.broker)
+        while not (gateway.connection_quotas.connection_rate_for_ip("127.0.0.2") == 7
+                   and enforcement.managers.produce.quota_limit("u", "app") == 1024.0
+                   and gateway.connection_quotas.broker_rate.bound == 12):
+            assert time.monotonic() < deadline, "a change did not reach the gateway's quotas"
+            time.sleep(0.05)
+        applied = reloader.applied
+        store.alter([(QuotaEntity(ip="127.0.0.2"), {CONNECTION_CREATION_RATE: None})])
+        while gateway.connection_quotas.connection_rate_for_ip("127.0.0.2") == 7:
+            assert time.monotonic() < deadline, "the removal did not reach the connection quotas"
+            time.sleep(0.05)
+        time.sleep(0.5)  # several more polls: each change is applied once
+        assert reloader.applied == applied + 1
+    finally:
+        store.close()

@@ -20,7 +20,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -351,9 +351,14 @@ class ConnectionQuotaReloader:
         self._task: asyncio.Task[None] | None = None
         self.applied = 0  # ip quota changes applied so far
 
-    async def start(self) -> None:
+    async def start(self, *, poll: bool = True) -> None:
+        """Apply the store's connection quotas and the config file as they are now, then poll both every interval;
+        with ``poll=False`` the owner hands over the store's changes (:meth:`apply_store_changes`) and asks for the
+        config file (:meth:`poll_config`) itself: a gateway reads its store's change log once for every kind of
+        quota, so one poll wakes its event loop, not one per consumer."""
         await self.poll_once()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="connection-quota-reloader")
+        if poll:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="connection-quota-reloader")
 
     async def close(self) -> None:
         if self._task is not None:
@@ -370,22 +375,35 @@ class ConnectionQuotaReloader:
             except Exception:
                 log.exception("connection quota reload failed")
 
-    async def poll_once(self) -> None:
+    def poll_config(self) -> None:
+        """Apply the config file's connection settings if it changed."""
         if self._watcher is not None:
             config = self._watcher.poll()
             if config is not None:
                 self._on_reconfigure(config)
+
+    async def poll_once(self) -> None:
+        self.poll_config()
         if self._store is None:
             return
         if self._seq is None:
             snapshot = self._store.snapshot()
-            changes: list[QuotaChange] = snapshot_changes(_ip_only(snapshot.entities), snapshot.seq)
             self._seq = snapshot.seq
+            await self._apply(snapshot_changes(_ip_only(snapshot.entities), snapshot.seq))
         else:
-            raw = self._store.changes_since(self._seq)
-            if raw:
-                self._seq = raw[-1].seq
-            changes = [c for c in raw if _is_ip_entity(c.entity)]
+            await self.apply_store_changes(self._store.changes_since(self._seq))
+
+    async def apply_store_changes(self, raw: Sequence[QuotaChange]) -> None:
+        """Changes read from the store's change log (in seq order), by this reloader or by its owner: those past
+        the last one applied, on the entities connection quotas take."""
+        seq = self._seq
+        fresh = [c for c in raw if seq is None or c.seq > seq]
+        if not fresh:
+            return
+        self._seq = fresh[-1].seq
+        await self._apply([c for c in fresh if _is_ip_entity(c.entity)])
+
+    async def _apply(self, changes: list[QuotaChange]) -> None:
         target = _AddressedTarget(self.quotas, await self._addresses(changes))
         apply_changes(changes, {}, target)
         self.applied += target.applied

@@ -223,7 +223,7 @@ class Gateway:
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
                                                  config_path=self.config_path,
                                                  interval_s=self.config.store_poll_ms / 1000)
-        await self._reloader.start()
+        await self._reloader.start(poll=False)  # fed by _poll_store: one read of the change log per poll
         self._listener = QuotaListener(self.listen, self.connection_quotas, None, socket_handler=self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
                                        reuse_port=self.reuse_port)
@@ -480,10 +480,13 @@ class Gateway:
     # -- background -----------------------------------------------------------------------------------------
 
     async def _poll_store(self) -> None:
-        """Quota changes apply within a second, without restart: feed the change log to the managers."""
+        """Quota changes apply within a second, without restart: the change log, read once per poll (off the event
+        loop), feeds the client-quota managers and the connection quotas; the config file's connection settings
+        are looked at in the same turn."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.config.store_poll_ms / 1000)
+            reloader = self._reloader
             try:
                 changes = await loop.run_in_executor(None, self.store.changes_since, self._store_seq)
             except Exception:
@@ -492,6 +495,12 @@ class Gateway:
             if changes:
                 self.broker_quotas.apply_changes(changes)
                 self._store_seq = changes[-1].seq
+            if reloader is not None:
+                try:
+                    reloader.poll_config()
+                    await reloader.apply_store_changes(changes)
+                except Exception:
+                    log.exception("connection quota reload failed")
 
     async def _poll_acls(self) -> None:
         """ACL changes (through any gateway, the CLI or the console) reach this authorizer within a second: poll the
