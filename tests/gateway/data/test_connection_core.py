@@ -5,15 +5,18 @@ mutes, produce throttles included."""
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
+from kafka.protocol.api_key import ApiKey
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.gateway.data import connection
+from quotaflow.gateway.data import api_handlers, connection
 from quotaflow.gateway.server import Gateway
 from quotaflow.store import open_store
 
@@ -123,3 +126,48 @@ def test_both_forms_take_the_same_requests_to_the_same_bytes_and_throttles(tmp_p
     assert compiled == pure
     assert sum(1 for step in compiled if step[2]) >= 5  # the quota throttled (and muted) several of them
     assert all(step[0] for step in compiled)  # every request was forwarded
+
+
+def _thread_times(module: ModuleType, store_path: Path) -> tuple[int, int]:
+    """(io, network) thread ns the core records for one produce whose request step holds the event loop 30 ms."""
+
+    async def run() -> tuple[int, int]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
+        recorded: list[tuple[int, int]] = []
+        gw.on_request = lambda _c, pending, _b, _t: recorded.append(  # type: ignore[method-assign]
+            (pending.thread_ns, pending.network_ns))
+        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+        conn.connection_made(_Transport())
+        conn._upstream = module.UpstreamProtocol(conn, _Transport())
+        try:
+            request, response = _frames(1, 1)
+            for proto, data in ((conn, request), (conn._upstream, response)):
+                buf = proto.get_buffer(-1)
+                buf[:len(data)] = data
+                proto.buffer_updated(len(data))
+        finally:
+            gw.store.close()
+        assert len(recorded) == 1
+        return recorded[0]
+
+    return asyncio.run(run())
+
+
+def test_a_request_is_charged_the_time_it_holds_the_event_loop(tmp_path: Path, monkeypatch: Any) -> None:
+    """io thread time is the event loop's time on the request (the monotonic clock, as Kafka's request handlers
+    read System.nanoTime): a step that blocks the loop without using CPU is charged in full, in both forms; a
+    thread CPU clock would charge almost nothing for it."""
+    handler = api_handlers.HANDLERS[ApiKey.Produce]
+    assert handler.request is not None
+    inner = handler.request
+
+    def blocking(scope: Any, pending: Any, frame: bytes) -> bytes | None:
+        time.sleep(0.03)  # holds the event loop: nobody else's request runs meanwhile
+        return inner(scope, pending, frame)
+
+    monkeypatch.setitem(cast(dict[int, Any], api_handlers.HANDLERS), ApiKey.Produce,
+                        replace(handler, request=blocking))
+    for module in (connection, pure_twin(connection)):
+        io_ns, network_ns = _thread_times(module, tmp_path / f"quotas-{module.__name__}.db")
+        assert io_ns >= 30_000_000, (module.__name__, io_ns)
+        assert 0 < network_ns < io_ns
