@@ -74,7 +74,7 @@ def _ablate(parts: set[str]) -> None:
 
 def core_cold(requests: int, mb: int, parts: set[str]) -> float:
     """Median µs per forwarded Produce through this tree's core, caches flushed before each."""
-    from gateway_core import _core_connection, produce_frames, quota_store
+    from gateway_core import _core_connection, feed, produce_frames, quota_store
 
     from quotaflow.gateway.server import Gateway
 
@@ -93,11 +93,6 @@ def core_cold(requests: int, mb: int, parts: set[str]) -> float:
             conn = connection_cls(gw, "PLAINTEXT", "127.0.0.1", 1)
             conn.connection_made(_CTransport())
             conn._upstream = side = upstream_cls(conn, _CTransport())
-
-            def feed(proto: asyncio.BufferedProtocol, data: bytes) -> None:
-                buf = proto.get_buffer(-1)
-                buf[:len(data)] = data  # type: ignore[index]
-                proto.buffer_updated(len(data))
 
             for _ in range(300):
                 feed(conn, request)
