@@ -50,8 +50,9 @@ def _flusher(mb: int) -> Any:
 
 
 class _CTransport:
-    """A transport whose methods are C builtins, as uvloop's are (a Python-level fake would add its own cold
-    calls: ~20 µs a request here): writes are taken and dropped, the write buffer is always empty."""
+    """A transport whose methods are C builtins, as uvloop's are (a Python-level fake would add cold calls of its
+    own, six ``get_write_buffer_size`` a request among them): writes are taken and dropped, the write buffer is
+    always empty."""
 
     write = writelines = len  # called with one argument: the bytes, or the (size, frame) pair
     get_write_buffer_size = pause_reading = resume_reading = close = int  # no argument: 0
