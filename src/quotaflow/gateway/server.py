@@ -221,8 +221,7 @@ class Gateway:
             # pyarrow's first conversion and Parquet write cost ~0.3 s of CPU: done before the first client is served
             await loop.run_in_executor(None, self._event_log.wait_ready)
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
-                                                 config_path=self.config_path,
-                                                 interval_s=self.config.store_poll_ms / 1000)
+                                                 config_path=self.config_path)
         await self._reloader.start(poll=False)  # fed by _poll_store: one read of the change log per poll
         self._listener = QuotaListener(self.listen, self.connection_quotas, None, socket_handler=self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
@@ -487,6 +486,11 @@ class Gateway:
         while True:
             await asyncio.sleep(self.config.store_poll_ms / 1000)
             reloader = self._reloader
+            if reloader is not None:  # the config file, whether or not the store answers
+                try:
+                    reloader.poll_config()
+                except Exception:
+                    log.exception("reloading the connection settings of %s failed", self.config_path)
             try:
                 changes = await loop.run_in_executor(None, self.store.changes_since, self._store_seq)
             except Exception:
@@ -495,12 +499,11 @@ class Gateway:
             if changes:
                 self.broker_quotas.apply_changes(changes)
                 self._store_seq = changes[-1].seq
-            if reloader is not None:
-                try:
-                    reloader.poll_config()
-                    await reloader.apply_store_changes(changes)
-                except Exception:
-                    log.exception("connection quota reload failed")
+                if reloader is not None:
+                    try:
+                        await reloader.apply_store_changes(changes)
+                    except Exception:
+                        log.exception("connection quota reload failed")
 
     async def _poll_acls(self) -> None:
         """ACL changes (through any gateway, the CLI or the console) reach this authorizer within a second: poll the

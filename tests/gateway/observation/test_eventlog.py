@@ -8,6 +8,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -433,18 +435,31 @@ def test_the_gateway_reads_the_memory_bound_from_its_config(tmp_path: Path) -> N
             gateway(bad)
 
 
+@contextmanager
+def _logging_gateway(tmp_path: Path, broker: str) -> Iterator[Any]:
+    """A ``Gateway`` (not started) whose event log is open in ``tmp_path / "events"`` as ``Gateway.start`` opens it;
+    the log is closed (everything written) when the block ends."""
+    from quotaflow.gateway.server import Gateway
+
+    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events",
+                 broker=broker)
+    try:
+        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)
+        yield gw
+        log.close()
+    finally:
+        gw.sasl.close()
+        gw.store.close()
+
+
 def test_the_gateway_logs_each_request_field_in_its_own_column(tmp_path: Path) -> None:
     """``Gateway.on_request`` builds the row by position: each field of the connection and the request lands in the
     column named for it (distinct values everywhere, so a value in another's place shows)."""
     from quotaflow.gateway.data.enforcement import RequestDecisions
     from quotaflow.gateway.data.pending import RAW_SASL, Pending
     from quotaflow.gateway.data.protocol import RequestHeader
-    from quotaflow.gateway.server import Gateway
 
-    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events",
-                 broker="gw-a")
-    try:
-        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)  # as Gateway.start opens it
+    with _logging_gateway(tmp_path, "gw-a") as gw:
         conn = SimpleNamespace(broker="gw-a-node-3", listener="SASL_SSL", principal="alice", client_ip="10.1.2.3")
         produce = Pending(RequestHeader(0, 9, 7, "app-1", 15), request_bytes=1111, received_ms=0, thread_ns=2222,
                           network_ns=3333, acks=-1, decisions=RequestDecisions(44, 55, 66, 77))
@@ -452,10 +467,6 @@ def test_the_gateway_logs_each_request_field_in_its_own_column(tmp_path: Path) -
                        network_ns=6)
         gw.on_request(conn, produce, 4444, 1_700_000_000_123)
         gw.on_request(conn, sasl, 13, 1_700_000_000_124)
-        log.close()
-    finally:
-        gw.sasl.close()
-        gw.store.close()
     table = read_dataset(tmp_path / "events", REQUESTS_DIR)
     assert table is not None
     who = {"broker": "gw-a-node-3", "listener": "SASL_SSL", "user": "alice", "client_ip": "10.1.2.3",
@@ -477,20 +488,14 @@ def test_a_produce_with_acks_out_of_the_columns_range_does_not_stop_the_log(tmp_
     The row keeps what replay needs of acks (0 or not: KIP-124's exemption)."""
     from quotaflow.gateway.data.pending import Pending
     from quotaflow.gateway.data.protocol import RequestHeader
-    from quotaflow.gateway.server import Gateway
 
-    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events")
-    try:
-        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)
+    with _logging_gateway(tmp_path, "gw") as gw:
         conn = SimpleNamespace(broker="gw", listener="PLAINTEXT", principal="mallory", client_ip="10.6.6.6")
         for i, acks in enumerate((1000, -32768, 32767, 128, -129, 0, -1, 1)):
             gw.on_request(conn, Pending(RequestHeader(0, 9, i, "evil", 14), 100, 0, acks=acks), 10, 1_700_000_000_000)
-        log.flush()
+        assert gw._event_log is not None
+        gw._event_log.flush()
         gw.on_request(conn, Pending(RequestHeader(0, 9, 99, "next", 14), 100, 0, acks=1), 10, 1_700_000_000_001)
-        log.close()
-    finally:
-        gw.sasl.close()
-        gw.store.close()
     table = read_dataset(tmp_path / "events", REQUESTS_DIR)
     assert table is not None
     assert table.sort_by("seq").column("acks").to_pylist() == [127, -128, 127, 127, -128, 0, -1, 1, 1]
