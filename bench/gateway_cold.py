@@ -2,7 +2,7 @@
 Python floor's protocols, with optional ablations to attribute it (issue 23).
 
     PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_cold.py [--gateway-src DIR ...] [--flush-mb 64] \
-        [--requests 400] [--processes 6] [--ablate engine,authorization,eventlog]
+        [--requests 400] [--processes 6] [--ablate engine,authorization,eventlog] [--attribute]
 
 Why: in the running gateway (bench/gateway_cpu.py) a request costs several times what the same code costs in a
 tight loop (bench/gateway_core.py: ~15 µs warm against ~90 µs of user time over the Python floor). On two cores
@@ -19,6 +19,11 @@ next: ±15 % here); figures are medians. ``--ablate`` replaces parts with no-ops
 produce decision and network time; authorization: the Produce request/response hooks' authorization wrapper;
 eventlog: the request row), which attributes the cost without editing the source. ``floor`` is bench/
 l4_forwarder.py's two protocols fed the same frames.
+
+``--attribute`` measures this tree alone: the whole, each part ablated and all of them ablated take turns request
+by request inside each process, so each part's cost is a difference within one heap layout (a few µs apart between
+processes, not ±15 %). What it showed (BENCHMARKS.md, session 7): a request's cold cost follows the number of
+distinct Python functions and objects it touches, ~3 µs for each function call that finds its code cold.
 """
 
 from __future__ import annotations
@@ -59,55 +64,75 @@ class _CTransport:
     set_write_buffer_limits = dict  # high=...
 
 
-def _ablate(parts: set[str]) -> None:
-    if "engine" in parts:
-        from quotaflow.engine import NOT_THROTTLED
-        from quotaflow.gateway.data.enforcement import Enforcement
-        Enforcement.produce = lambda self, *a: NOT_THROTTLED  # type: ignore[method-assign]
-        Enforcement.network_time = lambda self, *a: None  # type: ignore[method-assign]
-        Enforcement.produce_limited = lambda self, *a: False  # type: ignore[method-assign]
-    if "authorization" in parts:
+PARTS = ("engine", "authorization", "eventlog")
+
+
+class _Ablation:
+    """Parts of this tree replaced with no-ops, and put back (``set`` switches between variants in one process):
+    engine: the produce decision, the network time and the one-produce-at-a-time check; authorization: the Produce
+    handler without its authorization wrapper; eventlog: the request row."""
+
+    def __init__(self, gw: Any) -> None:
         from quotaflow.gateway.data import api_handlers
-        handlers: Any = api_handlers.HANDLERS
-        handlers[0] = api_handlers.ApiHandler(request=api_handlers._produce_request,
-                                              decide=api_handlers._decide_produce)
+        from quotaflow.gateway.data.enforcement import Enforcement
+
+        self.gw, self.log = gw, gw._event_log
+        self.handlers: Any = api_handlers.HANDLERS
+        self.produce_handler = self.handlers[0]
+        self.unauthorized = api_handlers.ApiHandler(request=api_handlers._produce_request,
+                                                    decide=api_handlers._decide_produce)
+        self.enforcement = Enforcement
+        self.engine = {n: getattr(Enforcement, n) for n in ("produce", "network_time", "produce_limited")}
+
+    def set(self, parts: set[str]) -> None:
+        from quotaflow.engine import NOT_THROTTLED
+
+        stubs = {"produce": lambda self, *a: NOT_THROTTLED, "network_time": lambda self, *a: None,
+                 "produce_limited": lambda self, *a: False}
+        for name, real in self.engine.items():
+            setattr(self.enforcement, name, stubs[name] if "engine" in parts else real)
+        self.handlers[0] = self.unauthorized if "authorization" in parts else self.produce_handler
+        self.gw._event_log = None if "eventlog" in parts else self.log
 
 
-def core_cold(requests: int, mb: int, parts: set[str]) -> float:
-    """Median µs per forwarded Produce through this tree's core, caches flushed before each."""
+def core_cold(requests: int, mb: int, variants: list[set[str]]) -> list[float]:
+    """Median µs per forwarded Produce through this tree's core, caches flushed before each, for each variant (a
+    set of ablated parts), the variants taking turns request by request in this one process (same heap)."""
     from gateway_core import _core_connection, feed, produce_frames, quota_store
 
     from quotaflow.gateway.server import Gateway
 
-    _ablate(parts)
     connection_cls, upstream_cls = _core_connection()
     request, response = produce_frames()
     flush = _flusher(mb)
 
-    async def run() -> float:
+    async def run() -> list[float]:
         with tempfile.TemporaryDirectory(prefix="quotaflow-cold-") as work:
             gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, quota_store(Path(work) / "q.db"),
                          event_log=Path(work) / "events")
             gw.broker_quotas.load(gw.store.snapshot())
-            if "eventlog" in parts:
-                gw._event_log = None
+            ablation = _Ablation(gw)
             conn = connection_cls(gw, "PLAINTEXT", "127.0.0.1", 1)
             conn.connection_made(_CTransport())
             conn._upstream = side = upstream_cls(conn, _CTransport())
 
-            for _ in range(300):
-                feed(conn, request)
-                feed(side, response)
-            spent = []
-            for _ in range(requests):
+            for parts in variants:
+                ablation.set(parts)
+                for _ in range(300 // len(variants) + 1):
+                    feed(conn, request)
+                    feed(side, response)
+            spent: list[list[int]] = [[] for _ in variants]
+            for i in range(requests * len(variants)):
+                ablation.set(variants[i % len(variants)])
                 flush()
                 start = time.perf_counter_ns()
                 feed(conn, request)
                 feed(side, response)
-                spent.append(time.perf_counter_ns() - start)
+                spent[i % len(variants)].append(time.perf_counter_ns() - start)
+            ablation.set(set())
             assert not conn._closing
             gw.store.close()
-            return statistics.median(spent) / 1000
+            return [statistics.median(v) / 1000 for v in spent]
 
     return asyncio.run(run())
 
@@ -136,28 +161,42 @@ def floor_cold(requests: int, mb: int) -> float:
     return statistics.median(spent) / 1000
 
 
-def one_process(name: str, src: str | None, args: argparse.Namespace) -> float:
+def one_process(name: str, src: str | None, args: argparse.Namespace, variants: str = "") -> list[float]:
     env = {**os.environ, "PYTHONPATH": src} if src else dict(os.environ)
     cmd = [sys.executable, __file__, "--child", name, "--requests", str(args.requests), "--flush-mb",
-           str(args.flush_mb), "--ablate", args.ablate if name == "gateway" else ""]
-    return float(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout.split()[-1])
+           str(args.flush_mb), "--variants", variants]
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout.split()
+    return [float(v) for v in out]
+
+
+def _variants(spec: str) -> list[set[str]]:
+    """``"engine+eventlog;"`` -> [{"engine", "eventlog"}, set()]: one variant per ``;``-separated item."""
+    return [{p for p in item.split("+") if p} for item in spec.split(";")]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gateway-src", action="append", default=[], help="another tree (repeatable)")
     ap.add_argument("--flush-mb", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=400, help="measured requests per process")
+    ap.add_argument("--requests", type=int, default=400, help="measured requests per process (and variant)")
     ap.add_argument("--processes", type=int, default=6, help="fresh interpreters per path, alternated")
-    ap.add_argument("--ablate", default="", help="comma-separated: engine, authorization, eventlog")
+    ap.add_argument("--ablate", default="", help="comma-separated: " + ", ".join(PARTS))
+    ap.add_argument("--attribute", action="store_true",
+                    help="this tree only: each part's cost, its ablation taking turns with the whole in each process")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--variants", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     parts = {p for p in args.ablate.split(",") if p}
+    if parts - set(PARTS):
+        ap.error(f"--ablate takes {', '.join(PARTS)}")
     if args.child == "floor":
         print(floor_cold(args.requests, args.flush_mb))
         return
     if args.child is not None:
-        print(core_cold(args.requests, args.flush_mb, parts))
+        print(*core_cold(args.requests, args.flush_mb, _variants(args.variants)))
+        return
+    if args.attribute:
+        attribute(args)
         return
     paths: list[tuple[str, str | None]] = [("gateway", None)]
     paths += [(f"gateway@{src}", src) for src in args.gateway_src]
@@ -165,7 +204,8 @@ def main() -> None:
     runs: dict[str, list[float]] = {name: [] for name, _ in paths}
     for i in range(args.processes):
         for name, src in paths if i % 2 == 0 else paths[::-1]:
-            runs[name].append(one_process(name if name != "floor" else "floor", src, args))
+            variants = "+".join(sorted(parts)) if name == "gateway" else ""
+            runs[name].append(one_process(name, src, args, variants)[0])
     print(f"cold per request (caches flushed with {args.flush_mb} MB before each; medians of {args.processes} "
           f"processes x {args.requests} requests{'; ablated: ' + args.ablate if parts else ''}):")
     base = statistics.median(runs["gateway"])
@@ -173,6 +213,23 @@ def main() -> None:
         med = statistics.median(values)
         print(f"  {name:40} {med:7.1f} µs  ({med / base:.2f}x this tree)  runs: "
               + " ".join(f"{v:.0f}" for v in sorted(values)))
+
+
+def attribute(args: argparse.Namespace) -> None:
+    """Each part's cost: the whole, each part ablated and all ablated take turns request by request in each process
+    (one heap layout for all, so their differences are not the ±15 % between processes); medians over processes
+    of each process's difference to the whole."""
+    names = ["whole", *PARTS, "all"]
+    spec = ";".join(["", *PARTS, "+".join(PARTS)])
+    rows = [one_process("gateway", None, args, spec) for _ in range(args.processes)]
+    print(f"cold per request by part (caches flushed with {args.flush_mb} MB before each; {args.processes} "
+          f"processes x {args.requests} requests per variant, variants taking turns):")
+    for i, name in enumerate(names):
+        med = statistics.median(r[i] for r in rows)
+        diffs = [r[i] - r[0] for r in rows]
+        what = "" if not i else f"  part's cost {-statistics.median(diffs):5.1f} µs  (per process: " + \
+            " ".join(f"{-d:.0f}" for d in sorted(diffs, reverse=True)) + ")"
+        print(f"  {name + (' ablated' if i else ''):24} {med:7.1f} µs{what}")
 
 
 if __name__ == "__main__":

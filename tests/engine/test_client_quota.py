@@ -159,6 +159,7 @@ def test_quota_types_refcount() -> None:
     ]:
         m.update_quota(user, client, value)
         masks.append(m.quota_types_enabled)
+        assert m.quotas_enabled == bool(m.quota_types_enabled)  # kept with the mask (read per request)
     assert masks == [1, 3, 3, 3, 7, 7, 7, 5, 5, 4, 0, 0]
     assert not m.quotas_enabled
 

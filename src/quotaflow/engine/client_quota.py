@@ -101,6 +101,7 @@ class ClientQuotaManager:
         self.overrides: dict[ClientKey, float] = {}
         self.prefixes = PrefixIndex()  # the client-id-prefix entities among the overrides
         self._mask = 0
+        self.quotas_enabled = False  # any quota of this type (mask != 0): a plain attribute, asked per request
         self._bit_counts = {bit: 0 for bit in (QuotaTypeBit.CLIENT_ID, QuotaTypeBit.USER, QuotaTypeBit.USER_CLIENT_ID)}
         self._sensors: dict[QuotaId, QuotaSensor] = {}
         self._throttle_sensors: dict[QuotaId, Avg] = {}
@@ -117,10 +118,6 @@ class ClientQuotaManager:
     def quota_types_enabled(self) -> int:
         """The ``quotaTypesEnabled`` bitmask (CLIENT_ID=1, USER=2, USER_CLIENT_ID=4)."""
         return self._mask
-
-    @property
-    def quotas_enabled(self) -> bool:
-        return self._mask != 0
 
     def _user_key(self, user: Part) -> Part:
         return user if user is None or user is DEFAULT else sanitize(user)  # type: ignore[arg-type]
@@ -153,6 +150,7 @@ class ClientQuotaManager:
             self._bit_counts[bit] -= 1
             if self._bit_counts[bit] == 0:
                 self._mask &= ~bit
+        self.quotas_enabled = self._mask != 0
         if value is None:
             self.overrides.pop(key, None)
         else:
@@ -210,6 +208,8 @@ class ClientQuotaManager:
     def quota_limit(self, user: str, client_id: str) -> float:
         """``quota(user, clientId).bound``: the limit that applies to this user/client-id (UNLIMITED if none);
         asked per produce request by the gateway, so kept until the quotas change."""
+        if not self._mask:
+            return UNLIMITED
         limit = self._limits.get((user, client_id))
         if limit is None:
             if len(self._limits) > _TAG_CACHE_LIMIT:
@@ -315,11 +315,14 @@ class ClientQuotaManager:
 
     def record_request_time_ns(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> int:
         """Request quota, io-thread time: recorded with the check, throttle capped at one window."""
-        return self.record_and_get_throttle_ms(user, client_id, nanos_to_percent(thread_ns), now_ms)
+        if not self._mask:  # asked for every request: no further call while no request quota exists
+            return 0
+        return self.record_and_get_throttle_ms(user, client_id, thread_ns * NANOS_TO_PERCENT, now_ms)
 
     def record_network_time_ns(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
         """Request quota, network-thread time: recorded without the check."""
-        self.record_no_throttle(user, client_id, nanos_to_percent(thread_ns), now_ms)
+        if self._mask:
+            self.sensor(user, client_id, now_ms).record(thread_ns * NANOS_TO_PERCENT, now_ms)
 
     def record_exempt(self, percent: float, now_ms: int) -> None:
         """An exempt request's thread time goes to ``exempt-request-time`` (while quotas are enabled)."""

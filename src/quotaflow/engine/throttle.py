@@ -56,7 +56,7 @@ def produce_throttle(produce: ClientQuotaManager, request: ClientQuotaManager, u
     else:
         req = request.record_request_time_ns(user, client_id, thread_ns, now_ms)
     decision = combine(bw, req)
-    if apply:
+    if apply and decision is not NOT_THROTTLED:
         _apply(decision, produce, request, user, client_id, now_ms)
     return decision
 

@@ -35,6 +35,7 @@ class _Transport:
     def __init__(self) -> None:
         self.written: list[bytes] = []
         self.reading = True
+        self.buffered = 0  # bytes the socket has not taken yet
 
     def write(self, data: bytes) -> None:
         self.written.append(bytes(data))
@@ -52,7 +53,7 @@ class _Transport:
     def close(self) -> None: ...
 
     def get_write_buffer_size(self) -> int:
-        return 0
+        return self.buffered
 
     def get_extra_info(self, _name: str, default: Any = None) -> Any:
         return default
@@ -171,3 +172,46 @@ def test_a_request_is_charged_the_time_it_holds_the_event_loop(tmp_path: Path, m
         io_ns, network_ns = _thread_times(module, tmp_path / f"quotas-{module.__name__}.db")
         assert io_ns >= 30_000_000, (module.__name__, io_ns)
         assert 0 < network_ns < io_ns
+
+
+def _backed_up_client(module: ModuleType, store_path: Path) -> list[tuple[int, bool]]:
+    """A client whose socket stops taking responses (its transport over the unsent bound, pause_writing called),
+    then drains (resume_writing): per step, the requests forwarded upstream and whether the client is read."""
+
+    async def run() -> list[tuple[int, bool]]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
+        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+        client, upstream = _Transport(), _Transport()
+        conn.connection_made(client)
+        conn._upstream = module.UpstreamProtocol(conn, upstream)
+
+        def feed(proto: Any, data: bytes) -> None:
+            buf = proto.get_buffer(-1)
+            buf[:len(data)] = data
+            proto.buffer_updated(len(data))
+
+        steps = []
+        try:
+            request, response = _frames(1, 1)
+            feed(conn, request)
+            feed(conn._upstream, response)
+            steps.append((len(upstream.take()), client.reading))
+            client.buffered = gw.config.max_unsent_response_bytes + 1  # the client stopped reading its socket
+            conn.pause_writing()
+            feed(conn, _frames(2, 1)[0])
+            steps.append((len(upstream.take()), client.reading))
+            client.buffered = 0
+            conn.resume_writing()
+            steps.append((len(upstream.take()), client.reading))
+        finally:
+            gw.store.close()
+        return steps
+
+    return asyncio.run(run())
+
+
+def test_a_client_that_takes_no_responses_is_not_read(tmp_path: Path) -> None:
+    """quotaflow.max.unsent.response.bytes: over it, the next request waits (unread) until the socket drains."""
+    for module in (connection, pure_twin(connection)):
+        steps = _backed_up_client(module, tmp_path / f"quotas-{module.__name__}.db")
+        assert steps == [(1, True), (0, False), (1, True)], module.__name__

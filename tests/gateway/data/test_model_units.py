@@ -49,6 +49,19 @@ def test_an_excluded_principal_is_never_throttled_and_metered_as_exempt() -> Non
     assert samples[("exempt-request-time", ())] > 0
 
 
+def test_network_time_weighs_on_the_next_request_only_under_a_request_quota() -> None:
+    with_quota = _enforcement(frozenset())
+    assert with_quota.request(3, "tenant", "c", 0, NOW) == 0
+    with_quota.network_time("tenant", "c", 50_000_000, NOW)  # recorded, never checked itself
+    assert with_quota.managers.request.metric_value("tenant", "c", NOW) > 0
+    assert with_quota.request(3, "tenant", "c", 0, NOW) > 0  # the next request pays for it
+    without = Enforcement(GatewayConfig())
+    without.load(Snapshot(1, {QuotaEntity(user=DEFAULT): {"producer_byte_rate": 100.0}}))
+    without.network_time("tenant", "c", 50_000_000, NOW)
+    assert without.managers.request.sensor_count == 0  # no request quota: nothing to record into
+    assert without.request(3, "tenant", "c", 0, NOW) == 0
+
+
 def test_the_exclusion_setting() -> None:
     config = GatewayConfig.from_properties({"quotaflow.quota.excluded.principals": "User:ops; User:replicator"})
     assert config.excluded_principals == {"ops", "replicator"}

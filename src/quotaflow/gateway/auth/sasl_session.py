@@ -55,28 +55,25 @@ class SaslSession:
         self._gateway = gateway
         self._client_ip = client_ip
         self.required = required  # a SASL listener: nothing but SASL and ApiVersions before authentication
-        self.state = NONE
         self._scram: ScramServer | None = None  # SaslHandshake chose SCRAM-SHA-256/512 (else PLAIN)
         # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
         self.passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
         self._on_authenticated = on_authenticated
+        # the state and what it means, plain attributes kept by _set_state (the connection asks on every request):
+        # raw_tokens: after SaslHandshake v0 the next frame is a raw token, not a Kafka request; pending_auth: a SASL
+        # listener's client that has not authenticated yet
+        self.state = NONE
+        self.authenticated = self.raw_tokens = False
+        self.pending_auth = required
 
-    @property
-    def authenticated(self) -> bool:
-        return self.state == AUTHENTICATED
-
-    @property
-    def raw_tokens(self) -> bool:
-        """After SaslHandshake v0: the next frame is a raw token, not a Kafka request."""
-        return self.state == HANDSHAKEN_V0
-
-    @property
-    def pending_auth(self) -> bool:
-        """A SASL listener's client that has not authenticated yet."""
-        return self.required and self.state != AUTHENTICATED
+    def _set_state(self, state: str) -> None:
+        self.state = state
+        self.authenticated = state == AUTHENTICATED
+        self.raw_tokens = state == HANDSHAKEN_V0
+        self.pending_auth = self.required and not self.authenticated
 
     def _authenticated(self, principal: str) -> None:
-        self.state = AUTHENTICATED
+        self._set_state(AUTHENTICATED)
         self._on_authenticated(principal)
 
     # -- passthrough: the broker answers, the gateway watches ---------------------------------------------------
@@ -111,7 +108,7 @@ class SaslSession:
             error = UnsupportedSaslMechanismError.errno
         else:
             error = 0
-            self.state = HANDSHAKEN_V0 if version == 0 else HANDSHAKEN
+            self._set_state(HANDSHAKEN_V0 if version == 0 else HANDSHAKEN)
             if request.mechanism != PLAIN and gateway.scram_store is not None:
                 self._scram = ScramServer(request.mechanism, gateway.scram_store.get_scram_credential,
                                           legacy_client_nonce=gateway.config.scram_legacy_client_nonce)

@@ -5,13 +5,13 @@
 cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public object _tls, _loop, _frames, _upstream, _queue, _awaiting, _busy, _pool
-    cdef public object _mute_timer, _hold_timer, _closed
+    cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port
     cdef public double last_active, muted_until, frame_since, _progress, _waiting_since
     cdef public Py_ssize_t _max_in_flight, _max_unsent, _held, _unsent, _unsent_local
     cdef public long long _auth_ns
     cdef public bint _waiting_memory, _stopped, _closing, _reading, _upstream_reading, _upstream_blocked
-    cdef public bint _admitted, _pumping, _again, _cut
+    cdef public bint _admitted, _pumping, _again, _cut, _write_paused
 
     cpdef _pump(self)
     cpdef _set_reading(self, int gate)

@@ -115,6 +115,11 @@ class ConnectionCore:
         config = gateway.config
         self._max_in_flight = config.max_in_flight
         self._max_unsent = config.max_unsent_response_bytes
+        # Kafka's receive limit: socket.request.max.bytes, and sasl.server.max.receive.size until a SASL listener's
+        # client has authenticated (the config does not change while the gateway runs)
+        self._limit = (config.socket_request_max_bytes, "socket.request.max.bytes")
+        self._preauth_limit = (min(config.sasl_server_max_receive_size, config.socket_request_max_bytes),
+                               "sasl.server.max.receive.size")
         self.sasl = SaslSession(gateway, client_ip, required=config.security_protocol(listener) in SASL_PROTOCOLS,
                                 on_authenticated=self._authenticated)
         self._loop = asyncio.get_running_loop()
@@ -134,6 +139,7 @@ class ConnectionCore:
         self._reading = True
         self._upstream_reading = True
         self._upstream_blocked = False  # the upstream socket's write buffer is full
+        self._write_paused = False  # the client's socket holds more than the unsent bound (pause_writing)
         self._mute_timer: asyncio.TimerHandle | None = None
         self._hold_timer: asyncio.TimerHandle | None = None  # held, then closed
         self._admitted = tls is None  # an SSL listener's client waits for its principal's connection rate
@@ -247,9 +253,10 @@ class ConnectionCore:
         self._pump()
 
     def pause_writing(self) -> None:
-        pass  # the unsent-bytes bound reads the client's write buffer itself
+        self._write_paused = True
 
     def resume_writing(self) -> None:
+        self._write_paused = False
         self._pump()
 
     def _memory_freed(self) -> None:
@@ -349,19 +356,17 @@ class ConnectionCore:
         responses made here: one of those queued behind a forwarded request must never stop the response it waits
         for from being read."""
         unsent = self._unsent - self._unsent_local if upstream else self._unsent
+        if not unsent and not self._write_paused:
+            return False  # the transport pauses writing above the bound (its high-water mark): below it until then
         assert self.transport is not None
         return unsent + self.transport.get_write_buffer_size() > self._max_unsent
 
     # -- client -> gateway ----------------------------------------------------------------------------------
 
     def _frame_limit(self) -> tuple[int, str]:
-        """Kafka's receive limit: ``sasl.server.max.receive.size`` until a SASL listener's client has
-        authenticated, ``socket.request.max.bytes`` after."""
-        config = self.gateway.config
-        if self.sasl.pending_auth:
-            return min(config.sasl_server_max_receive_size, config.socket_request_max_bytes), \
-                "sasl.server.max.receive.size"
-        return config.socket_request_max_bytes, "socket.request.max.bytes"
+        """Kafka's receive limit and its setting's name: ``sasl.server.max.receive.size`` until a SASL listener's
+        client has authenticated, ``socket.request.max.bytes`` after."""
+        return self._preauth_limit if self.sasl.pending_auth else self._limit
 
     def _take(self) -> int:
         """Take every whole request the gate lets in; returns the gate as it stands after."""

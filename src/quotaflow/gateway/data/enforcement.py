@@ -107,10 +107,7 @@ class Enforcement:
     def produce_limited(self, user: str, client_id: str) -> bool:
         """Whether a finite producer_byte_rate applies to this client: its produce requests are then read one at a
         time, so none is read while an earlier one may still be throttled."""
-        produce = self.managers.produce
-        if user in self.excluded:
-            return False
-        return produce.quotas_enabled and produce.quota_limit(user, client_id) < UNLIMITED
+        return user not in self.excluded and self.managers.produce.quota_limit(user, client_id) < UNLIMITED
 
     def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
         """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response),
@@ -182,7 +179,9 @@ class Enforcement:
             self._meter_excluded("request", user, thread_ns * NANOS_TO_PERCENT, now_ms)
             self.managers.request.record_exempt_ns(thread_ns, now_ms)
             return
-        self.managers.request.record_network_time_ns(user, client_id, thread_ns, now_ms)
+        request = self.managers.request
+        if request.quotas_enabled:  # asked after every response: no further call while no request quota exists
+            request.record_network_time_ns(user, client_id, thread_ns, now_ms)
 
     def exempt_network_time(self, thread_ns: int, now_ms: int) -> None:
         """The network time of an exempt request goes to exempt-request-time, as its io time does."""

@@ -127,7 +127,8 @@ class FrameBuffer:
             raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
         if avail >= 4 + size:
             stop: cython.Py_ssize_t = start + 4 + size
-            frame = bytes(self._view[start + 4:stop])
+            # compiled: one bytes object made from the buffer's own bytes, no view between
+            frame = data[start + 4:stop] if cython.compiled else bytes(self._view[start + 4:stop])
             if stop == self._end:
                 self._start = self._end = 0
                 self.partial = False
