@@ -21,7 +21,7 @@ from quotaflow.engine.controller_mutation import PermissiveControllerMutationQuo
 from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.data import mutations, protocol
 from quotaflow.gateway.data.enforcement import Enforcement
-from quotaflow.store.base import Snapshot
+from quotaflow.store.base import Change, Snapshot
 
 NOW = 1_700_000_000_000
 
@@ -60,6 +60,13 @@ def test_network_time_weighs_on_the_next_request_only_under_a_request_quota() ->
     without.network_time("tenant", "c", 50_000_000, NOW)
     assert without.managers.request.sensor_count == 0  # no request quota: nothing to record into
     assert without.request(3, "tenant", "c", 0, NOW) == 0
+    # what a connection asks before it calls network_time at all: kept with every change of quotas
+    assert with_quota.network_metered and not without.network_metered
+    without.apply_changes([Change(2, NOW, QuotaEntity(user="tenant"), "request_percentage", 5.0)])
+    assert without.network_metered
+    without.apply_changes([Change(3, NOW, QuotaEntity(user="tenant"), "request_percentage", None)])
+    assert not without.network_metered
+    assert _enforcement().network_metered  # excluded principals' usage is metered even without a quota
 
 
 def test_the_exclusion_setting() -> None:

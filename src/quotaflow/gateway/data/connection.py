@@ -668,7 +668,7 @@ class ConnectionCore:
         client_id = pending.header.client_id or ""
         if pending.exempt:
             enforcement.exempt_network_time(pending.network_ns, now_ms)
-        else:
+        elif enforcement.network_metered:
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
         if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
             frame = pending.response

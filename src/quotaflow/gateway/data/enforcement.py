@@ -14,7 +14,7 @@ throttled: nothing of theirs is recorded into a client-quota sensor, their threa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,6 +23,7 @@ from quotaflow.engine import (
     NANOS_TO_PERCENT,
     NOT_THROTTLED,
     ControllerMutationQuota,
+    QuotaChange,
     QuotaManagers,
     Rate,
     ThrottleDecision,
@@ -37,7 +38,7 @@ from quotaflow.engine import (
 )
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.store.base import Change, Snapshot
+from quotaflow.store.base import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,9 @@ class Enforcement:
         )
         self.excluded = config.excluded_principals
         self._excluded_usage: dict[tuple[str, str], Rate] = {}  # (kind, principal) -> rate, metrics only
+        self.network_metered = bool(self.excluded)
+        """Whether :meth:`network_time` has anything to record (a request quota exists, or excluded principals are
+        metered): a plain attribute, so a connection asks it after every response without a call."""
 
     def _meter_excluded(self, kind: str, user: str, value: float, now_ms: int) -> None:
         rate = self._excluded_usage.get((kind, user))
@@ -86,10 +90,11 @@ class Enforcement:
     # -- quota configuration --------------------------------------------------------------------------------
 
     def load(self, snapshot: Snapshot) -> None:
-        apply_changes(snapshot_changes(snapshot.entities, snapshot.seq), self.managers)
+        self.apply_changes(snapshot_changes(snapshot.entities, snapshot.seq))
 
-    def apply_changes(self, changes: Sequence[Change]) -> None:
+    def apply_changes(self, changes: Iterable[QuotaChange]) -> None:
         apply_changes(changes, self.managers)
+        self.network_metered = bool(self.excluded) or self.managers.request.quotas_enabled
 
     # -- decisions ------------------------------------------------------------------------------------------
 
