@@ -27,8 +27,10 @@ Two loads, both with 1 KB values and acks=1:
   linger 0, one in flight): CPU per request;
 * pipelined: confluent-kafka, ``--messages`` messages, max.in.flight 5 (librdkafka batches): CPU per message.
 
-Rounds alternate the order of the paths. Figures are medians over rounds; ratios are taken within the same
-segments (a path's CPU against its own broker's during that path's run). ``--quick`` runs 1000 requests /
+Rounds alternate the order of the paths, and each round runs fresh gateway processes (a process's heap layout moves
+its CPU per request by several per cent for its whole life: one process would be one draw of that). Figures are
+medians over rounds; ratios are taken within the same segments (a path's CPU against its own broker's during that
+path's run). ``--quick`` runs 1000 requests /
 10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
 root (``make bench-setup`` does the same), else the run stops and says so.
 
@@ -401,15 +403,34 @@ def main() -> None:
         trees: list[tuple[str, str | None]] = [("gateway", None)]
         if args.gateway_src:
             trees.append(("gateway@before", args.gateway_src))
-        for tree, src in trees:
-            for event_log in (True, False):
-                name = tree if event_log else f"{tree} log off"
-                gw = gateway(broker, work, name.replace(" ", "-").replace("@", "-"), pem, event_log=event_log,
-                             src=src)
-                stack.callback(gw.stop, 30)
-                assert gw.pid is not None
-                targets.append(Target(name, False, gw.bootstrap, gw.pid, broker.pid))
-                targets.append(Target(name, True, f"127.0.0.1:{ssl_port(gw)}", gw.pid, broker.pid))
+        # a gateway process per round: one process's heap layout moves its CPU per request by up to ~10 % for its
+        # whole life (bench/gateway_cold.py: ±15 % cold), so a figure from one process is one draw of that luck
+        gateways: dict[str, tuple[GatewayProcess, list[Target]]] = {}
+
+        def start_gateway(name: str, src: str | None, event_log: bool, round_: int) -> None:
+            old = gateways.pop(name, None)
+            if old is not None:
+                old[0].stop(30)
+            dir_name = f"{name.replace(' ', '-').replace('@', '-')}-{round_}"
+            gw = gateway(broker, work, dir_name, pem, event_log=event_log, src=src)
+            assert gw.pid is not None
+            both = old[1] if old is not None else [Target(name, False, "", None, broker.pid),
+                                                   Target(name, True, "", None, broker.pid)]
+            both[0].bootstrap, both[1].bootstrap = gw.bootstrap, f"127.0.0.1:{ssl_port(gw)}"
+            for t in both:
+                t.proxy_pid = gw.pid
+            gateways[name] = (gw, both)
+
+        def stop_gateways() -> None:
+            for gw, _ in gateways.values():
+                gw.stop(30)
+
+        stack.callback(stop_gateways)
+        gateway_runs = [(tree if event_log else f"{tree} log off", src, event_log)
+                        for tree, src in trees for event_log in (True, False)]
+        for name, src, event_log in gateway_runs:
+            start_gateway(name, src, event_log, 1)
+            targets.extend(gateways[name][1])
         hp, hp_tls = AdvertisedTansu(), AdvertisedTansu()  # started by haproxy() (behind_proxy)
         stack.callback(hp.close)
         stack.callback(hp_tls.close)
@@ -429,7 +450,6 @@ def main() -> None:
             targets = [t for t in targets if t.name in wanted]
         if args.plaintext_only:
             targets = [t for t in targets if not t.tls]
-        proxies = {t.proxy_pid for t in targets if t.proxy_pid is not None}
         if args.pin:
             for t in targets:
                 pin(t.broker_pid, 0)
@@ -448,10 +468,14 @@ def main() -> None:
             del loads["pipelined"]
         results: dict[tuple[str, str, bool], Figures] = {}
         for r in range(args.rounds):
+            if r:
+                for name, src, event_log in gateway_runs:
+                    if any(t.name == name for t in targets):
+                        start_gateway(name, src, event_log, r + 1)
             for load, (fn, n) in loads.items():
                 for t in targets if r % 2 == 0 else reversed(targets):
                     if args.pin:  # CPU 1 is the measured proxy's alone; every other process waits on CPU 0
-                        for pid in proxies:
+                        for pid in {t.proxy_pid for t in targets if t.proxy_pid is not None}:
                             pin(pid, 1 if pid == t.proxy_pid else 0)
                     proxy, user, brok, rate = sample(t, fn, ca_path, n)
                     fig = results.setdefault((load, t.name, t.tls), Figures())
