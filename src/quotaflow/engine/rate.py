@@ -9,7 +9,6 @@ path use; :mod:`quotaflow.engine.kernel` holds the array twin for bulk work, tes
 from __future__ import annotations
 
 import math
-from array import array
 from typing import Final
 
 LONG_MAX: Final = 9223372036854775807
@@ -82,11 +81,9 @@ class Rate:
         self.bound = bound  # None: no quota on this metric (recorded, never violated)
         self._purge_age = samples * window_ms
         self._max = samples + 1
-        # the samples in contiguous C arrays (doubles, int64 ms), not lists of boxed numbers: the gateway reads every
-        # sample of two or three rates per request, and each boxed number would be a cache line of its own
-        self._value = array("d")
-        self._start = array("q")
-        self._last = array("q")
+        self._value: list[float] = []
+        self._start: list[int] = []
+        self._last: list[int] = []
         self._n = 0  # samples appended so far (≤ samples + 1)
         self._current = 0
 
@@ -229,6 +226,6 @@ class Rate:
         """Replace the samples (the inverse of :meth:`export_state`)."""
         if not len(values) == len(starts) == len(lasts) <= self._max:
             raise ValueError("inconsistent or oversized sample state")
-        self._value, self._start, self._last = array("d", values), array("q", starts), array("q", lasts)
+        self._value, self._start, self._last = list(values), list(starts), list(lasts)
         self._n = len(values)
         self._current = current
