@@ -321,8 +321,7 @@ class ClientQuotaManager:
 
     def record_network_time_ns(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
         """Request quota, network-thread time: recorded without the check."""
-        if self._mask:
-            self.sensor(user, client_id, now_ms).record(thread_ns * NANOS_TO_PERCENT, now_ms)
+        self.record_no_throttle(user, client_id, thread_ns * NANOS_TO_PERCENT, now_ms)
 
     def record_exempt(self, percent: float, now_ms: int) -> None:
         """An exempt request's thread time goes to ``exempt-request-time`` (while quotas are enabled)."""

@@ -48,7 +48,16 @@ AUTHENTICATED: Final = "authenticated"
 
 
 class SaslSession:
-    """The SASL exchange of one client connection; ``on_authenticated(principal)`` is called when it succeeds."""
+    """The SASL exchange of one client connection; ``on_authenticated(principal)`` is called when it succeeds.
+
+    The state and what it means are plain attributes, all set by ``_set_state`` (the connection asks on every
+    request): ``raw_tokens``, after SaslHandshake v0 the next frame is a raw token, not a Kafka request;
+    ``pending_auth``, a SASL listener's client that has not authenticated yet."""
+
+    state: str
+    authenticated: bool
+    raw_tokens: bool
+    pending_auth: bool
 
     def __init__(self, gateway: ConnectionContext, client_ip: str, *, required: bool,
                  on_authenticated: Callable[[str], None]) -> None:
@@ -59,12 +68,7 @@ class SaslSession:
         # the upstream authenticates: SASL goes to the broker, the gateway only reads the principal from it
         self.passthrough = SaslPassthrough() if gateway.sasl_passthrough else None
         self._on_authenticated = on_authenticated
-        # the state and what it means, plain attributes kept by _set_state (the connection asks on every request):
-        # raw_tokens: after SaslHandshake v0 the next frame is a raw token, not a Kafka request; pending_auth: a SASL
-        # listener's client that has not authenticated yet
-        self.state = NONE
-        self.authenticated = self.raw_tokens = False
-        self.pending_auth = required
+        self._set_state(NONE)
 
     def _set_state(self, state: str) -> None:
         self.state = state

@@ -184,9 +184,7 @@ class Enforcement:
             self._meter_excluded("request", user, thread_ns * NANOS_TO_PERCENT, now_ms)
             self.managers.request.record_exempt_ns(thread_ns, now_ms)
             return
-        request = self.managers.request
-        if request.quotas_enabled:  # asked after every response: no further call while no request quota exists
-            request.record_network_time_ns(user, client_id, thread_ns, now_ms)
+        self.managers.request.record_network_time_ns(user, client_id, thread_ns, now_ms)
 
     def exempt_network_time(self, thread_ns: int, now_ms: int) -> None:
         """The network time of an exempt request goes to exempt-request-time, as its io time does."""
