@@ -7,7 +7,8 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 COMPILED := $(VENV)/.compiled
-COMPILED_SRC := $(addprefix src/quotaflow/gateway/data/,frame_facts.py framing.py connection.py connection.pxd)
+COMPILED_SRC := $(addprefix src/quotaflow/gateway/data/,frame_facts.py framing.py pending.py pending.pxd \
+	connection.py connection.pxd)
 
 .PHONY: demo test setup lint typecheck conformance bench bench-setup clean chromium kcat
 
@@ -37,7 +38,7 @@ $(STAMP): pyproject.toml
 # gcc and the Python headers come with the machine; without them the pure-Python forms run.
 $(COMPILED): $(STAMP) setup.py $(COMPILED_SRC)
 	$(BIN)/python -m pip install -q --no-deps -e .
-	$(BIN)/python -c "from quotaflow.gateway.data import connection, frame_facts, framing; print('compiled data plane:', frame_facts.COMPILED and framing.COMPILED and connection.COMPILED)"
+	$(BIN)/python -c "from quotaflow.gateway.data import connection, frame_facts, framing, pending; print('compiled data plane:', frame_facts.COMPILED and framing.COMPILED and pending.COMPILED and connection.COMPILED)"
 	@touch $(COMPILED)
 
 $(NODE_STAMP): package.json

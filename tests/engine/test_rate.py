@@ -148,3 +148,24 @@ def test_peek_reads_what_the_check_would_and_changes_nothing(steps: list[tuple[i
     peeked = rate.peek(t)
     assert rate.export_state() == before  # nothing moved: later decisions are the same as without the look
     assert peeked == (rate.total(t), rate.window_size(t))  # what the (purging) check reads at t
+
+
+@settings(max_examples=80, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 40_000), st.sampled_from([0.0, 5.0, 300.0, -5.0, 1e6])),
+                      max_size=40),
+       samples=st.sampled_from([1, 2, 11]), window_ms=st.sampled_from([1, 1000, 30000]),
+       cap=st.sampled_from([None, 1000]))
+def test_record_and_throttle_is_record_then_the_check(steps: list[tuple[int, float]], samples: int, window_ms: int,
+                                                      cap: int | None) -> None:
+    """The hot path writes ``record``'s common case out: its samples and its throttle must be exactly what
+    ``record`` followed by the check's reading (``Rate.measure`` against the bound) give, rolls and purges too."""
+    fast, slow = Rate(samples, window_ms, 100.0), Rate(samples, window_ms, 100.0)
+    t = 1_000_000
+    for step, value in steps:
+        t += step
+        throttle = fast.record_and_throttle(value, t, cap)
+        slow.record(value, t)
+        rate = slow.measure(t)
+        expected = 0 if rate <= 100.0 else throttle_time(rate, 100.0, slow.window_size(t))
+        assert throttle == (expected if cap is None else min(expected, cap))
+        assert fast.export_state() == slow.export_state()

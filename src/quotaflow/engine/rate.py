@@ -90,20 +90,28 @@ class Rate:
     # -- recording ---------------------------------------------------------------------------------------------
     def record(self, value: float, now_ms: int) -> None:
         """``SampledStat.record``: roll to the next sample when the current one is complete; never purges."""
+        cur = self._current
+        if not self._n or now_ms - self._start[cur] >= self.window_ms:
+            cur = self._roll(now_ms)
+        self._value[cur] += value
+        self._last[cur] = now_ms
+
+    def _roll(self, now_ms: int) -> int:
+        """The sample a record at ``now_ms`` goes to when the current one is complete (or none exists yet): the
+        next one, appended up to ``samples + 1``, then reused (reset to start at ``now_ms``)."""
         if self._n == 0:
             self._append(now_ms)
             self._current = 0
-        cur = self._current
-        if now_ms - self._start[cur] >= self.window_ms:
-            cur = (cur + 1) % self._max
-            self._current = cur
-            if cur >= self._n:
-                self._append(now_ms)
-            else:
-                self._value[cur] = 0.0
-                self._start[cur] = now_ms
-        self._value[cur] += value
-        self._last[cur] = now_ms
+            if now_ms - self._start[0] < self.window_ms:
+                return 0
+        cur = (self._current + 1) % self._max
+        self._current = cur
+        if cur >= self._n:
+            self._append(now_ms)
+        else:
+            self._value[cur] = 0.0
+            self._start[cur] = now_ms
+        return cur
 
     def _append(self, now_ms: int) -> None:
         self._value.append(0.0)
@@ -147,43 +155,35 @@ class Rate:
         return total / (self.window_size(now_ms) / 1000.0)
 
     # -- quota ---------------------------------------------------------------------------------------------------
-    def _measure_fused(self, now_ms: int) -> tuple[float, int]:
-        """(total, window) exactly as ``total(now)`` then ``window_size(now)`` give them, with one purge and C-level
-        ``min`` scans (the per-request hot path). Requires at least one sample."""
+    def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
+        """Record with the quota check (``Sensor.record`` with checkQuotas); on violation ``throttleTime``
+        (bounded by ``max_ms`` when given), else 0.
+
+        The hot path of every per-request decision, so it makes no call it can avoid: :meth:`record`'s common case
+        (the current sample still open) is written out here, its rolls shared (``_roll``), and the rate and the
+        window come from one fused reading (the window a violation uses is the same, as Kafka reads it at the same
+        timestamp). ``tests/engine/test_rate.py`` holds this to ``record`` then ``measure``."""
+        cur = self._current
+        if not self._n or now_ms - self._start[cur] >= self.window_ms:
+            cur = self._roll(now_ms)
         values, starts, lasts = self._value, self._start, self._last
+        values[cur] += value
+        lasts[cur] = now_ms
+        bound = self.bound
+        if bound is None:
+            return 0
+        # total(now) then window_size(now), read with one purge and C-level ``min`` scans
         if now_ms - min(lasts) >= self._purge_age:  # some sample is obsolete: reset it (rare on busy ids)
             self.purge(now_ms)
         total = 0.0
         for v in values:  # list order, plain double additions, as WindowedSum.combine
             total += v
-        oldest = min(starts)
-        elapsed = now_ms - oldest
-        full = elapsed // self.window_ms if elapsed >= 0 else java_div(elapsed, self.window_ms)
+        window = now_ms - min(starts)
+        full = window // self.window_ms if window >= 0 else java_div(window, self.window_ms)
         if full < self.samples - 1:
-            elapsed += (self.samples - 1 - full) * self.window_ms
-        return total, (elapsed if elapsed > 1 else 1)
-
-    def record_and_check(self, value: float, now_ms: int) -> float | None:
-        """Record, then check the quota (``Sensor.record`` with checkQuotas). Returns the measured rate when it
-        violates the bound (the value stays recorded), else None."""
-        self.record(value, now_ms)
-        bound = self.bound
-        if bound is None:
-            return None
-        total, window = self._measure_fused(now_ms)
-        rate = total / (window / 1000.0)
-        return rate if not rate <= bound else None
-
-    def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
-        """Record with the quota check; on violation ``throttleTime`` (bounded by ``max_ms`` when given), else 0.
-
-        The hot path of every per-request decision: the rate and the window come from one fused reading
-        (the window a violation uses is the same, as Kafka reads it at the same timestamp)."""
-        self.record(value, now_ms)
-        bound = self.bound
-        if bound is None:
-            return 0
-        total, window = self._measure_fused(now_ms)
+            window += (self.samples - 1 - full) * self.window_ms
+        if window < 1:
+            window = 1
         rate = total / (window / 1000.0)
         if rate <= bound:
             return 0
@@ -211,7 +211,7 @@ class Rate:
         """(total, window) as the quota check reads them at ``now_ms`` (after its record)."""
         if self._n == 0:
             return 0.0, 1
-        return self._measure_fused(now_ms)
+        return self.total(now_ms), self.window_size(now_ms)  # the second purge finds nothing left to reset
 
     @property
     def num_samples(self) -> int:

@@ -50,13 +50,16 @@ def produce_throttle(produce: ClientQuotaManager, request: ClientQuotaManager, u
                      apply: bool = True) -> ThrottleDecision:
     """A produce request: bandwidth with the check, then request time (exempt for acks=0)."""
     bw = produce.record_and_get_throttle_ms(user, client_id, size_bytes, now_ms)
-    if acks == 0:
-        request.record_exempt_ns(thread_ns, now_ms)
-        req = 0
-    else:
-        req = request.record_request_time_ns(user, client_id, thread_ns, now_ms)
+    req = 0
+    if request.quotas_enabled:  # (asked here: no call into a manager that would record nothing)
+        if acks == 0:
+            request.record_exempt_ns(thread_ns, now_ms)
+        else:
+            req = request.record_request_time_ns(user, client_id, thread_ns, now_ms)
+    if not bw and not req:  # combine's common case, without the call
+        return NOT_THROTTLED
     decision = combine(bw, req)
-    if apply and decision is not NOT_THROTTLED:
+    if apply:
         _apply(decision, produce, request, user, client_id, now_ms)
     return decision
 

@@ -78,6 +78,20 @@ def test_hidden_topics_are_the_configured_names_and_the_reserved_prefix() -> Non
     assert HIDDEN.may_name(b"xx" + STORE.encode() + b"yy") and HIDDEN.may_name(b"..__quotaflow..")
     assert not HIDDEN.may_name(b"orders and payments")
 
+
+@pytest.mark.parametrize("names", [(), ("__quotaflow_usage", "__quotaflow_store"), ("__quotaflow_usage", "store")])
+def test_may_name_finds_any_hidden_name_in_bytes_or_a_view(names: tuple[str, ...]) -> None:
+    """One literal search when every hidden name has the reserved prefix, a scan of each name otherwise: the same
+    answers either way, on bytes and on a memoryview of the receive buffer."""
+    hidden = HiddenTopics(names)
+    frames = [b"\x00\x0b__quotaflow_usage\x00", b"..__quotaflow", b"__quotaflo", b"orders", b""]
+    if "store" in names:
+        frames.append(b"\x00\x05store")
+    for frame in frames:
+        expected = any(n.encode() in frame for n in ("__quotaflow", *names))
+        assert bool(hidden.may_name(frame)) is expected, frame
+        assert bool(hidden.may_name(memoryview(bytearray(frame)))) is expected, frame
+
     class Spec:
         topic = "custom-store"
 

@@ -27,9 +27,15 @@ def test_make_setup_built_the_compiled_form() -> None:
     assert_compiled(frame_facts)
 
 
+def _read(module: ModuleType, frame: bytes) -> tuple:
+    """``read_request``'s header fields and acks as one flat tuple."""
+    fields, acks = module.read_request(frame, protocol.FLEXIBLE_FROM)
+    return (*fields, acks)
+
+
 def _outcome(module: ModuleType, frame: bytes) -> object:
     try:
-        return module.read_request(frame, protocol.FLEXIBLE_FROM)
+        return _read(module, frame)
     except InvalidRequestError as e:
         return ("error", str(e))
 
@@ -53,7 +59,7 @@ def _produce(version: int, *, acks: int, transactional_id: str | None, client_id
 def test_produce_facts_match_kafka_python(form: ModuleType, version: int, transactional_id: str | None,
                                           acks: int) -> None:
     frame = _produce(version, acks=acks, transactional_id=transactional_id)
-    key, v, correlation_id, client_id, end, body, got_acks = form.read_request(frame, protocol.FLEXIBLE_FROM)
+    key, v, correlation_id, client_id, end, body, got_acks = _read(form, frame)
     assert (key, v, correlation_id, client_id, got_acks) == (ApiKey.Produce, version, 0x7FFFFFF0, "app-1", acks)
     assert end == 10 + len(b"app-1")
     assert body == end + (1 if version >= 9 else 0)  # an empty tagged-field section on flexible versions
@@ -64,9 +70,9 @@ def test_produce_facts_match_kafka_python(form: ModuleType, version: int, transa
 @pytest.mark.parametrize("form", FORMS)
 def test_signed_fields_and_null_client_id(form: ModuleType) -> None:
     frame = struct.pack(">hhih", 3, 1, -5, -1) + b"\x00\x00\x00\x00"
-    assert form.read_request(frame, protocol.FLEXIBLE_FROM) == (3, 1, -5, None, 10, 10, ACKS_UNREADABLE)
+    assert _read(form, frame) == (3, 1, -5, None, 10, 10, ACKS_UNREADABLE)
     frame = struct.pack(">hhih", -1, -2, -(2**31), 0)
-    assert form.read_request(frame, protocol.FLEXIBLE_FROM)[:5] == (-1, -2, -(2**31), "", 10)
+    assert _read(form, frame)[:5] == (-1, -2, -(2**31), "", 10)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -75,8 +81,8 @@ def test_header_tagged_fields_are_skipped(form: ModuleType) -> None:
     header = struct.pack(">hhih", ApiKey.Metadata, 12, 9, 1) + b"c"
     tags = b"\x02" + b"\x00\x03abc" + b"\x05\x80\x01" + b"x" * 128
     frame = header + tags + b"\x01\x01\x00"
-    assert form.read_request(frame, protocol.FLEXIBLE_FROM)[5] == len(header) + len(tags)
-    assert form.read_request(header + tags[:-1], protocol.FLEXIBLE_FROM)[5] == -1  # a tag running past the end
+    assert _read(form, frame)[5] == len(header) + len(tags)
+    assert _read(form, header + tags[:-1])[5] == -1  # a tag running past the end
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -87,7 +93,7 @@ def test_header_tagged_fields_are_skipped(form: ModuleType) -> None:
 ])
 def test_unreadable_headers_are_refused(form: ModuleType, frame: bytes, message: str) -> None:
     with pytest.raises(InvalidRequestError, match=message):
-        form.read_request(frame, protocol.FLEXIBLE_FROM)
+        _read(form, frame)
 
 
 def test_every_truncation_of_real_frames_reads_alike() -> None:

@@ -28,7 +28,8 @@ the hot path), and only a refusal re-encodes anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -304,7 +305,7 @@ def _error_only(header: protocol.RequestHeader, code: int, **fields: Any) -> Pla
 
 def _needs_look(check: Check, frame: bytes) -> bool:
     """Whether a request must be decoded: an authorizer is on, or it may name a hidden topic."""
-    return check.authorizer is not None or check.hidden.may_name(frame)
+    return check.authorizer is not None or bool(check.hidden.may_name(frame))
 
 
 # -- the data path: Produce and Fetch, from their names only ----------------------------------------------------
@@ -1102,15 +1103,18 @@ def version_range(api_key: int, lo: int, hi: int) -> tuple[int, int]:
     return lo, hi
 
 
+SCAN_ONLY: Final[Mapping[int, int]] = {ApiKey.Produce: _SCAN_LIMIT, ApiKey.Fetch: sys.maxsize}
+"""Without an authorizer, a request of these APIs up to this size needs no plan when ``access.hidden.may_name``
+finds no hidden name's bytes in it (one substring search, nothing decoded): the data path's hot path, which the
+request hook (``gateway.data.api_handlers``) takes without calling :func:`plan`."""
+
+
 def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, frame: bytes, client_ip: str, *,
          passthrough: bool = False) -> Plan | None:
     """The plan for one request about to be forwarded (None: forward it as it is). Raises
     ``InvalidRequestError`` for a request that cannot be read, ``PermissionError`` for an API the gateway does not
-    forward."""
+    forward. The caller first asks :data:`SCAN_ONLY` (the hot path without an authorizer)."""
     key = header.api_key
-    if access.authorizer is None and (key == ApiKey.Fetch or (key == ApiKey.Produce and len(frame) <= _SCAN_LIMIT)) \
-            and not access.hidden.may_name(frame):
-        return None  # the hot path without an authorizer: one substring search, nothing to check
     planner = PLANNERS.get(key)
     if planner is None:
         if forwardable(header.api_key, passthrough=passthrough, authorizer=access.authorizer is not None):

@@ -183,10 +183,15 @@ def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) 
     return pending.mutations.forward
 
 
+COUNTED_API_KEYS: Final = frozenset(key.to_bytes(2, "big") for key in mutations.NEEDS_COUNTS)
+"""The first two bytes of a request frame (its API key) that ``prepare_request`` may have work for: a connection
+looks at them before it calls :func:`needs_partition_counts` (a C-level check for every other request)."""
+
+
 def needs_partition_counts(scope: HandlerScope, frame: bytes) -> bool:
     """Whether ``prepare_request`` has anything to do for this frame (a look at two bytes for most), so that a
     connection runs it only then (it waits on the upstream)."""
-    if len(frame) < 2 or (frame[0] << 8 | frame[1]) not in mutations.NEEDS_COUNTS or scope.sasl.pending_auth:
+    if frame[:2] not in COUNTED_API_KEYS or scope.sasl.pending_auth:
         return False
     return scope.enforcement.mutations_metered(scope.principal)
 
@@ -286,8 +291,12 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
     here (``pending.local``; b"" for an acks=0 produce), nothing forwarded."""
     def hook(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
         header = pending.header
+        access = scope.gateway.access
+        limit = authorize.SCAN_ONLY.get(header.api_key) if access.authorizer is None else None
+        if limit is not None and len(frame) <= limit and not access.hidden.may_name(frame):
+            return frame if inner is None else inner(scope, pending, frame)  # nothing to authorize or hide
         try:  # (try/except, not map_errors: this runs for every request)
-            plan = authorize.plan(scope.gateway.access, scope, header, frame, scope.client_ip,
+            plan = authorize.plan(access, scope, header, frame, scope.client_ip,
                                   passthrough=scope.sasl.passthrough is not None)
             if plan is not None:
                 pending.authz = plan
@@ -343,7 +352,7 @@ def _authorize_response(inner: ResponseHook | None) -> ResponseHook:
 
 def _authorized(handler: ApiHandler) -> ApiHandler:
     return replace(handler, request=_authorize_request(handler.request),
-                   response=_authorize_response(handler.response))
+                   planned_response=_authorize_response(handler.response))
 
 
 # -- answered by the gateway itself ----------------------------------------------------------------------------
@@ -408,6 +417,9 @@ class ApiHandler:
     decide: DecideHook = decide_request
     response: ResponseHook | None = None
     local: LocalHook | None = None
+    planned_response: ResponseHook | None = None
+    """The response hook of a request the authorization hook made a plan for (``pending.authz``: refused parts to
+    merge back); None: ``response``, which is all that runs for a request forwarded as it came (no call more)."""
 
 
 async def _scram_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:

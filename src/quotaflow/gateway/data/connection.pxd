@@ -2,6 +2,9 @@
 # connection core's fields as C fields, typed where they are flags, counters and clocks, and its per-request methods
 # as cpdef, so the steps a request takes call each other and read the connection's state without Python lookups.
 
+from quotaflow.gateway.data.pending cimport Pending
+
+
 cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public object _tls, _loop, _frames, _upstream, _queue, _awaiting, _busy, _pool
@@ -20,12 +23,12 @@ cdef class ConnectionCore:
     cpdef int _take(self) except -1
     cpdef tuple _frame_limit(self)
     cpdef object _take_request(self, object frame)
-    cpdef _enqueue(self, object pending)
-    cpdef object _on_request(self, object frame)
-    cpdef _forward(self, object pending)
+    cpdef _enqueue(self, Pending pending)
+    cpdef Pending _on_request(self, object frame)
+    cpdef _forward(self, Pending pending)
     cpdef _read_upstream(self, object upstream)
     cpdef _flush(self)
-    cpdef long long _send(self, object pending, object frame, long long start) except? -1
-    cpdef int _decide(self, object pending, object frame, long long now_ms) except? -1
-    cpdef object _render(self, object pending, object frame, int throttle)
+    cpdef long long _send(self, Pending pending, object frame, long long start) except? -1
+    cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
+    cpdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)

@@ -58,9 +58,10 @@ from quotaflow.gateway.auth.sasl_session import SaslSession
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.auth.tls_errors import log_connection_failure
 from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.data import frame_facts, protocol, versions
+from quotaflow.gateway.data import protocol, versions
 from quotaflow.gateway.data.api_handlers import (
     CLOSE_ON_INVALID,
+    COUNTED_API_KEYS,
     DEFAULT,
     HANDLERS,
     LOCAL_APIS,
@@ -70,9 +71,10 @@ from quotaflow.gateway.data.api_handlers import (
     rewrite,
 )
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
-from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
+from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE, correlation_id, read_request
 from quotaflow.gateway.data.framing import FrameBuffer
 from quotaflow.gateway.data.pending import RAW_SASL, Pending
+from quotaflow.gateway.data.protocol import FLEXIBLE_FROM, SIZE, RequestHeader
 from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
 
 if TYPE_CHECKING:
@@ -396,7 +398,7 @@ class ConnectionCore:
             rest: Coroutine[Any, Any, None] | None
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
             connect = self._upstream is None and self._will_forward(frame)
-            if connect or needs_partition_counts(self, frame):
+            if connect or (frame[:2] in COUNTED_API_KEYS and needs_partition_counts(self, frame)):
                 rest = self._prepare_then_take(frame, connect)
             else:
                 rest = self._take_request(frame)
@@ -440,7 +442,7 @@ class ConnectionCore:
         Returns what is left to do when that must wait (an upstream connect, a local answer)."""
         start = monotonic_ns()
         self.last_active = monotonic()
-        pending = self._on_request(frame)
+        pending: Pending = self._on_request(frame)
         if pending.forward is not None:
             if self._upstream is None:
                 pending.thread_ns += monotonic_ns() - start
@@ -494,17 +496,17 @@ class ConnectionCore:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
         try:
-            header, acks = protocol.read_request(frame)
+            header, acks = read_request(frame, FLEXIBLE_FROM, RequestHeader)  # one compiled call
         except InvalidRequestError as e:  # Kafka closes a connection whose request it cannot parse
             raise ConnectionClosed(str(e)) from e
-        pending = Pending(header, len(frame), now_ms)
+        pending: Pending = Pending(header, len(frame), now_ms)
         key = header.api_key
         if acks != ACKS_UNREADABLE:
             pending.acks = acks
         if self.sasl.pending_auth and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
-        if key == ApiKey.ApiVersions and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
+        if key == _API_VERSIONS and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
             pending.local = versions.unsupported_version_response(header.correlation_id)  # KIP-511
             return pending
         if not _supported(key, header.api_version):
@@ -516,7 +518,7 @@ class ConnectionCore:
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
             self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
-        elif key == ApiKey.ApiVersions and self.sasl.pending_auth and not passthrough:
+        elif key == _API_VERSIONS and self.sasl.pending_auth and not passthrough:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
         pending.handler = handler = HANDLERS.get(key, DEFAULT)
@@ -535,7 +537,7 @@ class ConnectionCore:
         """Write the request to the upstream socket."""
         assert self._upstream is not None and pending.forward is not None
         frame, pending.forward = pending.forward, None
-        self._upstream.transport.writelines((protocol.SIZE.pack(len(frame)), frame))  # one writev, no copy
+        self._upstream.transport.writelines((SIZE.pack(len(frame)), frame))  # one writev, no copy
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
 
@@ -580,8 +582,8 @@ class ConnectionCore:
             self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
-            pending = self._awaiting.popleft()
-            if frame_facts.correlation_id(frame) != pending.header.correlation_id:
+            pending: Pending = self._awaiting.popleft()
+            if correlation_id(frame) != pending.header.correlation_id:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
 
@@ -602,7 +604,7 @@ class ConnectionCore:
         sent = False
         clock = 0  # the thread-time reading where the last response's work ended (0: none yet)
         while queue and not self._closing:
-            pending = queue[0]
+            pending: Pending = queue[0]
             if pending.forwarded:
                 frame = pending.reply
                 if frame is None:
@@ -650,7 +652,7 @@ class ConnectionCore:
             self._unsent_local -= len(frame)
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
-            self.transport.writelines((protocol.SIZE.pack(len(frame)), frame))
+            self.transport.writelines((SIZE.pack(len(frame)), frame))
         elif out:
             self.transport.write(out)
         self.last_active = monotonic()
@@ -695,7 +697,9 @@ class ConnectionCore:
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
         header = pending.header
         key, version = header.api_key, header.api_version
-        hook = (pending.handler or HANDLERS.get(key, DEFAULT)).response
+        handler = pending.handler or HANDLERS.get(key, DEFAULT)
+        hook = handler.response if pending.authz is None or handler.planned_response is None \
+            else handler.planned_response
         if hook is not None:
             out = hook(self, pending, frame, throttle)
             if out is not None:
@@ -798,4 +802,5 @@ def _supported(api_key: int, version: int) -> bool:
     return cls is not None and known is not None and int(cls.min_version) <= version <= known
 
 
+_API_VERSIONS: Final = int(ApiKey.ApiVersions)  # a plain int: an IntEnum member is a slower lookup, twice a request
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}

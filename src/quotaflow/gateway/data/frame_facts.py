@@ -47,10 +47,12 @@ def _uvarint(data: cython.p_const_uchar, pos: cython.Py_ssize_t,
         shift += 7
 
 
-def read_request(frame: bytes, flexible_from: bytes) -> tuple:
-    """``(api_key, api_version, correlation_id, client_id, end, body, acks)`` of one request frame (without its size
-    prefix): ``end`` is the offset after ``client_id`` (None when null), ``body`` where the body starts (after the
-    header's tagged fields when this version is flexible), ``acks`` a Produce's (else :data:`ACKS_UNREADABLE`).
+def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tuple:
+    """``(fields, acks)`` of one request frame (without its size prefix): ``fields`` is ``(api_key, api_version,
+    correlation_id, client_id, end, body)`` made as a ``header`` (a tuple subclass: the gateway's ``RequestHeader``,
+    so that one call reads and builds it), ``end`` the offset after ``client_id`` (None when null), ``body`` where the
+    body starts (after the header's tagged fields when this version is flexible); ``acks`` a Produce's (else
+    :data:`ACKS_UNREADABLE`).
 
     ``flexible_from[api_key]`` is the first flexible version of each API (255: none, or an API past the table).
     A body offset past a malformed tagged-field section is -1: only the APIs that read their body need it, and
@@ -116,7 +118,7 @@ def read_request(frame: bytes, flexible_from: bytes) -> tuple:
             acks = (data[pos] << 8) | data[pos + 1]
             if acks >= 0x8000:
                 acks -= 0x10000
-    return api_key, version, correlation_id, client_id, end, body, acks
+    return tuple.__new__(header, (api_key, version, correlation_id, client_id, end, body)), acks
 
 
 def correlation_id(frame: bytes) -> int:

@@ -1,43 +1,78 @@
-"""One request on its way through the gateway: what the connection, its API handlers and the event log share."""
+"""One request on its way through the gateway: what the connection, its API handlers and the event log share.
+
+Compiled by Cython as an extension type (``pending.pxd`` declares its fields), as the connection core that makes one
+per request is: made in C (a 24-field ``__init__`` run as bytecode cost several µs a request with cold caches), its
+fields read by the compiled core as C struct members. This plain-Python source is its pure twin; ``COMPILED`` says
+which form was imported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
+
+import cython
 
 from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.enforcement import NO_DECISIONS, RequestDecisions
 from quotaflow.gateway.data.mutations import TopicQuotaDecision
 
+COMPILED: bool = cython.compiled
+"""True when the Cython-compiled form of this module was imported."""
+
 RAW_SASL: Final = -1  # pseudo api version marking a SaslHandshake-v0 raw token exchange
 
 
-@dataclass(slots=True)
 class Pending:
     """One request on its way through the gateway."""
 
     header: protocol.RequestHeader
     request_bytes: int
     received_ms: int
-    thread_ns: int = 0  # event-loop time (and executor CPU time) spent on this request so far ("io thread")
-    network_ns: int = 0  # event-loop time from taking its response to having written it ("network thread")
-    acks: int | None = None
-    local: bytes | None = None  # a response the gateway made itself
-    forwarded: bool = False  # sent to the upstream, whose response it waits for (else answered here)
-    reply: bytes | None = None  # the upstream's response, once read
-    forward: bytes | None = None  # the frame to send upstream (once the upstream connection is there)
-    local_api_versions: bool = False  # ApiVersions before SASL authentication: answered from the gateway's cache
-    close_after: bool = False
-    hold_then_close_ms: int = 0  # nothing is sent; the connection is held this long, then closed (KIP-612's way)
-    holds_reading: bool = False  # a rate-limited produce: no further reads until its response + throttle
+    thread_ns: int  # event-loop time (and executor CPU time) spent on this request so far ("io thread")
+    network_ns: int  # event-loop time from taking its response to having written it ("network thread")
+    acks: int | None
+    local: bytes | None  # a response the gateway made itself
+    forwarded: bool  # sent to the upstream, whose response it waits for (else answered here)
+    reply: bytes | None  # the upstream's response, once read
+    forward: bytes | None  # the frame to send upstream (once the upstream connection is there)
+    local_api_versions: bool  # ApiVersions before SASL authentication: answered from the gateway's cache
+    close_after: bool
+    hold_then_close_ms: int  # nothing is sent; the connection is held this long, then closed (KIP-612's way)
+    holds_reading: bool  # a rate-limited produce: no further reads until its response + throttle
     # exempt from the request quota (Kafka's ClientRequestQuotaManager exemptions, KIP-124): its thread time goes
     # to the exempt-request-time sensor
-    exempt: bool = False
-    mutations: TopicQuotaDecision | None = None  # CreateTopics, CreatePartitions, DeleteTopics under KIP-599
-    fetch_cap: int | None = None  # a Fetch under a consumer quota: the max_bytes it was capped to
-    response: bytes | None = None  # the upstream response as answered, when cut before its decision (Fetch)
+    exempt: bool
+    mutations: TopicQuotaDecision | None  # CreateTopics, CreatePartitions, DeleteTopics under KIP-599
+    fetch_cap: int | None  # a Fetch under a consumer quota: the max_bytes it was capped to
+    response: bytes | None  # the upstream response as answered, when cut before its decision (Fetch)
     # a Fetch response larger than the consumer quota's window holds: delivered with its throttle, not emptied
-    oversized: bool = False
-    decisions: RequestDecisions = NO_DECISIONS
-    authz: Any = None  # the authorization plan (gateway.auth.authorize.Plan) when the request was rewritten or refused
-    handler: Any = None  # its API's hooks (gateway.data.api_handlers.ApiHandler), looked up once when it was taken
+    oversized: bool
+    decisions: RequestDecisions
+    authz: Any  # the authorization plan (gateway.auth.authorize.Plan) when the request was rewritten or refused
+    handler: Any  # its API's hooks (gateway.data.api_handlers.ApiHandler), looked up once when it was taken
+    if not cython.compiled:  # the pure twin: these fields and no others (compiled: pending.pxd's)
+        __slots__ = tuple(__annotations__)
+
+    def __init__(self, header: protocol.RequestHeader, request_bytes: int, received_ms: int, *, thread_ns: int = 0,
+                 network_ns: int = 0, acks: int | None = None, decisions: RequestDecisions = NO_DECISIONS) -> None:
+        self.header = header
+        self.request_bytes = request_bytes
+        self.received_ms = received_ms
+        self.thread_ns = thread_ns
+        self.network_ns = network_ns
+        self.acks = acks
+        self.local = None
+        self.forwarded = False
+        self.reply = None
+        self.forward = None
+        self.local_api_versions = False
+        self.close_after = False
+        self.hold_then_close_ms = 0
+        self.holds_reading = False
+        self.exempt = False
+        self.mutations = None
+        self.fetch_cap = None
+        self.response = None
+        self.oversized = False
+        self.decisions = decisions
+        self.authz = None
+        self.handler = None

@@ -93,17 +93,13 @@ class RequestHeader(NamedTuple):
     body: int = BODY_UNREAD  # offset of the body; -1: the header's tagged fields are malformed
 
 
-_new_tuple: Final = tuple.__new__
-
 
 def read_request(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     """The header of a request frame and, for a Produce, its ``acks`` (else ``ACKS_UNREADABLE``), read in one call
     (``frame_facts``). Raise ``InvalidRequestError`` if the frame is too short for its header."""
     if type(frame) is not bytes:  # the compiled reader takes bytes (frames cut by FrameBuffer are)
         frame = bytes(frame)
-    facts = frame_facts.read_request(frame, FLEXIBLE_FROM)
-    # the header is the facts' first six fields as they are (tuple.__new__: no Python-level NamedTuple __new__)
-    return _new_tuple(RequestHeader, facts[:6]), facts[6]
+    return frame_facts.read_request(frame, FLEXIBLE_FROM, RequestHeader)  # made there: no NamedTuple __new__
 
 
 def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
