@@ -7,7 +7,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 COMPILED := $(VENV)/.compiled
-COMPILED_SRC := $(addprefix src/quotaflow/gateway/data/,frame_facts.py framing.py pending.py pending.pxd \
+COMPILED_SRC := $(addprefix src/quotaflow/gateway/data/,frame_facts.py framing.py framing.pxd pending.py pending.pxd \
 	connection.py connection.pxd)
 
 .PHONY: demo test setup lint typecheck conformance bench bench-setup clean chromium kcat

@@ -69,10 +69,10 @@ PARTS = ("engine", "authorization", "eventlog")
 
 class _Ablation:
     """Parts of this tree replaced with no-ops, and put back (``set`` switches between variants in one process):
-    engine: the produce decision, the network time and the one-produce-at-a-time check; authorization: the Produce
+    engine: the produce decision, the network time and the one-produce-at-a-time answer; authorization: the Produce
     handler without its authorization wrapper; eventlog: the request row."""
 
-    def __init__(self, gw: Any) -> None:
+    def __init__(self, gw: Any, enforcement: Any, client_id: str) -> None:
         from quotaflow.gateway.data import api_handlers
         from quotaflow.gateway.data.enforcement import Enforcement
 
@@ -82,15 +82,18 @@ class _Ablation:
         self.unauthorized = api_handlers.ApiHandler(request=api_handlers._produce_request,
                                                     decide=api_handlers._decide_produce)
         self.enforcement = Enforcement
-        self.engine = {n: getattr(Enforcement, n) for n in ("produce", "network_time", "produce_limited")}
+        self.engine = {n: getattr(Enforcement, n) for n in ("produce", "network_time")}
+        # the one-produce-at-a-time answer, remembered by the connection's Enforcement as the gateway does
+        self.limits, self.key = enforcement.produce_limited, ("ANONYMOUS", client_id)
+        self.limited = self.limits[self.key]
 
     def set(self, parts: set[str]) -> None:
         from quotaflow.engine import NOT_THROTTLED
 
-        stubs = {"produce": lambda self, *a: NOT_THROTTLED, "network_time": lambda self, *a: None,
-                 "produce_limited": lambda self, *a: False}
+        stubs = {"produce": lambda self, *a: NOT_THROTTLED, "network_time": lambda self, *a: None}
         for name, real in self.engine.items():
             setattr(self.enforcement, name, stubs[name] if "engine" in parts else real)
+        self.limits[self.key] = False if "engine" in parts else self.limited
         self.handlers[0] = self.unauthorized if "authorization" in parts else self.produce_handler
         self.gw._event_log = None if "eventlog" in parts else self.log
 
@@ -98,7 +101,7 @@ class _Ablation:
 def core_cold(requests: int, mb: int, variants: list[set[str]]) -> list[float]:
     """Median µs per forwarded Produce through this tree's core, caches flushed before each, for each variant (a
     set of ablated parts), the variants taking turns request by request in this one process (same heap)."""
-    from gateway_core import _core_connection, feed, produce_frames, quota_store
+    from gateway_core import CLIENT_ID, _core_connection, feed, produce_frames, quota_store
 
     from quotaflow.gateway.server import Gateway
 
@@ -111,8 +114,8 @@ def core_cold(requests: int, mb: int, variants: list[set[str]]) -> list[float]:
             gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, quota_store(Path(work) / "q.db"),
                          event_log=Path(work) / "events")
             gw.broker_quotas.load(gw.store.snapshot())
-            ablation = _Ablation(gw)
             conn = connection_cls(gw, "PLAINTEXT", "127.0.0.1", 1)
+            ablation = _Ablation(gw, conn.enforcement, CLIENT_ID)
             conn.connection_made(_CTransport())
             conn._upstream = side = upstream_cls(conn, _CTransport())
 

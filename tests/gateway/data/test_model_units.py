@@ -16,6 +16,7 @@ from kafka.protocol.admin import (
 
 from quotaflow.core.entities import DEFAULT, QuotaEntity
 from quotaflow.core.errors import CommandError
+from quotaflow.core.keys import UNLIMITED
 from quotaflow.engine import StrictControllerMutationQuota
 from quotaflow.engine.controller_mutation import PermissiveControllerMutationQuota
 from quotaflow.gateway.config import GatewayConfig
@@ -38,7 +39,7 @@ def test_an_excluded_principal_is_never_throttled_and_metered_as_exempt() -> Non
     for i in range(20):
         assert e.produce("ops", "c", 10_000, 50_000_000, 1, NOW + i).throttle_ms == 0
         assert e.request(3, "ops", "c", 50_000_000, NOW + i) == 0
-    assert not e.produce_limited("ops", "c") and e.produce_limited("tenant", "c")
+    assert not e.produce_limited["ops", "c"] and e.produce_limited["tenant", "c"]
     assert e.mutation_quota("ops", "c", 19, 6, NOW) is None and not e.mutations_metered("ops")
     assert e.fetch_max_bytes("ops", "c") is None
     assert e.managers.produce.sensor_count == 0 and e.managers.request.sensor_count == 0  # nothing in any bucket
@@ -67,6 +68,23 @@ def test_network_time_weighs_on_the_next_request_only_under_a_request_quota() ->
     without.apply_changes([Change(3, NOW, QuotaEntity(user="tenant"), "request_percentage", None)])
     assert not without.network_metered
     assert _enforcement().network_metered  # excluded principals' usage is metered even without a quota
+
+
+def test_produce_limited_follows_every_change_of_quotas() -> None:
+    """The one-produce-at-a-time question is remembered per (user, client-id): each change must be seen at once."""
+    e = Enforcement(GatewayConfig(excluded_principals=frozenset({"ops"})))
+    e.load(Snapshot(1, {}))
+    assert not e.produce_limited["tenant", "c"]
+    e.apply_changes([Change(2, NOW, QuotaEntity(client_id="c"), "producer_byte_rate", 100.0)])
+    assert e.produce_limited["tenant", "c"] and not e.produce_limited["tenant", "d"]
+    assert not e.produce_limited["ops", "c"]  # excluded: never read one at a time
+    # a user quota takes precedence over a client-id one (KIP-55): Long.MAX_VALUE is unlimited
+    e.apply_changes([Change(3, NOW, QuotaEntity(user="tenant"), "producer_byte_rate", UNLIMITED)])
+    assert not e.produce_limited["tenant", "c"] and e.produce_limited["other", "c"]
+    e.apply_changes([Change(4, NOW, QuotaEntity(user="tenant"), "producer_byte_rate", None)])
+    assert e.produce_limited["tenant", "c"]
+    e.apply_changes([Change(5, NOW, QuotaEntity(client_id="c"), "producer_byte_rate", None)])
+    assert not e.produce_limited["tenant", "c"] and not e.produce_limited["other", "c"]
 
 
 def test_the_exclusion_setting() -> None:

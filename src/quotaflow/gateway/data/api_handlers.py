@@ -139,7 +139,7 @@ def _produce_request(scope: HandlerScope, pending: Pending, frame: bytes) -> byt
     header = pending.header
     if pending.acks is None:  # read with the header (gateway.data.frame_facts) unless it could not be
         raise ConnectionClosed("Produce request too short for acks")
-    if scope.enforcement.produce_limited(scope.principal, header.client_id or ""):
+    if scope.enforcement.produce_limited[scope.principal, header.client_id or ""]:
         # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
         # until this response is decided and sent and its throttle has passed, so nothing slips past it
         scope.hold_reading(pending)

@@ -2,12 +2,14 @@
 # connection core's fields as C fields, typed where they are flags, counters and clocks, and its per-request methods
 # as cpdef, so the steps a request takes call each other and read the connection's state without Python lookups.
 
+from quotaflow.gateway.data.framing cimport FrameBuffer
 from quotaflow.gateway.data.pending cimport Pending
 
 
 cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
-    cdef public object _tls, _loop, _frames, _upstream, _queue, _awaiting, _busy, _pool
+    cdef public FrameBuffer _frames
+    cdef public object _tls, _loop, _upstream, _queue, _awaiting, _busy, _pool
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port
     cdef public double last_active, muted_until, frame_since, _progress, _waiting_since

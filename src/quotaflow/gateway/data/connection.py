@@ -372,7 +372,7 @@ class ConnectionCore:
 
     def _take(self) -> int:
         """Take every whole request the gate lets in; returns the gate as it stands after."""
-        frames = self._frames
+        frames: FrameBuffer = self._frames
         gate = self._gate()
         if not frames.partial:
             return gate
@@ -570,7 +570,7 @@ class ConnectionCore:
         self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
 
     def _read_upstream(self, upstream: UpstreamProtocol) -> None:
-        frames = upstream.frames
+        frames: FrameBuffer = upstream.frames
         while frames.partial and not self._over_unsent_bound(upstream=True):
             frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream")
             if frame is None:

@@ -60,6 +60,30 @@ _USAGE_GROUPS: Final = {"produce": ("Produce", "excluded-byte-rate"), "fetch": (
                         "request": ("Request", "excluded-request-time")}
 
 
+class _ProduceLimits(dict[tuple[str, str], bool]):
+    """Whether a finite producer_byte_rate applies to a (user, client-id): its produce requests are then read one at
+    a time, so none is read while an earlier one may still be throttled. Asked for every produce request, so a dict:
+    a hit is one C-level lookup, a miss asks the manager (``__missing__``). Emptied by every quota change."""
+
+    __slots__ = ("_enforcement",)
+
+    def __init__(self, enforcement: Enforcement) -> None:
+        super().__init__()
+        self._enforcement = enforcement
+
+    def __missing__(self, key: tuple[str, str]) -> bool:
+        user, client_id = key
+        e = self._enforcement
+        limited = user not in e.excluded and e.managers.produce.quota_limit(user, client_id) < UNLIMITED
+        if len(self) >= _LIMITS_CACHED:
+            self.clear()
+        self[key] = limited
+        return limited
+
+
+_LIMITS_CACHED: Final = 100_000  # (user, client-id) pairs remembered before the cache starts over
+
+
 class Enforcement:
     def __init__(self, config: GatewayConfig) -> None:
         self.managers = QuotaManagers.create(
@@ -73,6 +97,9 @@ class Enforcement:
         self.network_metered = bool(self.excluded)
         """Whether :meth:`network_time` has anything to record (a request quota exists, or excluded principals are
         metered): a plain attribute, so a connection asks it after every response without a call."""
+        self.produce_limited = _ProduceLimits(self)
+        """``produce_limited[user, client_id]``: whether a finite producer_byte_rate applies (read one produce at a
+        time); kept until the quotas change."""
 
     def _meter_excluded(self, kind: str, user: str, value: float, now_ms: int) -> None:
         rate = self._excluded_usage.get((kind, user))
@@ -95,6 +122,7 @@ class Enforcement:
     def apply_changes(self, changes: Iterable[QuotaChange]) -> None:
         apply_changes(changes, self.managers)
         self.network_metered = bool(self.excluded) or self.managers.request.quotas_enabled
+        self.produce_limited.clear()
 
     # -- decisions ------------------------------------------------------------------------------------------
 
@@ -108,11 +136,6 @@ class Enforcement:
             return NOT_THROTTLED
         m = self.managers
         return produce_throttle(m.produce, m.request, user, client_id, size, thread_ns, acks, now_ms)
-
-    def produce_limited(self, user: str, client_id: str) -> bool:
-        """Whether a finite producer_byte_rate applies to this client: its produce requests are then read one at a
-        time, so none is read while an earlier one may still be throttled."""
-        return user not in self.excluded and self.managers.produce.quota_limit(user, client_id) < UNLIMITED
 
     def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
         """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response),

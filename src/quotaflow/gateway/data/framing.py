@@ -9,8 +9,9 @@ about twice what it has received. Nothing is ever read past the frame being asse
 follow it stay in the receive buffer (or in the kernel, while the connection is paused).
 
 Cut for every frame of every connection, so compiled as ``frame_facts`` is (``make setup`` builds it with Cython in
-pure-Python mode: :class:`FrameBuffer` becomes an extension type with C fields); this source is its pure-Python
-twin, and the tests run both forms (``tests/gateway/data/test_framing.py``).
+pure-Python mode: :class:`FrameBuffer` becomes the extension type ``framing.pxd`` declares, whose methods the compiled
+connection core calls as C functions); this source is its pure-Python twin, and the tests run both forms
+(``tests/gateway/data/test_framing.py``). ``framing.pyi`` is its typed interface: the annotations here are Cython's.
 """
 
 from __future__ import annotations
@@ -27,20 +28,9 @@ RECEIVE_BUFFER: Final = 16 * 1024  # per client connection, allocated once; fram
 FIRST_CHUNK: Final = 64 * 1024
 
 
-@cython.cclass
 class FrameBuffer:
-    """One socket's receive side: ``buffer()`` / ``updated(n)`` from the protocol, ``pop()`` for whole frames."""
-
-    _buf = cython.declare(bytearray)
-    _view = cython.declare(object)
-    _start = cython.declare(cython.Py_ssize_t)
-    _end = cython.declare(cython.Py_ssize_t)
-    _size = cython.declare(cython.Py_ssize_t)
-    _chunks = cython.declare(list)
-    _allocated = cython.declare(cython.Py_ssize_t)
-    _got = cython.declare(cython.Py_ssize_t)
-    _into_chunk = cython.declare(cython.bint)
-    partial = cython.declare(cython.bint, visibility="public")
+    """One socket's receive side: ``buffer()`` / ``updated(n)`` from the protocol, ``pop()`` for whole frames.
+    Compiled: an extension type with C fields and cpdef methods (``framing.pxd``)."""
 
     def __init__(self, capacity: int = RECEIVE_BUFFER) -> None:
         self._buf = bytearray(capacity)
@@ -66,7 +56,7 @@ class FrameBuffer:
         """A frame larger than the receive buffer is being assembled."""
         return self._size > 0
 
-    def buffer(self) -> memoryview:
+    def buffer(self):  # -> memoryview (framing.pyi)
         """Where the next bytes from the socket go: the current chunk when it has room and nothing waits in the
         receive buffer, else the receive buffer's free end."""
         if self._size and self._got < self._allocated and self._start == self._end:
@@ -81,7 +71,7 @@ class FrameBuffer:
             self._compact()
         return self._view[self._end:]
 
-    def updated(self, nbytes: int) -> None:
+    def updated(self, nbytes: cython.int) -> None:
         if self._into_chunk:
             self._got += nbytes
         else:
@@ -89,7 +79,7 @@ class FrameBuffer:
             if nbytes:
                 self.partial = True
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data) -> None:  # data: bytes
         """Bytes that arrived before this buffer was the socket's (a stream's leftovers)."""
         pos = 0
         while pos < len(data):
@@ -101,7 +91,7 @@ class FrameBuffer:
             if self._size:
                 self._fill()
 
-    def pop(self, limit: int, setting: str) -> bytes | None:
+    def pop(self, limit: cython.int, setting: str):  # -> bytes | None
         """The next whole frame (without its size prefix), or None while it is incomplete (see :meth:`wants`).
         A size outside ``0..limit`` raises ``ConnectionClosed`` with Kafka's message."""
         if self._size:
@@ -149,13 +139,13 @@ class FrameBuffer:
         """Bytes of the large frame not in a chunk yet."""
         return self._size - self._allocated
 
-    def wants(self) -> int:
+    def wants(self) -> cython.int:
         """The size of the chunk the large frame needs next (0: none needed now)."""
         if not self._size or self._got < self._allocated:
             return 0
         return min(self._size - self._allocated, max(FIRST_CHUNK, self._allocated))
 
-    def grant(self, size: int) -> None:
+    def grant(self, size: cython.int) -> None:
         """A chunk of ``size`` bytes for the large frame (its memory reserved by the caller)."""
         self._chunks.append(bytearray(size))
         self._allocated += size
