@@ -74,15 +74,14 @@ class _Ablation:
 
     def __init__(self, gw: Any, enforcement: Any, client_id: str) -> None:
         from quotaflow.gateway.data import api_handlers
-        from quotaflow.gateway.data.enforcement import Enforcement
 
         self.gw, self.log = gw, gw._event_log
         self.handlers: Any = api_handlers.HANDLERS
         self.produce_handler = self.handlers[0]
         self.unauthorized = api_handlers.ApiHandler(request=api_handlers._produce_request,
                                                     decide=api_handlers._decide_produce)
-        self.enforcement = Enforcement
-        self.engine = {n: getattr(Enforcement, n) for n in ("produce", "network_time")}
+        self.enforcement = enforcement  # the connection's: its produce decision is bound per instance
+        self.engine = {n: getattr(enforcement, n) for n in ("produce", "network_time")}
         # the one-produce-at-a-time answer, remembered by the connection's Enforcement as the gateway does
         self.limits, self.key = enforcement.produce_limited, ("ANONYMOUS", client_id)
         self.limited = self.limits[self.key]
@@ -90,7 +89,7 @@ class _Ablation:
     def set(self, parts: set[str]) -> None:
         from quotaflow.engine import NOT_THROTTLED
 
-        stubs = {"produce": lambda self, *a: NOT_THROTTLED, "network_time": lambda self, *a: None}
+        stubs = {"produce": lambda *a: NOT_THROTTLED, "network_time": lambda *a: None}
         for name, real in self.engine.items():
             setattr(self.enforcement, name, stubs[name] if "engine" in parts else real)
         self.limits[self.key] = False if "engine" in parts else self.limited

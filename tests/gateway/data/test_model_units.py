@@ -4,6 +4,7 @@ of DeleteTopics / CreatePartitions frames, the exclusion setting."""
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 import pytest
@@ -68,6 +69,25 @@ def test_network_time_weighs_on_the_next_request_only_under_a_request_quota() ->
     without.apply_changes([Change(3, NOW, QuotaEntity(user="tenant"), "request_percentage", None)])
     assert not without.network_metered
     assert _enforcement().network_metered  # excluded principals' usage is metered even without a quota
+
+
+def test_the_decisions_are_the_same_with_and_without_excluded_principals() -> None:
+    """Without exclusions the produce and fetch decisions are the engine's functions bound to the managers; with
+    them, methods that set the excluded aside first: a principal not excluded gets the very same decisions."""
+    quotas = {QuotaEntity(user=DEFAULT): {"producer_byte_rate": 5000.0, "consumer_byte_rate": 4000.0,
+                                          "request_percentage": 1.0}}
+    bound, checked = Enforcement(GatewayConfig()), Enforcement(GatewayConfig(excluded_principals=frozenset({"ops"})))
+    for e in (bound, checked):
+        e.load(Snapshot(1, quotas))
+    assert isinstance(bound.produce, partial) and not isinstance(checked.produce, partial)
+    throttled = 0
+    for i in range(60):
+        now, size, thread_ns = NOW + 37 * i, 700 + 97 * i, 90_000 * (i % 7)
+        decisions = [(e.produce("tenant", "c", size, thread_ns, i % 3 - 1, now),
+                      e.fetch("tenant", "c", size * 2, thread_ns, now)) for e in (bound, checked)]
+        assert decisions[0] == decisions[1]
+        throttled += sum(d.throttle_ms > 0 for d in decisions[0])
+    assert throttled > 10  # the quotas were met, not only stayed under
 
 
 def test_produce_limited_follows_every_change_of_quotas() -> None:

@@ -14,8 +14,9 @@ throttled: nothing of theirs is recorded into a client-quota sensor, their threa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from quotaflow.core.keys import INT_MAX, UNLIMITED
@@ -98,6 +99,19 @@ class Enforcement:
         """Whether :meth:`network_time` has anything to record (a request quota exists, or excluded principals are
         metered): a plain attribute, so a connection asks it after every response without a call."""
         self.produce_limited = _ProduceLimits(self)
+        m = self.managers
+        # the two per-request decisions: with no principal excluded, the engine's functions bound to this broker's
+        # managers (a partial is a C-level call: no frame of this class's between the handler and the engine)
+        self.produce: Callable[[str, str, int, int, int, int], ThrottleDecision] = (
+            self._produce if self.excluded else partial(produce_throttle, m.produce, m.request))
+        """``(user, client_id, size, thread_ns, acks, now_ms)``: ``engine.produce_throttle`` when the response is
+        ready (as KafkaApis records it in the produce callback): request size against producer_byte_rate, then
+        request time (acks=0 exempt), the combined throttle, and the winner's throttle sensor (request on a tie)."""
+        self.fetch: Callable[[str, str, int, int, int], ThrottleDecision] = (
+            self._fetch if self.excluded else partial(fetch_throttle, m.fetch, m.request))
+        """``(user, client_id, response_size, thread_ns, now_ms)``: response size against consumer_byte_rate; when
+        throttled the bytes are un-recorded (empty response), unless the response is larger than the quota window
+        holds (``decision.oversized``: delivered, throttled)."""
         """``produce_limited[user, client_id]``: whether a finite producer_byte_rate applies (read one produce at a
         time); kept until the quotas change."""
 
@@ -126,20 +140,17 @@ class Enforcement:
 
     # -- decisions ------------------------------------------------------------------------------------------
 
-    def produce(self, user: str, client_id: str, size: int, thread_ns: int, acks: int,
-                now_ms: int) -> ThrottleDecision:
-        """``engine.produce_throttle`` when the response is ready (as KafkaApis records it in the produce
-        callback): request size against producer_byte_rate, then request time (acks=0 exempt), the combined
-        throttle, and the winner's throttle sensor (request on a tie)."""
+    def _produce(self, user: str, client_id: str, size: int, thread_ns: int, acks: int,
+                 now_ms: int) -> ThrottleDecision:
+        """:attr:`produce` with excluded principals configured."""
         if user in self.excluded:
             self._exempt("produce", user, size, thread_ns, now_ms)
             return NOT_THROTTLED
         m = self.managers
         return produce_throttle(m.produce, m.request, user, client_id, size, thread_ns, acks, now_ms)
 
-    def fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
-        """Response size against consumer_byte_rate; when throttled the bytes are un-recorded (empty response),
-        unless the response is larger than the quota window holds (``decision.oversized``: delivered, throttled)."""
+    def _fetch(self, user: str, client_id: str, response_size: int, thread_ns: int, now_ms: int) -> ThrottleDecision:
+        """:attr:`fetch` with excluded principals configured."""
         if user in self.excluded:
             self._exempt("fetch", user, response_size, thread_ns, now_ms)
             return NOT_THROTTLED
