@@ -419,7 +419,7 @@ class ApiHandler:
     local: LocalHook | None = None
     planned_response: ResponseHook | None = None
     """The response hook of a request the authorization hook made a plan for (``pending.authz``: refused parts to
-    merge back); None: ``response``, which is all that runs for a request forwarded as it came (no call more)."""
+    merge back); None: ``response``. A request forwarded as it came runs only ``response``: no wrapper call."""
 
 
 async def _scram_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pending:

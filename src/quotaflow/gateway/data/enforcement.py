@@ -99,6 +99,8 @@ class Enforcement:
         """Whether :meth:`network_time` has anything to record (a request quota exists, or excluded principals are
         metered): a plain attribute, so a connection asks it after every response without a call."""
         self.produce_limited = _ProduceLimits(self)
+        """``produce_limited[user, client_id]``: whether a finite producer_byte_rate applies (read one produce at a
+        time); kept until the quotas change."""
         m = self.managers
         # the two per-request decisions: with no principal excluded, the engine's functions bound to this broker's
         # managers (a partial is a C-level call: no frame of this class's between the handler and the engine)
@@ -112,8 +114,6 @@ class Enforcement:
         """``(user, client_id, response_size, thread_ns, now_ms)``: response size against consumer_byte_rate; when
         throttled the bytes are un-recorded (empty response), unless the response is larger than the quota window
         holds (``decision.oversized``: delivered, throttled)."""
-        """``produce_limited[user, client_id]``: whether a finite producer_byte_rate applies (read one produce at a
-        time); kept until the quotas change."""
 
     def _meter_excluded(self, kind: str, user: str, value: float, now_ms: int) -> None:
         rate = self._excluded_usage.get((kind, user))
