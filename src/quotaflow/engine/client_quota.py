@@ -108,7 +108,6 @@ class ClientQuotaManager:
         self._throttle_last_ms: dict[QuotaId, int] = {}
         self._sanitized: dict[str, str] = {}
         self._tags: dict[tuple[str, str], QuotaId] = {}
-        self._limits: dict[tuple[str, str], float] = {}  # quota_limit per raw (user, client-id), as _tags
         self._delay_queue: list[int] = []  # end times of throttled channels (a min-heap)
         self._queue_size = CumulativeSum()
         self.exempt: Rate | None = Rate(metrics_samples, metrics_window_ms) if quota_type is QuotaType.REQUEST else None
@@ -156,7 +155,6 @@ class ClientQuotaManager:
         else:
             self.overrides[key] = float(value)
         self._tags.clear()
-        self._limits.clear()
         # a default or a prefix can apply to many quota-ids: every metric is checked
         scan = key[0] is DEFAULT or key[1] is DEFAULT or client_id_prefix is not None
         self._update_metric_configs(None if scan else key)
@@ -206,16 +204,11 @@ class ClientQuotaManager:
         return UNLIMITED if limit is None else limit
 
     def quota_limit(self, user: str, client_id: str) -> float:
-        """``quota(user, clientId).bound``: the limit that applies to this user/client-id (UNLIMITED if none);
-        asked per produce request by the gateway, so kept until the quotas change."""
+        """``quota(user, clientId).bound``: the limit that applies to this user/client-id (UNLIMITED if none). The
+        gateway keeps its per-request answer itself (``Enforcement.produce_limited``), so nothing is cached here."""
         if not self._mask:
             return UNLIMITED
-        limit = self._limits.get((user, client_id))
-        if limit is None:
-            if len(self._limits) > _TAG_CACHE_LIMIT:
-                self._limits.clear()
-            limit = self._limits[(user, client_id)] = self.limit_for(self.quota_id(user, client_id))
-        return limit
+        return self.limit_for(self.quota_id(user, client_id))
 
     def max_value_in_quota_window(self, user: str, client_id: str) -> float:
         """``limit × (samples − 1) × windowSeconds``; ``Double.MAX_VALUE`` with no quota (caps fetch max_bytes)."""

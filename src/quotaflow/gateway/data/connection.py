@@ -496,7 +496,8 @@ class ConnectionCore:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
         try:
-            header, acks = read_request(frame, FLEXIBLE_FROM, RequestHeader)  # one compiled call
+            # protocol.read_request without its Python frame (a frame FrameBuffer cut is already bytes)
+            header, acks = read_request(frame, FLEXIBLE_FROM, RequestHeader)
         except InvalidRequestError as e:  # Kafka closes a connection whose request it cannot parse
             raise ConnectionClosed(str(e)) from e
         pending: Pending = Pending(header, len(frame), now_ms)

@@ -93,7 +93,6 @@ class RequestHeader(NamedTuple):
     body: int = BODY_UNREAD  # offset of the body; -1: the header's tagged fields are malformed
 
 
-
 def read_request(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     """The header of a request frame and, for a Produce, its ``acks`` (else ``ACKS_UNREADABLE``), read in one call
     (``frame_facts``). Raise ``InvalidRequestError`` if the frame is too short for its header."""
