@@ -30,7 +30,8 @@ Two loads, both with 1 KB values and acks=1:
 Rounds alternate the order of the paths, and each round runs fresh gateway processes (a process's heap layout moves
 its CPU per request by several per cent for its whole life: one process would be one draw of that). Figures are
 medians over rounds; ratios are taken within the same segments (a path's CPU against its own broker's during that
-path's run). ``--quick`` runs 1000 requests /
+path's run), and the HAProxy and before/after ratios also round by round (the host's load drifts over minutes; the
+two paths of one round share most of it). ``--quick`` runs 1000 requests /
 10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
 root (``make bench-setup`` does the same), else the run stops and says so.
 
@@ -543,12 +544,21 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
         denominator = med(b.broker_us) if b_broker else med(b.proxy_us)
         return f"**{med(a.proxy_us) / denominator:.2f}x**"
 
+    def paired(a: Figures | None, b: Figures | None) -> str:
+        """The same ratio taken round by round (both paths measured minutes apart at most): its median and range.
+        The host's load drifts between rounds; a round's two figures share most of that drift."""
+        if a is None or b is None or len(a.proxy_us) < 2:
+            return ""
+        per_round = sorted(x / y for x, y in zip(a.proxy_us, b.proxy_us, strict=True))
+        return f" (round by round: median {med(per_round):.2f}x, {per_round[0]:.2f}-{per_round[-1]:.2f}x)"
+
     one, pipe = "one at a time", "pipelined"
     for tree in [t for t in ("gateway", "gateway@before") if get(one, t) is not None]:
         g = get(one, tree)
         lines += [
             f"* {tree}, one at a time: gateway / broker {ratio(g, g, b_broker=True)} [<= 0.8x]; gateway / HAProxy "
-            f"{ratio(g, get(one, 'haproxy'))} [<= 2.0x]; gateway / Python floor {ratio(g, get(one, 'forwarder'))}; "
+            f"{ratio(g, get(one, 'haproxy'))}{paired(g, get(one, 'haproxy'))} [<= 2.0x]; "
+            f"gateway / Python floor {ratio(g, get(one, 'forwarder'))}; "
             f"TLS / plaintext {ratio(get(one, tree, True), g)} [<= 1.3x]; event log off / on "
             f"{ratio(get(one, tree + ' log off'), g)}.",
             f"* {tree}, pipelined: gateway / broker {ratio(get(pipe, tree), get(pipe, tree), b_broker=True)} "
@@ -558,7 +568,8 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
         ]
     if get(one, "gateway@before") is not None and get(one, "gateway") is not None:
         lines.append(f"* this tree / before, gateway CPU per request: one at a time "
-                     f"{ratio(get(one, 'gateway'), get(one, 'gateway@before'))}, pipelined "
+                     f"{ratio(get(one, 'gateway'), get(one, 'gateway@before'))}"
+                     f"{paired(get(one, 'gateway'), get(one, 'gateway@before'))}, pipelined "
                      f"{ratio(get(pipe, 'gateway'), get(pipe, 'gateway@before'))}.")
     lines.append(f"* HAProxy / Python floor, one at a time: {ratio(get(one, 'haproxy'), get(one, 'forwarder'))}.")
     return "\n".join(lines) + "\n"

@@ -139,6 +139,24 @@ def test_expired_sensors_are_recreated() -> None:
     assert set(m.sensor_names()) == {"Produce-:client1", "ProduceThrottleTime-:client1"}
 
 
+def test_a_record_keeps_its_sensor_alive() -> None:
+    """The expiry counts from the last record (Kafka's Sensor.lastRecordTime), not from the sensor's creation."""
+    m = produce()
+    m.update_quota(None, DEFAULT, 500)
+    m.record_and_get_throttle_ms("ANONYMOUS", "client1", 100, T)
+    m.record_and_get_throttle_ms("ANONYMOUS", "client1", 100, T + 3_000_000)
+    assert m.expire_sensors(T + 3_600_001) == 0
+    assert m.expire_sensors(T + 6_600_001) == 1
+
+
+def test_a_zero_quota_throttles_by_kafkas_int_of_long_max() -> None:
+    """A zero bound makes Kafka's throttle time Long.MAX_VALUE (x / 0.0 = +Infinity); the manager returns it as
+    Kafka's ``.toInt`` does: the low 32 bits, -1."""
+    m = produce()
+    m.update_quota(None, DEFAULT, 0)
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "client1", 100, T) == -1
+
+
 def test_client_id_not_sanitized_user_sanitized() -> None:
     m = produce()
     m.update_quota(None, DEFAULT, 500)

@@ -33,7 +33,7 @@ from quotaflow.engine.controller_mutation import (
 )
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
-from quotaflow.engine.rate import Rate, keeps_oversized_fetch
+from quotaflow.engine.rate import Rate, keeps_oversized_fetch, to_int32
 from quotaflow.engine.sensors import QuotaSensor, RateSensor, TokenBucketSensor
 from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, Avg, CumulativeSum
 
@@ -223,7 +223,7 @@ class ClientQuotaManager:
         if self.quota_type is QuotaType.CONTROLLER_MUTATION:
             return TokenBucketSensor(self.samples, self.window_ms, bound, now_ms, self.metrics_samples,
                                      self.metrics_window_ms)
-        return RateSensor(self.samples, self.window_ms, bound, now_ms, self._max_throttle_ms)
+        return RateSensor(self.samples, self.window_ms, bound, now_ms)
 
     def sensor(self, user: str, client_id: str, now_ms: int) -> QuotaSensor:
         """Get or create the quota sensor of this user/client-id's quota-id (an expired one starts afresh)."""
@@ -274,7 +274,8 @@ class ClientQuotaManager:
         sensor = self._sensors.get(qid)
         if sensor is None or now_ms - sensor.last_record_ms > self.sensor_expiration_ms:
             sensor = self._sensors[qid] = self._new_sensor(qid, now_ms)
-        return sensor.record_and_throttle(value, now_ms)
+        ms = sensor.record_and_throttle(value, now_ms, self._max_throttle_ms)
+        return ms if -0x80000000 <= ms <= 0x7FFFFFFF else to_int32(ms)  # Kafka's throttleTime(...).toInt
 
     def record_no_throttle(self, user: str, client_id: str, value: float, now_ms: int) -> None:
         """Record without a check (request network-thread time); only later decisions see it."""
@@ -294,7 +295,7 @@ class ClientQuotaManager:
         sensor = self.existing_sensor(user, client_id)
         if not isinstance(sensor, RateSensor) or sensor.bound >= UNLIMITED:
             return None
-        total, window = sensor.rate.peek(now_ms)
+        total, window = sensor.peek(now_ms)
         return sensor.bound * (window / 1000.0) - total
 
     def keeps_oversized(self, user: str, client_id: str, value: float, now_ms: int) -> bool:
@@ -303,7 +304,7 @@ class ClientQuotaManager:
         sensor = self.existing_sensor(user, client_id)
         if not isinstance(sensor, RateSensor):
             return False
-        total, window = sensor.rate.reading(now_ms)
+        total, window = sensor.reading(now_ms)
         return keeps_oversized_fetch(value, total, window, sensor.bound, self.samples, self.window_ms)
 
     def record_request_time_ns(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> int:
@@ -339,7 +340,7 @@ class ClientQuotaManager:
         if not self._mask:
             return None
         sensor = self.existing_sensor(user, client_id)
-        return None if sensor is None else sensor.window_ms(now_ms)
+        return None if sensor is None else sensor.window_size(now_ms)
 
     # -- throttling --------------------------------------------------------------------------------------------------
     def throttle(self, user: str, client_id: str, throttle_ms: int, now_ms: int) -> None:

@@ -71,14 +71,17 @@ def keeps_oversized_fetch(value: float, total: float, window_ms: int, bound: flo
 class Rate:
     """One ``Rate(WindowedSum)`` metric with its ``MetricConfig`` (window, samples, upper-bound quota)."""
 
-    __slots__ = ("_current", "_last", "_max", "_n", "_purge_age", "_start", "_value", "bound", "samples", "window_ms")
+    __slots__ = ("_current", "_last", "_max", "_n", "_purge_age", "_start", "_value", "bound", "last_record_ms",
+                 "samples", "window_ms")
 
-    def __init__(self, samples: int, window_ms: int, bound: float | None = None) -> None:
+    def __init__(self, samples: int, window_ms: int, bound: float | None = None, now_ms: int = 0) -> None:
         if samples < 1:
             raise ValueError("The number of samples must be at least 1.")
         self.samples = samples
         self.window_ms = window_ms
         self.bound = bound  # None: no quota on this metric (recorded, never violated)
+        # when it was created or last recorded (Kafka's Sensor.lastRecordTime): an owner expires idle ones by it
+        self.last_record_ms = now_ms
         self._purge_age = samples * window_ms
         self._max = samples + 1
         self._value: list[float] = []
@@ -90,6 +93,7 @@ class Rate:
     # -- recording ---------------------------------------------------------------------------------------------
     def record(self, value: float, now_ms: int) -> None:
         """``SampledStat.record``: roll to the next sample when the current one is complete; never purges."""
+        self.last_record_ms = now_ms
         cur = self._current
         if not self._n or now_ms - self._start[cur] >= self.window_ms:
             cur = self._roll(now_ms)
@@ -163,6 +167,7 @@ class Rate:
         (the current sample still open) is written out here, its rolls shared (``_roll``), and the rate and the
         window come from one fused reading (the window a violation uses is the same, as Kafka reads it at the same
         timestamp). ``tests/engine/test_rate.py`` holds this to ``record`` then ``measure``."""
+        self.last_record_ms = now_ms
         cur = self._current
         if not self._n or now_ms - self._start[cur] >= self.window_ms:
             cur = self._roll(now_ms)

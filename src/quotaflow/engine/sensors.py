@@ -23,8 +23,9 @@ class QuotaSensor(Protocol):
         """Replace the metric config's quota; the samples (or tokens) are kept."""
         ...
 
-    def record_and_throttle(self, value: float, now_ms: int) -> int:
-        """Record with the quota check; the throttle in ms (0 when within quota), as Kafka's int."""
+    def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
+        """Record with the quota check; the throttle in ms (0 when within quota) as Kafka's long, bounded by
+        ``max_ms`` when given (the request quota's one window); the manager narrows it to Kafka's int."""
         ...
 
     def record(self, value: float, now_ms: int) -> None:
@@ -35,43 +36,23 @@ class QuotaSensor(Protocol):
         """The quota metric's reading (a rate, or tokens); purges like a JMX read."""
         ...
 
-    def window_ms(self, now_ms: int) -> int | None:
+    def window_size(self, now_ms: int) -> int | None:
         """The rate window the quota metric uses, None for a token bucket."""
         ...
 
 
-class RateSensor:
-    """``Rate`` quota metric; ``max_throttle_ms`` None = unbounded (produce/fetch), else the cap (request)."""
+class RateSensor(Rate):
+    """The ``Rate`` quota metric of a byte-rate or request-time quota-id: the :class:`Rate` itself (its last record
+    time is the sensor's), so the per-request record with its check is one call, not a sensor's call into a rate."""
 
-    __slots__ = ("last_record_ms", "max_throttle_ms", "rate")
+    __slots__ = ()
+    bound: float  # always a quota here: the configured one or UNLIMITED
 
-    def __init__(self, samples: int, window_ms: int, bound: float, now_ms: int, max_throttle_ms: int | None) -> None:
-        self.rate = Rate(samples, window_ms, bound)
-        self.max_throttle_ms = max_throttle_ms
-        self.last_record_ms = now_ms
-
-    @property
-    def bound(self) -> float:
-        assert self.rate.bound is not None
-        return self.rate.bound
+    def __init__(self, samples: int, window_ms: int, bound: float, now_ms: int) -> None:
+        super().__init__(samples, window_ms, bound, now_ms)
 
     def set_bound(self, bound: float) -> None:
-        self.rate.bound = bound
-
-    def record_and_throttle(self, value: float, now_ms: int) -> int:
-        self.last_record_ms = now_ms
-        ms = self.rate.record_and_throttle(value, now_ms, self.max_throttle_ms)
-        return ms if -0x80000000 <= ms <= 0x7FFFFFFF else to_int32(ms)
-
-    def record(self, value: float, now_ms: int) -> None:
-        self.last_record_ms = now_ms
-        self.rate.record(value, now_ms)
-
-    def measure(self, now_ms: int) -> float:
-        return self.rate.measure(now_ms)
-
-    def window_ms(self, now_ms: int) -> int | None:
-        return self.rate.window_size(now_ms)
+        self.bound = bound
 
 
 def token_throttle_ms(tokens: float, quota: float) -> int:
@@ -109,8 +90,9 @@ class TokenBucketSensor:
         self.mutation_rate.record(value, now_ms)
         self.bucket.record(value, now_ms)
 
-    def record_and_throttle(self, value: float, now_ms: int) -> int:
-        """Kafka's strict path: check first; on violation nothing is recorded, else record unchecked."""
+    def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
+        """Kafka's strict path: check first; on violation nothing is recorded, else record unchecked (a token
+        bucket's throttle has no cap: ``max_ms`` is not used)."""
         throttle = self.check(now_ms)
         if throttle is not None:
             return throttle
@@ -125,5 +107,5 @@ class TokenBucketSensor:
     def measure(self, now_ms: int) -> float:
         return self.bucket.measure(now_ms)
 
-    def window_ms(self, now_ms: int) -> int | None:
+    def window_size(self, now_ms: int) -> int | None:
         return None

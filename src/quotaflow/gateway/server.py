@@ -62,7 +62,7 @@ from quotaflow.gateway.data.brokers import (
     parse_upstreams,
 )
 from quotaflow.gateway.data.cluster_quota import cluster_quotas_for
-from quotaflow.gateway.data.connection import ClientConnection
+from quotaflow.gateway.data.connection import ClientConnection, DecisionClock
 from quotaflow.gateway.data.partition_counts import PartitionCounts
 from quotaflow.gateway.data.pending import Pending
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
@@ -174,7 +174,8 @@ class Gateway:
         self._event_log: EventLog | None = None
         self._store_seq = 0
         self._acls_loaded = False
-        self._last_decision_ms = 0
+        # wall-clock ms for quota decisions, never behind the previous one (a C call: it is read once a response)
+        self.decision_ms: Callable[[], int] = DecisionClock().now_ms
         self.upstream_warnings = RateLimitedLog(log)
         self.request_memory = RequestMemory(self.config.request_pool_bytes)
         self.preauth_memory = RequestMemory(self.config.sasl_queued_max_request_bytes)
@@ -441,13 +442,6 @@ class Gateway:
         return resolution_to_json(self.admin.resolve(query.get("user", [""])[0], query.get("client-id", [""])[0]))
 
     # -- usage events ---------------------------------------------------------------------------------------
-
-    def decision_ms(self) -> int:
-        """Wall-clock ms for a quota decision, never behind the previous one: decisions and their event-log rows
-        then stay in ``(ts_ms, seq)`` order even if the system clock steps back, which is the order replay uses."""
-        now = max(time.time_ns() // 1_000_000, self._last_decision_ms)
-        self._last_decision_ms = now
-        return now
 
     def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None:
         event_log = self._event_log

@@ -215,3 +215,13 @@ def test_a_client_that_takes_no_responses_is_not_read(tmp_path: Path) -> None:
     for module in (connection, pure_twin(connection)):
         steps = _backed_up_client(module, tmp_path / f"quotas-{module.__name__}.db")
         assert steps == [(1, True), (0, False), (1, True)], module.__name__
+
+
+def test_the_decision_clock_never_goes_back_in_either_form(monkeypatch: Any) -> None:
+    """A wall clock stepped back (NTP) must not take decisions back with it: the event log's (ts_ms, seq) order is
+    the order replay decides in."""
+    for module in (connection, pure_twin(connection)):
+        readings = iter([5_000_000_000, 3_000_000_000, 7_000_000_000])
+        monkeypatch.setattr(module, "time_ns", lambda: next(readings))
+        clock = module.DecisionClock()
+        assert [clock.now_ms(), clock.now_ms(), clock.now_ms()] == [5_000, 5_000, 7_000]

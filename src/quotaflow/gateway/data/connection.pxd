@@ -6,6 +6,12 @@ from quotaflow.gateway.data.framing cimport FrameBuffer
 from quotaflow.gateway.data.pending cimport Pending
 
 
+cdef class DecisionClock:
+    cdef public long long last_ms
+
+    cpdef long long now_ms(self)
+
+
 cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public FrameBuffer _frames

@@ -93,6 +93,25 @@ COMPILED: bool = cython.compiled
 """True when the Cython-compiled form of this module was imported (``make setup``; connection.pxd types it)."""
 
 
+class DecisionClock:
+    """Wall-clock ms for the gateway's quota decisions, never behind the previous one: decisions and their event-log
+    rows then stay in ``(ts_ms, seq)`` order even if the system clock steps back, which is the order replay uses.
+    One per gateway (``Gateway.decision_ms`` is its bound ``now_ms``); compiled with the core (connection.pxd), so
+    reading it, once per response, is a C call."""
+
+    last_ms: int
+
+    def __init__(self) -> None:
+        self.last_ms = 0
+
+    def now_ms(self) -> int:
+        now = time_ns() // 1_000_000
+        if now < self.last_ms:
+            now = self.last_ms
+        self.last_ms = now
+        return now
+
+
 class ConnectionCore:
     """One admitted client connection (the protocol on its socket) and, once a request must be forwarded, its
     upstream connection: everything but the asyncio base class (:class:`ClientConnection`).
