@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -29,7 +32,7 @@ from quotaflow.gateway.config import GatewayConfig
 from quotaflow.store import open_store
 from quotaflow.testing.tansu import Tansu
 
-from .conftest import GatewayFactory
+from .conftest import GatewayFactory, RunningGateway
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -77,26 +80,65 @@ def consume_for(bootstrap: str, topic: str, client_id: str, seconds: float, part
     return read
 
 
-@pytest.mark.parametrize(("partitions", "value_size"), [
+CASES = [
     (1, 90_000),  # ~11 records per ~1 MB batch: tansu answers ~2 MB, cut to whole batches within the window
     (3, 90_000),
     (1, 1_200_000),  # one record batch larger than the whole window: delivered, throttled after (never emptied)
-])
-def test_a_consumer_under_its_quota_reads_about_its_quota_from_large_batches(
-    tansu: Tansu, gateway_factory: GatewayFactory, tmp_path: Path, partitions: int, value_size: int
-) -> None:
-    store = tmp_path / "progress-quotas.db"
-    gw = gateway_factory(store=store)
-    admin = Admin(open_store(gw.store_path))
-    try:
-        quota = {"consumer_byte_rate": float(Q)}
-        assert admin.alter([Alteration.of(QuotaEntity(client_id="starved"), quota)])[0].ok
-    finally:
-        admin.close()
-    topic = large_batch_topic(tansu.bootstrap, PRELOAD, value_size, partitions)
-    time.sleep(1.0)  # the quota reaches the gateway within a store poll
+]
 
-    read = consume_for(gw.bootstrap, topic, "starved", RUN_S, partitions)
+
+@dataclass(frozen=True)
+class LargeBatchRun:
+    """One case's consumer, done: its gateway (own store, event log and quota) and the bytes it read in RUN_S."""
+
+    gw: RunningGateway
+    read: int
+
+
+@pytest.fixture(scope="module")
+def large_batch_runs(tansu: Tansu, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[dict[tuple[int, int], LargeBatchRun]]:
+    """Every case's consumer reads for the same RUN_S at once, each through a gateway of its own (its own store,
+    event log and quota sensor, nothing shared but tansu): the cases are independent, so their RUN_S are not taken
+    one after another. Each test then checks its own case."""
+    from quotaflow.gateway.server import GatewayThread
+
+    threads: list[GatewayThread] = []
+    try:
+        gateways: dict[tuple[int, int], RunningGateway] = {}
+        topics: dict[tuple[int, int], str] = {}
+        for case in CASES:
+            tmp = tmp_path_factory.mktemp(f"progress-{case[0]}-{case[1]}")
+            store, events = tmp / "progress-quotas.db", tmp / "events"
+            thread = GatewayThread(tansu.bootstrap, {"PLAINTEXT": "127.0.0.1:0"}, store, event_log=events)
+            thread.start()
+            threads.append(thread)
+            gateways[case] = RunningGateway(thread, store, events)
+            admin = Admin(open_store(store))
+            try:
+                quota = {"consumer_byte_rate": float(Q)}
+                assert admin.alter([Alteration.of(QuotaEntity(client_id="starved"), quota)])[0].ok
+            finally:
+                admin.close()
+            topics[case] = large_batch_topic(tansu.bootstrap, PRELOAD, case[1], case[0])
+        time.sleep(1.0)  # the quota reaches the gateways within a store poll
+
+        with ThreadPoolExecutor(len(CASES)) as pool:
+            reads = {case: pool.submit(consume_for, gateways[case].bootstrap, topics[case], "starved", RUN_S, case[0])
+                     for case in CASES}
+            runs = {case: LargeBatchRun(gateways[case], read.result()) for case, read in reads.items()}
+        yield runs
+    finally:
+        for thread in reversed(threads):
+            thread.stop()
+
+
+@pytest.mark.parametrize(("partitions", "value_size"), CASES)
+def test_a_consumer_under_its_quota_reads_about_its_quota_from_large_batches(
+    large_batch_runs: dict[tuple[int, int], LargeBatchRun], tmp_path: Path, partitions: int, value_size: int
+) -> None:
+    run = large_batch_runs[(partitions, value_size)]
+    gw, read = run.gw, run.read
     gw.flush_events()
     events = read_dataset(gw.events, REQUESTS_DIR)
     assert events is not None
@@ -115,7 +157,7 @@ def test_a_consumer_under_its_quota_reads_about_its_quota_from_large_batches(
 
     # the backtest's promise holds for these decisions too: the replayed event log decides exactly as live
     out = tmp_path / "replayed"
-    result = CliRunner().invoke(cli, ["replay", "--events", str(gw.events), "--store", str(store),
+    result = CliRunner().invoke(cli, ["replay", "--events", str(gw.events), "--store", str(gw.store_path),
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     live = events.to_pandas().set_index("seq").sort_index()
