@@ -3,7 +3,9 @@
 Each client, over SASL_SSL (certificates made here with trustme), produces and reads its messages back through a
 consumer group, then reads a topic of ~1 MB record batches under ``consumer_byte_rate=100000`` (the starvation case
 of issue 22 item 1: it must never read 0 bytes). The quota phase assigns the partition (Node: a group, timed from
-its first message), since tansu takes ~20 s to answer a JoinGroup and the phase is timed. Clients: Debian's kcat
+its first message), since tansu answers a JoinGroup only after about half the member's session timeout (~23 s with
+librdkafka's default 45 s) and the phase is timed. Every group member asks for Kafka's least session timeout
+(``group.min.session.timeout.ms``, 6 s), so its JoinGroup is answered in ~3 s. Clients: Debian's kcat
 (librdkafka 2.0.2) with PLAIN and with SCRAM (which needs ``quotaflow.sasl.scram.legacy.client.nonce=true``:
 librdkafka < 2.6.1 repeats its nonce), confluent-kafka, kafka-python, aiokafka and @platformatic/kafka (Node).
 Bounded: every client call has a timeout, and each quota phase lasts QUOTA_S. A client is skipped only when it is
@@ -48,6 +50,7 @@ USER, PASSWORD = "matrix", "matrix-secret"
 Q = 100_000  # consumer_byte_rate of each client's quota phase
 QUOTA_S = 8.0
 COUNT = 20  # messages of each round trip
+SESSION_MS, HEARTBEAT_MS = 6000, 1000  # a group member's session timeout (Kafka's least) and heartbeat interval
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def kcat_round_trip(t: Target) -> list[bytes]:
                               capture_output=True, timeout=60, check=False)
     assert produced.returncode == 0, produced.stderr.decode()
     got = subprocess.run([*kcat_args(t), "-G", t.group, t.topic, "-X", "auto.offset.reset=earliest",
+                          "-X", f"session.timeout.ms={SESSION_MS}", "-X", f"heartbeat.interval.ms={HEARTBEAT_MS}",
                           "-c", str(COUNT), "-f", "%s\n"], capture_output=True, timeout=60, check=False)
     assert got.returncode == 0, got.stderr.decode()
     return got.stdout.splitlines()
@@ -151,7 +155,8 @@ def confluent_round_trip(t: Target) -> list[bytes]:
 
 
 def confluent_read(t: Target, limit: float, seconds: float, *, group: bool) -> tuple[int, list[bytes]]:
-    consumer = Consumer({**librdkafka_config(t), "group.id": t.group, "auto.offset.reset": "earliest"})
+    consumer = Consumer({**librdkafka_config(t), "group.id": t.group, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
     if group:
         consumer.subscribe([t.topic])
     else:
@@ -202,7 +207,9 @@ def kafka_python_read(t: Target, limit: float, seconds: float, *, group: bool) -
     from kafka import TopicPartition as KafkaTopicPartition
 
     if group:
-        consumer = KafkaConsumer(t.topic, group_id=t.group, auto_offset_reset="earliest", **kafka_python_config(t))
+        consumer = KafkaConsumer(t.topic, group_id=t.group, auto_offset_reset="earliest",
+                                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                                 **kafka_python_config(t))
     else:
         consumer = KafkaConsumer(auto_offset_reset="earliest", **kafka_python_config(t))
         consumer.assign([KafkaTopicPartition(t.topic, 0)])
@@ -237,7 +244,9 @@ async def _aiokafka_read(t: Target, limit: float, seconds: float, *, group: bool
     from aiokafka.structs import TopicPartition as AioTopicPartition
 
     if group:
-        consumer = AIOKafkaConsumer(t.topic, group_id=t.group, auto_offset_reset="earliest", **aiokafka_config(t))
+        consumer = AIOKafkaConsumer(t.topic, group_id=t.group, auto_offset_reset="earliest",
+                                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                                    **aiokafka_config(t))
         await consumer.start()
     else:
         consumer = AIOKafkaConsumer(auto_offset_reset="earliest", **aiokafka_config(t))
@@ -285,6 +294,7 @@ def node(t: Target, **spec: Any) -> dict[str, Any]:
     if shutil.which("node") is None or not (ROOT / "node_modules" / "@platformatic" / "kafka").is_dir():
         pytest.skip("node or node_modules/@platformatic/kafka is not installed (make setup)")
     full = {"bootstrap": t.bootstrap, "ca": t.ca, "clientId": t.client_id, "groupId": t.group, "topic": t.topic,
+            "sessionTimeout": SESSION_MS,
             "sasl": {"mechanism": t.mechanism, "username": USER, "password": PASSWORD}, **spec}
     done = subprocess.run(["node", str(NODE_SCRIPT), json.dumps(full)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)

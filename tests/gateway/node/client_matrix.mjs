@@ -1,6 +1,7 @@
 // One client of the gateway's client-matrix test: @platformatic/kafka over SASL_SSL.
 // usage: node client_matrix.mjs '<json spec>'
 //   spec: {bootstrap: "host:port", ca: "ca.pem", sasl: {mechanism, username, password}, clientId, groupId, topic,
+//          sessionTimeout: ms (the group member's; 10000 if absent),
 //          mode: "roundtrip", count: N}   produce N messages, read them back through the consumer group
 //        | {..., mode: "consume", seconds: S}   read the topic from the earliest offset through the group for S s
 // prints one JSON line: {values: [...]} (roundtrip) or {bytes: B, messages: M} (consume)
@@ -18,11 +19,12 @@ const common = {
 
 async function consume (limit, deadlineMs, keep) {
   const consumer = new Consumer({ ...common, groupId: spec.groupId, deserializers: stringDeserializers,
-    sessionTimeout: 10000, heartbeatInterval: 500 })
+    sessionTimeout: spec.sessionTimeout ?? 10000, heartbeatInterval: 500 })
   const stream = await consumer.consume({ topics: [spec.topic], mode: MessagesStreamModes.EARLIEST,
     autocommit: true, maxWaitTime: 500 })
   const got = { values: [], bytes: 0, messages: 0 }
-  // the consume phase is timed from the first message (tansu takes ~20 s to answer a JoinGroup); 90 s at most
+  // the consume phase is timed from the first message (tansu answers a JoinGroup after ~half the session timeout);
+  // 90 s at most
   let timer = setTimeout(() => stream.close(), keep ? deadlineMs : 90000)
   try {
     for await (const message of stream) {
