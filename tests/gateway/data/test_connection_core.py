@@ -221,7 +221,6 @@ def test_the_decision_clock_never_goes_back_in_either_form(monkeypatch: Any) -> 
     """A wall clock stepped back (NTP) must not take decisions back with it: the event log's (ts_ms, seq) order is
     the order replay decides in."""
     for module in (connection, pure_twin(connection)):
-        readings = iter([5_000_000_000, 3_000_000_000, 7_000_000_000])
-        monkeypatch.setattr(module, "time_ns", lambda: next(readings))
+        monkeypatch.setattr(module, "time_ns", iter([5_000_000_000, 3_000_000_000, 7_000_000_000]).__next__)
         clock = module.DecisionClock()
         assert [clock.now_ms(), clock.now_ms(), clock.now_ms()] == [5_000, 5_000, 7_000]
