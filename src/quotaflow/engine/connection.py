@@ -56,12 +56,6 @@ class ConnectionQuotaConfig:
 
 
 @dataclass(slots=True)
-class _IpSensor:
-    rate: Rate
-    last_record_ms: int
-
-
-@dataclass(slots=True)
 class _Listener:
     rate: Rate  # connection-accept-rate, bound = the listener's max.connection.creation.rate
     blocked: Rate  # acceptor blocked ms (unbounded), for the blocked-time percentage
@@ -90,12 +84,12 @@ class ConnectionQuotas:
         self._listener_rate_cfg: dict[str, int] = _by_name(cfg.listener_rates)
         self._ip_default = INT_MAX
         self._ip_overrides: dict[str, int] = {}
-        self._ip_sensors: dict[str, _IpSensor] = {}
+        self._ip_sensors: dict[str, Rate] = {}
         self._ip_ranges: RangeIndex[int] = RangeIndex()
         self._ip_rate_cache: dict[str, int] = {}  # address -> its rate while ranges exist (cleared on updates)
         self._principal_default = INT_MAX
         self._principal_overrides: dict[str, int] = {}
-        self._principal_sensors: dict[str, _IpSensor] = {}
+        self._principal_sensors: dict[str, Rate] = {}
         self._principal_throttle = Avg()
         self.max_connections = cfg.max_connections
         self.max_connections_per_ip = cfg.max_connections_per_ip
@@ -104,8 +98,8 @@ class ConnectionQuotas:
         self._counts: dict[str, int] = {}
         self.total_count = 0
 
-    def _rate(self, bound: float | None) -> Rate:
-        return Rate(self.samples, self.window_ms, bound)
+    def _rate(self, bound: float | None, now_ms: int = 0) -> Rate:
+        return Rate(self.samples, self.window_ms, bound, now_ms)
 
     # -- listeners ------------------------------------------------------------------------------------------------
     def add_listener(self, listener: str, rate: int | None = None, max_connections: int | None = None) -> None:
@@ -198,7 +192,7 @@ class ConnectionQuotas:
             self._ip_rate_cache.pop(ip, None)
             sensor = self._ip_sensors.get(ip)
             if sensor is not None:
-                sensor.rate.bound = float(self.connection_rate_for_ip(ip))
+                sensor.bound = float(self.connection_rate_for_ip(ip))
         else:
             self._ip_default = INT_MAX if rate is None else rate
             self._ip_rate_cache.clear()
@@ -207,8 +201,8 @@ class ConnectionQuotas:
     def _rebound_ip_sensors(self) -> None:
         for addr, sensor in self._ip_sensors.items():
             q = float(self.connection_rate_for_ip(addr))
-            if sensor.rate.bound != q:
-                sensor.rate.bound = q
+            if sensor.bound != q:
+                sensor.bound = q
 
     # -- per-principal connection creation rate (beyond Kafka: checked at authentication) --------------------------
     def connection_rate_for_principal(self, principal: str) -> int:
@@ -224,8 +218,8 @@ class ConnectionQuotas:
             self._principal_overrides[principal] = rate
         for name, sensor in self._principal_sensors.items():
             q = float(self.connection_rate_for_principal(name))
-            if sensor.rate.bound != q:
-                sensor.rate.bound = q
+            if sensor.bound != q:
+                sensor.bound = q
 
     def record_principal_connection_and_get_throttle_ms(self, principal: str, now_ms: int) -> int:
         """An authenticated connection of ``principal``: recorded against its rate as KIP-612 records an IP's
@@ -239,16 +233,15 @@ class ConnectionQuotas:
             self._principal_throttle.record(float(throttle), now_ms)
         return throttle
 
-    def _record_keyed(self, sensors: dict[str, _IpSensor], key: str, quota: int, now_ms: int) -> int:
+    def _record_keyed(self, sensors: dict[str, Rate], key: str, quota: int, now_ms: int) -> int:
         """Record one connection into ``key``'s rate sensor (created, or re-created after an hour idle, at
         ``quota``); over the rate it is un-recorded there and the bounded throttle returned, else 0."""
         sensor = sensors.get(key)
         if sensor is None or now_ms - sensor.last_record_ms > IP_SENSOR_EXPIRATION_MS:
-            sensor = sensors[key] = _IpSensor(self._rate(float(quota)), now_ms)
-        sensor.last_record_ms = now_ms
-        throttle = self._record_and_throttle(sensor.rate, now_ms)
+            sensor = sensors[key] = self._rate(float(quota), now_ms)
+        throttle = self._record_and_throttle(sensor, now_ms)  # records, so it is the sensor's last record time
         if throttle > 0:
-            sensor.rate.record(-1.0, now_ms)
+            sensor.record(-1.0, now_ms)
         return throttle
 
     def update_max_connections(self, maximum: int) -> None:
@@ -364,7 +357,7 @@ class ConnectionQuotas:
     def ip_rate_bound(self, ip: str) -> float | None:
         """The bound of the IP's rate metric, None when the metric does not exist (never recorded)."""
         sensor = self._ip_sensors.get(ip)
-        return None if sensor is None else sensor.rate.bound
+        return None if sensor is None else sensor.bound
 
     def ip_quota_usage(self, now_ms: int) -> dict[str, tuple[float, float]]:
         """Per IP with a creation-rate quota that tried to connect within the rate's samples (``quota.window.num``
@@ -378,7 +371,7 @@ class ConnectionQuotas:
         for ip, sensor in self._ip_sensors.items():
             quota = self.connection_rate_for_ip(ip)
             if quota != INT_MAX and now_ms - sensor.last_record_ms <= recent_ms:
-                out[ip] = (float(quota), max(0.0, sensor.rate.measure(now_ms)))
+                out[ip] = (float(quota), max(0.0, sensor.measure(now_ms)))
         return out
 
     def set_ip_rate_bound(self, ip: str, bound: float) -> None:
@@ -386,7 +379,7 @@ class ConnectionQuotas:
         quota puts the configured value back until the next share is applied."""
         sensor = self._ip_sensors.get(ip)
         if sensor is not None:
-            sensor.rate.bound = bound
+            sensor.bound = bound
 
     def listener_rate_bound(self, listener: str) -> float | None:
         return self._listener(listener).rate.bound
@@ -409,10 +402,10 @@ class ConnectionQuotas:
                                state.rate.measure(now_ms), "accepted connections per second")
         for ip, sensor in self._ip_sensors.items():
             yield MetricSample("connection-accept-rate", GROUP, (("listener", ""), ("ip", ip)),
-                               sensor.rate.measure(now_ms), "accepted connections per second")
+                               sensor.measure(now_ms), "accepted connections per second")
         for principal, sensor in self._principal_sensors.items():
             yield MetricSample("principal-connection-accept-rate", GROUP, (("user", principal),),
-                               sensor.rate.measure(now_ms), "authenticated connections per second of a principal")
+                               sensor.measure(now_ms), "authenticated connections per second of a principal")
         if self._principal_sensors:
             yield MetricSample("principal-connection-accept-throttle-time", GROUP, (),
                                self._principal_throttle.measure(now_ms),
