@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
-from quotaflow.engine import ClientQuotaManager, QuotaType, fetch_throttle, produce_throttle, request_throttle
+import math
+import random
+from typing import Any
+
+import pytest
+
+from quotaflow.core import DEFAULT
+from quotaflow.engine import (
+    NOT_THROTTLED,
+    ClientQuotaManager,
+    QuotaType,
+    ThrottleDecision,
+    bandwidth_throttle,
+    fetch_throttle,
+    produce_throttle,
+    request_throttle,
+)
 
 T = 1_000_000
 
@@ -67,3 +83,78 @@ def test_request_throttle_applies() -> None:
     request.update_quota(None, "c", 1)
     assert request_throttle(request, "u", "c", 500_000_000, T) == 1000
     assert request.throttle_time_avg("u", "c", T) == 1000
+
+
+class _KeptSensor:
+    """A caller that keeps the sensor ``recording_sensor`` gives it and records into it itself while the manager's
+    ``generation`` is unchanged and the sensor has not expired (the rule the gateway's bound Produce path follows),
+    then ends the decision with ``bandwidth_throttle``."""
+
+    def __init__(self, produce: ClientQuotaManager) -> None:
+        self.produce = produce
+        self.kept: tuple[int, str, str, Any] | None = None
+
+    def decide(self, user: str, client_id: str, size: int, now_ms: int) -> ThrottleDecision:
+        m = self.produce
+        kept = self.kept
+        if kept is None or kept[0] != m.generation or kept[1:3] != (user, client_id) or (
+                kept[3] is not None and now_ms - kept[3].last_record_ms > m.sensor_expiration_ms):
+            kept = self.kept = (m.generation, user, client_id, m.recording_sensor(user, client_id, now_ms))
+        sensor = kept[3]
+        if sensor is None:
+            return NOT_THROTTLED
+        return bandwidth_throttle(m, user, client_id, sensor.record_and_throttle(size, now_ms), now_ms)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_kept_sensor_decides_and_records_as_produce_throttle_does(seed: int) -> None:
+    """Random produce traffic from two clients with quota changes (set, lowered, zero, removed: no quota at all),
+    sensors expiring (idle over an hour, recreated on the next record or removed by the expiry task) in between:
+    the kept sensor's decisions, and every reading of the manager after each step, are produce_throttle's."""
+    rng = random.Random(seed)
+    reference, request = ClientQuotaManager(QuotaType.PRODUCE), ClientQuotaManager(QuotaType.REQUEST)
+    kept = _KeptSensor(ClientQuotaManager(QuotaType.PRODUCE))
+    now = T
+    throttled = 0
+    for _ in range(600):
+        step = rng.random()
+        if step < 0.05:
+            value = rng.choice([None, 0, 2_000, 20_000, 200_000])
+            entity = rng.choice([("u", None), (None, "c1"), ("u", "c2"), (None, DEFAULT)])
+            for m in (reference, kept.produce):
+                m.update_quota(*entity, value)
+        elif step < 0.08:
+            now += rng.choice([3_600_000, 3_600_001, 3_700_000])  # idle: the sensors expire (or just do not)
+            if rng.random() < 0.5:
+                assert reference.expire_sensors(now) == kept.produce.expire_sensors(now)
+        else:
+            now += rng.randrange(0, 400)
+            client_id = rng.choice(["c1", "c2"])
+            size = rng.randrange(1, 4_000)
+            expected = produce_throttle(reference, request, "u", client_id, size, 0, 1, now)
+            assert kept.decide("u", client_id, size, now) == expected
+            throttled += expected.throttle_ms > 0
+        for client_id in ("c1", "c2"):
+            for reading in ("metric_value", "throttle_time_avg"):
+                a, b = (getattr(m, reading)("u", client_id, now) for m in (reference, kept.produce))
+                assert a == b or (a is not None and b is not None and math.isnan(a) and math.isnan(b)), reading
+        assert reference.delay_queue_size(now) == kept.produce.delay_queue_size(now)
+        assert reference.sensor_count == kept.produce.sensor_count
+    assert throttled > 0  # the traffic did meet its quotas
+
+
+def test_the_generation_moves_when_a_kept_sensor_may_no_longer_be_the_one_recorded() -> None:
+    m = ClientQuotaManager(QuotaType.PRODUCE)
+    assert m.recording_sensor("u", "c", T) is None  # no quota: nothing is recorded
+    m.update_quota(None, DEFAULT, 500)
+    g = m.generation
+    sensor = m.recording_sensor("u", "c", T)
+    assert sensor is not None and m.recording_sensor("u", "other", T) is not None
+    assert m.generation == g  # first sensors: nothing kept is replaced
+    assert m.recording_sensor("u", "c", T + 3_600_000) is sensor
+    assert m.recording_sensor("u", "c", T + 7_200_001) is not sensor  # expired: replaced
+    assert m.generation == g + 1
+    assert m.expire_sensors(T + 20_000_000) == 2
+    assert m.generation == g + 2
+    m.update_quota("u", None, 100)
+    assert m.generation == g + 3

@@ -28,6 +28,7 @@ from quotaflow.engine.stats import Avg, CumulativeSum
 from quotaflow.engine.throttle import (
     NOT_THROTTLED,
     ThrottleDecision,
+    bandwidth_throttle,
     combine,
     fetch_throttle,
     produce_throttle,
@@ -77,6 +78,7 @@ __all__ = [
     "WindowReading",
     "apply_change",
     "apply_changes",
+    "bandwidth_throttle",
     "bounded_throttle_time",
     "combine",
     "decide_groups",

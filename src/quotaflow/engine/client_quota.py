@@ -104,6 +104,11 @@ class ClientQuotaManager:
         self.quotas_enabled = False  # any quota of this type (mask != 0): a plain attribute, asked per request
         self._bit_counts = {bit: 0 for bit in (QuotaTypeBit.CLIENT_ID, QuotaTypeBit.USER, QuotaTypeBit.USER_CLIENT_ID)}
         self._sensors: dict[QuotaId, QuotaSensor] = {}
+        self.generation = 0
+        """Changes whenever the sensor a (user, client-id) records into may change other than by its first
+        creation: a quota change (the quota-id and bound may move), an expired sensor replaced or removed. A caller
+        that keeps a sensor (:meth:`recording_sensor`) records into it directly while this is unchanged and the
+        sensor has not expired, and the records are the ones :meth:`record_and_get_throttle_ms` would make."""
         self._throttle_sensors: dict[QuotaId, Avg] = {}
         self._throttle_last_ms: dict[QuotaId, int] = {}
         self._sanitized: dict[str, str] = {}
@@ -150,6 +155,7 @@ class ClientQuotaManager:
             if self._bit_counts[bit] == 0:
                 self._mask &= ~bit
         self.quotas_enabled = self._mask != 0
+        self.generation += 1
         if value is None:
             self.overrides.pop(key, None)
         else:
@@ -230,8 +236,23 @@ class ClientQuotaManager:
         qid = self.quota_id(user, client_id)
         sensor = self._sensors.get(qid)
         if sensor is None or now_ms - sensor.last_record_ms > self.sensor_expiration_ms:
-            sensor = self._sensors[qid] = self._new_sensor(qid, now_ms)
+            sensor = self._replace_sensor(qid, sensor, now_ms)
         return sensor
+
+    def _replace_sensor(self, qid: QuotaId, old: QuotaSensor | None, now_ms: int) -> QuotaSensor:
+        """A new sensor for ``qid``: its first, or a fresh one for an expired ``old`` (a change of
+        :attr:`generation`: whoever kept the old one must look again)."""
+        if old is not None:
+            self.generation += 1
+        sensor = self._sensors[qid] = self._new_sensor(qid, now_ms)
+        return sensor
+
+    def recording_sensor(self, user: str, client_id: str, now_ms: int) -> QuotaSensor | None:
+        """The sensor :meth:`record_and_get_throttle_ms` at ``now_ms`` records into (made now if it would make
+        it), None while no quota of this type exists (nothing is recorded then). Kept by a caller that records
+        into it itself, valid while :attr:`generation` is unchanged and ``now_ms − sensor.last_record_ms`` is
+        within :attr:`sensor_expiration_ms` (the gateway's connection-bound Produce path)."""
+        return self.sensor(user, client_id, now_ms) if self._mask else None
 
     def existing_sensor(self, user: str, client_id: str) -> QuotaSensor | None:
         """The quota sensor if it exists (never creates one)."""
@@ -257,6 +278,8 @@ class ClientQuotaManager:
         dead = [q for q, s in self._sensors.items() if now_ms - s.last_record_ms > limit]
         for q in dead:
             del self._sensors[q]
+        if dead:
+            self.generation += 1
         dead_t = [q for q, t in self._throttle_last_ms.items() if now_ms - t > limit]
         for q in dead_t:
             del self._throttle_sensors[q]
@@ -273,7 +296,7 @@ class ClientQuotaManager:
         qid = self._tags.get((user, client_id)) or self.quota_id(user, client_id)
         sensor = self._sensors.get(qid)
         if sensor is None or now_ms - sensor.last_record_ms > self.sensor_expiration_ms:
-            sensor = self._sensors[qid] = self._new_sensor(qid, now_ms)
+            sensor = self._replace_sensor(qid, sensor, now_ms)
         ms = sensor.record_and_throttle(value, now_ms, self._max_throttle_ms)
         return ms if -0x80000000 <= ms <= 0x7FFFFFFF else to_int32(ms)  # Kafka's throttleTime(...).toInt
 

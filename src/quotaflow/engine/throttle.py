@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quotaflow.engine.client_quota import ClientQuotaManager
+from quotaflow.engine.rate import to_int32
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,20 @@ def produce_throttle(produce: ClientQuotaManager, request: ClientQuotaManager, u
     decision = combine(bw, req)
     if apply:
         _apply(decision, produce, request, user, client_id, now_ms)
+    return decision
+
+
+def bandwidth_throttle(bandwidth: ClientQuotaManager, user: str, client_id: str, throttle_ms: int, now_ms: int,
+                       ) -> ThrottleDecision:
+    """The rest of :func:`produce_throttle` once its bandwidth throttle is known and nothing else is recorded (no
+    request quota in force, so request time records nothing): for a caller that recorded the bytes into the sensor
+    itself (``ClientQuotaManager.recording_sensor``); ``throttle_ms`` is the sensor's raw throttle, as Kafka's long."""
+    bw = to_int32(throttle_ms)  # the manager's throttleTime(...).toInt
+    if not bw:
+        return NOT_THROTTLED
+    decision = combine(bw, 0)
+    if decision.throttle_ms > 0:  # the bandwidth quota's throttle is the one applied
+        bandwidth.throttle(user, client_id, decision.throttle_ms, now_ms)
     return decision
 
 

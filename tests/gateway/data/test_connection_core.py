@@ -5,18 +5,18 @@ mutes, produce throttles included."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
-from kafka.protocol.api_key import ApiKey
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.gateway.data import api_handlers, connection
+from quotaflow.engine.updates import _Change
+from quotaflow.gateway.data import connection, enforcement
 from quotaflow.gateway.server import Gateway
 from quotaflow.store import open_store
 
@@ -158,16 +158,13 @@ def test_a_request_is_charged_the_time_it_holds_the_event_loop(tmp_path: Path, m
     """io thread time is the event loop's time on the request (the monotonic clock, as Kafka's request handlers
     read System.nanoTime): a step that blocks the loop without using CPU is charged in full, in both forms; a
     thread CPU clock would charge almost nothing for it."""
-    handler = api_handlers.HANDLERS[ApiKey.Produce]
-    assert handler.request is not None
-    inner = handler.request
+    missing = enforcement._ProduceLimits.__missing__  # asked on the request's way in, bound or not
 
-    def blocking(scope: Any, pending: Any, frame: bytes) -> bytes | None:
+    def blocking(limits: Any, key: tuple[str, str]) -> bool:
         time.sleep(0.03)  # holds the event loop: nobody else's request runs meanwhile
-        return inner(scope, pending, frame)
+        return missing(limits, key)
 
-    monkeypatch.setitem(cast(dict[int, Any], api_handlers.HANDLERS), ApiKey.Produce,
-                        replace(handler, request=blocking))
+    monkeypatch.setattr(enforcement._ProduceLimits, "__missing__", blocking)
     for module in (connection, pure_twin(connection)):
         io_ns, network_ns = _thread_times(module, tmp_path / f"quotas-{module.__name__}.db")
         assert io_ns >= 30_000_000, (module.__name__, io_ns)
@@ -224,3 +221,79 @@ def test_the_decision_clock_never_goes_back_in_either_form(monkeypatch: Any) -> 
         monkeypatch.setattr(module, "time_ns", iter([5_000_000_000, 3_000_000_000, 7_000_000_000]).__next__)
         clock = module.DecisionClock()
         assert [clock.now_ms(), clock.now_ms(), clock.now_ms()] == [5_000, 5_000, 7_000]
+
+
+def _bound_transcript(module: ModuleType, store_path: Path,
+                      monkeypatch: Any) -> tuple[list[tuple[object, ...]], object]:
+    """Sixty 1 KB produce requests through one connection of ``module``'s form while the quotas change under it: a
+    producer quota that throttles, then lowered, removed (no quota at all), set again, then a request quota beside
+    it, and the clock idle past the sensors' expiry twice (once with the expiry task run). Per request: the bytes
+    both ways, its decisions, the mute, and the engine's readings after it. Also returns the connection's binding.
+    The core's monotonic clock advances 40 µs a reading, so the request quota sees the same thread times in each run."""
+    monkeypatch.setattr(module, "monotonic_ns", itertools.count(0, 40_000).__next__)
+    produce = QuotaEntity(client_id=CLIENT_ID)
+    changes = {10: (produce, "producer_byte_rate", 700.0), 20: (produce, "producer_byte_rate", None),
+               30: (produce, "producer_byte_rate", 2_000.0), 45: (produce, "request_percentage", 0.0005)}
+    idle = {25: False, 38: True}  # step -> the clock jumps past the expiry (True: and the expiry task runs)
+
+    async def run() -> tuple[list[tuple[object, ...]], object]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
+        gw.broker_quotas.load(gw.store.snapshot())
+        now = [1_800_000_000_000]
+        gw.decision_ms = lambda: now[0]  # type: ignore[method-assign]
+        decided: list[object] = []
+        gw.on_request = lambda _c, pending, _b, _t: decided.append(  # type: ignore[method-assign]
+            (pending.decisions, pending.exempt, pending.request_bytes))
+        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+        client, upstream = _Transport(), _Transport()
+        conn.connection_made(client)
+        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        enforcement = conn.enforcement
+        out: list[tuple[object, ...]] = []
+        try:
+            for i in range(60):
+                if i in changes:
+                    entity, key, value = changes[i]
+                    enforcement.apply_changes([_Change(i, entity, key, value)])
+                now[0] += 3_600_001 if i in idle else 10
+                if idle.get(i):
+                    enforcement.tick(now[0])
+                request, response = _frames(i, 1)
+                for proto, data in ((conn, request), (conn._upstream, response)):
+                    buf = proto.get_buffer(-1)
+                    buf[:len(data)] = data
+                    proto.buffer_updated(len(data))
+                m = enforcement.managers
+                out.append((upstream.take(), client.take(), conn.muted_until > 0, decided[-1],
+                            m.produce.metric_value("", CLIENT_ID, now[0]), m.produce.sensor_count,
+                            m.produce.delay_queue_size(now[0]), m.request.sensor_count))
+                conn.muted_until = 0.0
+                if conn._mute_timer is not None:
+                    conn._mute_timer.cancel()
+                    conn._mute_timer = None
+                conn._pump()
+        finally:
+            gw.store.close()
+        return out, conn._produce_binding
+
+    return asyncio.run(run())
+
+
+def test_the_bound_produce_path_decides_as_the_handler_table_does(tmp_path: Path, monkeypatch: Any) -> None:
+    """A Produce without authorization work is decided through the sensor its connection keeps
+    (``ConnectionCore._binds_produce``); the same traffic through the handler table's hooks and the engine's
+    ``produce_throttle`` (the pure twin with the binding switched off) gives the same bytes, decisions, mutes and
+    engine state, in both forms, while the quotas change and the sensors expire under the kept binding."""
+    handler_path = pure_twin(connection)
+    monkeypatch.setattr(handler_path.ConnectionCore, "_binds_produce", lambda *_: False)
+    bound, binding = _bound_transcript(connection, tmp_path / "compiled.db", monkeypatch)
+    pure, pure_binding = _bound_transcript(pure_twin(connection), tmp_path / "pure.db", monkeypatch)
+    table, no_binding = _bound_transcript(handler_path, tmp_path / "table.db", monkeypatch)
+    assert binding is not None and pure_binding is not None and no_binding is None
+    assert bound == table
+    assert pure == table
+    throttles = [step[3][0].throttle_ms for step in table]  # type: ignore[index]
+    assert sum(1 for t in throttles[:20] if t > 0) >= 3  # the producer quota throttled
+    assert not any(throttles[20:30])  # no quota: nothing throttled (nor recorded)
+    assert table[21][4] is None
+    assert any(step[3][0].throttle_ms_request > 0 for step in table[45:])  # type: ignore[index]

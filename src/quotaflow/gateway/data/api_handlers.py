@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, QuotaflowError, map_errors
-from quotaflow.engine import NOT_THROTTLED
+from quotaflow.engine import NOT_THROTTLED, ThrottleDecision
 from quotaflow.gateway.auth import authorize, scram_admin
 from quotaflow.gateway.data import mutations, protocol, versions
 from quotaflow.gateway.data.addresses import REWRITTEN_APIS, rewrite_addresses
@@ -86,7 +86,11 @@ def _decide_produce(enforcement: Enforcement, pending: Pending, _frame: bytes, u
                     thread_ns: int, now_ms: int) -> RequestDecisions:
     acks = -1 if pending.acks is None else pending.acks
     pending.exempt = acks == 0
-    decision = enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms)
+    return produce_decisions(enforcement.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms))
+
+
+def produce_decisions(decision: ThrottleDecision) -> RequestDecisions:
+    """A Produce's engine decision as the event log's columns (also the connection-bound Produce path's)."""
     if decision is NOT_THROTTLED:
         return NO_THROTTLE
     return RequestDecisions(throttle_ms_produce=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,

@@ -12,10 +12,18 @@ cdef class DecisionClock:
     cpdef long long now_ms(self)
 
 
+cdef class ProduceBinding:
+    cdef public object manager, request, user, client_id, sensor
+    cdef public long long generation, expiration_ms
+
+    cpdef bint holds(self, object user, object client_id, long long now_ms) except -1
+
+
 cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public FrameBuffer _frames
     cdef public object _tls, _loop, _upstream, _queue, _awaiting, _busy, _pool
+    cdef public ProduceBinding _produce_binding
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port
     cdef public double last_active, muted_until, frame_since, _progress, _waiting_since
@@ -33,6 +41,8 @@ cdef class ConnectionCore:
     cpdef object _take_request(self, object frame)
     cpdef _enqueue(self, Pending pending)
     cpdef Pending _on_request(self, object frame)
+    cpdef bint _binds_produce(self, Pending pending, object frame) except -1
+    cpdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cpdef _forward(self, Pending pending)
     cpdef _read_upstream(self, object upstream)
     cpdef _flush(self)

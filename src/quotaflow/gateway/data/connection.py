@@ -53,6 +53,8 @@ import cython
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
+from quotaflow.engine import bandwidth_throttle
+from quotaflow.gateway.auth.authorize import SCAN_ONLY
 from quotaflow.gateway.auth.sasl import ANONYMOUS
 from quotaflow.gateway.auth.sasl_session import SaslSession
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
@@ -68,9 +70,11 @@ from quotaflow.gateway.data.api_handlers import (
     PASS_THROUGH,
     needs_partition_counts,
     prepare_request,
+    produce_decisions,
     rewrite,
 )
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
+from quotaflow.gateway.data.enforcement import NO_THROTTLE
 from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE, correlation_id, read_request
 from quotaflow.gateway.data.framing import FrameBuffer
 from quotaflow.gateway.data.pending import RAW_SASL, Pending
@@ -112,6 +116,38 @@ class DecisionClock:
         return now
 
 
+class ProduceBinding:
+    """The producer quota sensor one connection's Produce requests from one (principal, client id) record into,
+    found through the produce manager once and kept while it is the one the manager's own record would use
+    (``ClientQuotaManager.recording_sensor``: the manager's ``generation`` unchanged and the sensor not expired), so
+    a Produce's quota decision is one compiled call into the sensor, not the handler table's, the engine's and the
+    manager's calls and their dictionary lookups. ``sensor`` None: no producer quota exists (nothing is recorded)."""
+
+    manager: Any
+    request: Any
+    generation: int
+    user: str
+    client_id: str
+    sensor: Any
+    expiration_ms: int
+
+    def __init__(self, enforcement: Enforcement, user: str, client_id: str, now_ms: int) -> None:
+        managers = enforcement.managers
+        self.manager = managers.produce
+        self.request = managers.request
+        self.generation = self.manager.generation
+        self.user = user
+        self.client_id = client_id
+        self.sensor = self.manager.recording_sensor(user, client_id, now_ms)
+        self.expiration_ms = self.manager.sensor_expiration_ms
+
+    def holds(self, user: str, client_id: str, now_ms: int) -> bool:
+        """Whether a record for ``user``/``client_id`` at ``now_ms`` goes to this binding's sensor."""
+        if self.generation != self.manager.generation or client_id != self.client_id or user != self.user:
+            return False
+        return self.sensor is None or now_ms - self.sensor.last_record_ms <= self.expiration_ms
+
+
 class ConnectionCore:
     """One admitted client connection (the protocol on its socket) and, once a request must be forwarded, its
     upstream connection: everything but the asyncio base class (:class:`ClientConnection`).
@@ -126,6 +162,7 @@ class ConnectionCore:
         # whose quotas apply: the node's, else the gateway's own name until a bootstrap connection's upstream is known
         self.broker = broker_key(node, gateway.broker)
         self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
+        self._produce_binding: ProduceBinding | None = None  # of self.enforcement, made by the first bound Produce
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -541,17 +578,54 @@ class ConnectionCore:
         elif key == _API_VERSIONS and self.sasl.pending_auth and not passthrough:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
-        pending.handler = handler = HANDLERS.get(key, DEFAULT)
-        hook = handler.request
-        if hook is not None:
-            forward = hook(self, pending, frame)
-            if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
-                return pending
-            frame = forward
+        if key != _PRODUCE or not self._binds_produce(pending, frame):
+            pending.handler = handler = HANDLERS.get(key, DEFAULT)
+            hook = handler.request
+            if hook is not None:
+                forward = hook(self, pending, frame)
+                if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
+                    return pending
+                frame = forward
         pending.forward = frame
         pending.forwarded = True
         self._awaiting.append(pending)
         return pending
+
+    def _binds_produce(self, pending: Pending, frame: bytes) -> bool:
+        """Whether this Produce takes the connection-bound path: forwarded as it came, without the handler
+        table's request hooks, and decided by :meth:`_decide_bound_produce`. It does when those hooks would only
+        pass it on: no authorizer and no hidden topic's name in it (``authorize.SCAN_ONLY``, the authorization
+        hook's own test), acks 1 or all (acks=0 is answered by nobody), no principal excluded from quotas. The
+        produce hook's one rule that still applies is applied here: a producer under a finite producer_byte_rate is
+        read one produce at a time."""
+        acks = pending.acks
+        if acks is None or acks == 0 or self.enforcement.excluded:
+            return False
+        access = self.gateway.access
+        if access.authorizer is not None or len(frame) > _PRODUCE_SCAN_LIMIT or access.hidden.may_name(frame):
+            return False
+        if self.enforcement.produce_limited[self.principal, pending.header.client_id or ""]:
+            self.hold_reading(pending)
+        pending.handler = _PRODUCE_HANDLER
+        pending.bound_produce = True
+        return True
+
+    def _decide_bound_produce(self, pending: Pending, now_ms: int) -> Any:
+        """A bound Produce's decisions (``engine.produce_throttle``'s, made through the kept sensor), or None when
+        a request quota is in force, whose request time the handler table's decision records."""
+        client_id = pending.header.client_id or ""
+        binding = self._produce_binding
+        if binding is None or not binding.holds(self.principal, client_id, now_ms):
+            binding = self._produce_binding = ProduceBinding(self.enforcement, self.principal, client_id, now_ms)
+        if binding.request.quotas_enabled:
+            return None
+        sensor = binding.sensor
+        if sensor is None:
+            return NO_THROTTLE
+        throttle = sensor.record_and_throttle(pending.request_bytes, now_ms)  # a byte rate's throttle has no cap
+        if not throttle:
+            return NO_THROTTLE
+        return produce_decisions(bandwidth_throttle(binding.manager, self.principal, client_id, throttle, now_ms))
 
     def _forward(self, pending: Pending) -> None:
         """Write the request to the upstream socket."""
@@ -588,6 +662,7 @@ class ConnectionCore:
         self._upstream = UpstreamProtocol.take_over(self, reader, writer)
         self.broker = broker_key(node, self.gateway.broker)
         self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
+        self._produce_binding = None
 
     def _read_upstream(self, upstream: UpstreamProtocol) -> None:
         frames: FrameBuffer = upstream.frames
@@ -701,12 +776,12 @@ class ConnectionCore:
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
         response (unframed) or the gateway's own (framed)."""
-        header = pending.header
-        key = header.api_key
-        enforcement = self.enforcement
-        user, client_id = self.principal, header.client_id or ""
-        decisions = (pending.handler or HANDLERS.get(key, DEFAULT)).decide(enforcement, pending, frame, user,
-                                                                            client_id, pending.thread_ns, now_ms)
+        decisions = self._decide_bound_produce(pending, now_ms) if pending.bound_produce else None
+        if decisions is None:
+            header = pending.header
+            handler = pending.handler or HANDLERS.get(header.api_key, DEFAULT)
+            decisions = handler.decide(self.enforcement, pending, frame, self.principal, header.client_id or "",
+                                       pending.thread_ns, now_ms)
         pending.decisions = decisions
         throttle = decisions.throttle_ms
         if throttle > 0:
@@ -823,4 +898,7 @@ def _supported(api_key: int, version: int) -> bool:
 
 
 _API_VERSIONS: Final = int(ApiKey.ApiVersions)  # a plain int: an IntEnum member is a slower lookup, twice a request
+_PRODUCE: Final = int(ApiKey.Produce)
+_PRODUCE_HANDLER: Final = HANDLERS[ApiKey.Produce]
+_PRODUCE_SCAN_LIMIT: Final = SCAN_ONLY[ApiKey.Produce]
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}
