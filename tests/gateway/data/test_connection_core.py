@@ -264,7 +264,7 @@ def _bound_transcript(module: ModuleType, store_path: Path,
                     buf[:len(data)] = data
                     proto.buffer_updated(len(data))
                 m = enforcement.managers
-                out.append((upstream.take(), client.take(), conn.muted_until > 0, decided[-1],
+                out.append((upstream.take(), client.take(), conn.muted_until > 0, client.reading, decided[-1],
                             m.produce.metric_value("", CLIENT_ID, now[0]), m.produce.sensor_count,
                             m.produce.delay_queue_size(now[0]), m.request.sensor_count))
                 conn.muted_until = 0.0
@@ -292,8 +292,9 @@ def test_the_bound_produce_path_decides_as_the_handler_table_does(tmp_path: Path
     assert binding is not None and pure_binding is not None and no_binding is None
     assert bound == table
     assert pure == table
-    throttles = [step[3][0].throttle_ms for step in table]  # type: ignore[index]
+    throttles = [step[4][0].throttle_ms for step in table]  # type: ignore[index]
     assert sum(1 for t in throttles[:20] if t > 0) >= 3  # the producer quota throttled
     assert not any(throttles[20:30])  # no quota: nothing throttled (nor recorded)
-    assert table[21][4] is None
-    assert any(step[3][0].throttle_ms_request > 0 for step in table[45:])  # type: ignore[index]
+    assert table[21][5] is None
+    assert any(step[4][0].throttle_ms_request > 0 for step in table[45:])  # type: ignore[index]
+    assert not all(step[3] for step in table)  # a throttled producer was not read until its mute ended

@@ -61,8 +61,9 @@ class HandlerScope(Protocol):
     @property
     def sasl(self) -> SaslSession: ...
 
-    def hold_reading(self, pending: Pending) -> None:
-        """Read nothing more until this request's response is sent and its throttle has passed."""
+    def hold_limited_produce(self, pending: Pending) -> None:
+        """A producer under a finite producer_byte_rate: read nothing more until this produce's response is sent
+        and its throttle has passed."""
 
 
 RequestHook = Callable[[HandlerScope, Pending, bytes], bytes | None]
@@ -140,13 +141,9 @@ def _decide_create_topics(enforcement: Enforcement, pending: Pending, frame: byt
 # -- requests on their way upstream ----------------------------------------------------------------------------
 
 def _produce_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
-    header = pending.header
     if pending.acks is None:  # read with the header (gateway.data.frame_facts) unless it could not be
         raise ConnectionClosed("Produce request too short for acks")
-    if scope.enforcement.produce_limited[scope.principal, header.client_id or ""]:
-        # a byte-rate-limited producer is read one produce at a time (Kafka's rule): nothing more is read
-        # until this response is decided and sent and its throttle has passed, so nothing slips past it
-        scope.hold_reading(pending)
+    scope.hold_limited_produce(pending)
     if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute
         pending.forward = frame
         pending.local = b""

@@ -50,3 +50,4 @@ cdef class ConnectionCore:
     cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
     cpdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
+    cpdef hold_limited_produce(self, Pending pending)

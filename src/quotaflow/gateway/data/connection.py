@@ -596,16 +596,14 @@ class ConnectionCore:
         table's request hooks, and decided by :meth:`_decide_bound_produce`. It does when those hooks would only
         pass it on: no authorizer and no hidden topic's name in it (``authorize.SCAN_ONLY``, the authorization
         hook's own test), acks 1 or all (acks=0 is answered by nobody), no principal excluded from quotas. The
-        produce hook's one rule that still applies is applied here: a producer under a finite producer_byte_rate is
-        read one produce at a time."""
+        produce hook's one rule that still applies is applied here (:meth:`hold_limited_produce`)."""
         acks = pending.acks
         if acks is None or acks == 0 or self.enforcement.excluded:
             return False
         access = self.gateway.access
         if access.authorizer is not None or len(frame) > _PRODUCE_SCAN_LIMIT or access.hidden.may_name(frame):
             return False
-        if self.enforcement.produce_limited[self.principal, pending.header.client_id or ""]:
-            self.hold_reading(pending)
+        self.hold_limited_produce(pending)
         pending.handler = _PRODUCE_HANDLER
         pending.bound_produce = True
         return True
@@ -807,10 +805,13 @@ class ConnectionCore:
             return rewrite(self, frame, key, version, throttle)
         return PASS_THROUGH
 
-    def hold_reading(self, pending: Pending) -> None:
-        """A byte-rate-limited produce: no further reads until its response is sent and its throttle has passed."""
-        pending.holds_reading = True
-        self._held += 1
+    def hold_limited_produce(self, pending: Pending) -> None:
+        """A producer under a finite producer_byte_rate is read one produce at a time (Kafka's rule): nothing more
+        is read until this produce's response is decided and sent and its throttle has passed, so nothing it
+        pipelines slips past the throttle. Both Produce paths ask this (the handler table's hook and the bound one)."""
+        if self.enforcement.produce_limited[self.principal, pending.header.client_id or ""]:
+            pending.holds_reading = True
+            self._held += 1
 
     def _authenticated(self, principal: str) -> None:
         self.principal = principal
