@@ -19,11 +19,16 @@ cdef class ProduceBinding:
     cpdef bint holds(self, object user, object client_id, long long now_ms) except -1
 
 
+cdef class UpstreamCore
+
+
 cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public FrameBuffer _frames
-    cdef public object _tls, _loop, _upstream, _queue, _awaiting, _busy, _pool
+    cdef public UpstreamCore _upstream
+    cdef public object _tls, _loop, _queue, _awaiting, _busy, _pool
     cdef public ProduceBinding _produce_binding
+    cdef public object _produce_scan
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port
     cdef public double last_active, muted_until, frame_since, _progress, _waiting_since
@@ -44,10 +49,16 @@ cdef class ConnectionCore:
     cpdef bint _binds_produce(self, Pending pending, object frame) except -1
     cpdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cpdef _forward(self, Pending pending)
-    cpdef _read_upstream(self, object upstream)
+    cpdef _read_upstream(self, UpstreamCore upstream)
     cpdef _flush(self)
     cpdef long long _send(self, Pending pending, object frame, long long start) except? -1
     cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
     cpdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
     cpdef hold_limited_produce(self, Pending pending)
+
+
+cdef class UpstreamCore:
+    cdef public ConnectionCore conn
+    cdef public object transport, _writer
+    cdef public FrameBuffer frames

@@ -163,6 +163,11 @@ class ConnectionCore:
         self.broker = broker_key(node, gateway.broker)
         self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
         self._produce_binding: ProduceBinding | None = None  # of self.enforcement, made by the first bound Produce
+        access = gateway.access  # (its authorizer and hidden topics are the gateway's for its lifetime)
+        # the bound Produce path's per-request test (_binds_produce): the hidden-name scan; None when no Produce can
+        # take that path (an authorizer decides every request; principals excluded from quotas are metered apart)
+        self._produce_scan = access.hidden.may_name if access.authorizer is None and not self.enforcement.excluded \
+            else None
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -183,7 +188,7 @@ class ConnectionCore:
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._frames = FrameBuffer()
-        self._upstream: UpstreamProtocol | None = None
+        self._upstream: UpstreamCore | None = None
         self._queue: deque[Pending] = deque()  # taken, response not sent yet: in request order
         self._awaiting: deque[Pending] = deque()  # forwarded, upstream response not read yet
         self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
@@ -598,10 +603,8 @@ class ConnectionCore:
         hook's own test), acks 1 or all (acks=0 is answered by nobody), no principal excluded from quotas. The
         produce hook's one rule that still applies is applied here (:meth:`hold_limited_produce`)."""
         acks = pending.acks
-        if acks is None or acks == 0 or self.enforcement.excluded:
-            return False
-        access = self.gateway.access
-        if access.authorizer is not None or len(frame) > _PRODUCE_SCAN_LIMIT or access.hidden.may_name(frame):
+        scan = self._produce_scan
+        if acks is None or acks == 0 or scan is None or len(frame) > _PRODUCE_SCAN_LIMIT or scan(frame):
             return False
         self.hold_limited_produce(pending)
         pending.handler = _PRODUCE_HANDLER
@@ -662,7 +665,7 @@ class ConnectionCore:
         self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
         self._produce_binding = None
 
-    def _read_upstream(self, upstream: UpstreamProtocol) -> None:
+    def _read_upstream(self, upstream: UpstreamCore) -> None:
         frames: FrameBuffer = upstream.frames
         while frames.partial and not self._over_unsent_bound(upstream=True):
             frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream")
@@ -829,8 +832,15 @@ class ClientConnection(ConnectionCore, asyncio.BufferedProtocol):
     __slots__ = ()
 
 
-class UpstreamProtocol(asyncio.BufferedProtocol):
-    """The protocol on a client's upstream socket: frames cut here, everything else done by its connection."""
+class UpstreamCore:
+    """The protocol on a client's upstream socket: frames cut here, everything else done by its connection.
+    Compiled as an extension type (``connection.pxd``), as :class:`ConnectionCore` is, so the core reads its
+    transport and frames as C fields and a response arriving calls the core's pump in C."""
+
+    conn: ConnectionCore
+    transport: asyncio.Transport
+    frames: FrameBuffer
+    _writer: asyncio.StreamWriter | None
 
     def __init__(self, conn: ConnectionCore, transport: asyncio.Transport,
                  writer: asyncio.StreamWriter | None = None) -> None:
@@ -838,22 +848,6 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
         self.transport = transport
         self.frames = FrameBuffer(UPSTREAM_BUFFER)
         self._writer = writer  # kept: a StreamWriter closes its transport when it is collected
-
-    @classmethod
-    def take_over(cls, conn: ConnectionCore, reader: asyncio.StreamReader,
-                  writer: asyncio.StreamWriter) -> UpstreamProtocol:
-        """Move a freshly opened (and, when the gateway has an upstream identity, authenticated) stream connection
-        onto this protocol. Nothing has been asked on it for the client yet, so its reader holds nothing."""
-        transport = cast(asyncio.Transport, writer.transport)
-        upstream = cls(conn, transport, writer)
-        transport.set_protocol(upstream)
-        leftover = bytes(getattr(reader, "_buffer", b""))
-        if leftover:
-            upstream.frames.feed(leftover)  # answered before it was asked: _read_upstream refuses it
-        if transport.is_closing() or reader.exception() is not None or reader.at_eof():
-            transport.close()
-            raise ConnectionClosed("the upstream closed the connection as it was opened")
-        return upstream
 
     def close(self) -> None:
         self.transport.close()
@@ -876,6 +870,28 @@ class UpstreamProtocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.conn._upstream_writing(False)
+
+
+class UpstreamProtocol(UpstreamCore, asyncio.BufferedProtocol):
+    """The upstream side's :class:`UpstreamCore` as an asyncio ``BufferedProtocol``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def take_over(cls, conn: ConnectionCore, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> UpstreamProtocol:
+        """Move a freshly opened (and, when the gateway has an upstream identity, authenticated) stream connection
+        onto this protocol. Nothing has been asked on it for the client yet, so its reader holds nothing."""
+        transport = cast(asyncio.Transport, writer.transport)
+        upstream = cls(conn, transport, writer)
+        transport.set_protocol(upstream)
+        leftover = bytes(getattr(reader, "_buffer", b""))
+        if leftover:
+            upstream.frames.feed(leftover)  # answered before it was asked: _read_upstream refuses it
+        if transport.is_closing() or reader.exception() is not None or reader.at_eof():
+            transport.close()
+            raise ConnectionClosed("the upstream closed the connection as it was opened")
+        return upstream
 
 
 def _read(transport: asyncio.Transport, on: bool) -> None:
