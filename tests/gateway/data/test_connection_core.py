@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import time
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +17,8 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from quotaflow.admin import Admin, Alteration
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.engine.updates import _Change
+from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper
+from quotaflow.gateway.auth.tls import ListenerTls
 from quotaflow.gateway.data import connection, enforcement
 from quotaflow.gateway.server import Gateway
 from quotaflow.store import open_store
@@ -298,3 +301,48 @@ def test_the_bound_produce_path_decides_as_the_handler_table_does(tmp_path: Path
     assert table[21][5] is None
     assert any(step[4][0].throttle_ms_request > 0 for step in table[45:])  # type: ignore[index]
     assert not all(step[3] for step in table)  # a throttled producer was not read until its mute ended
+
+
+class _CountingWrites(_Transport):
+    """A transport that also counts the buffers it was given: a TLS transport makes one record of each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffers = 0
+
+    def write(self, data: bytes) -> None:
+        self.buffers += 1
+        super().write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        chunks = list(chunks)
+        self.buffers += len(chunks)
+        super().writelines(chunks)
+
+
+def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
+    """On an SSL listener a forwarded response goes to the transport as one buffer (one TLS record, not a 4-byte
+    record for the size and another for the frame); on a plaintext one as the size and the frame, uncopied."""
+    tls = ListenerTls(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), SslPrincipalMapper.from_rules(None))
+
+    async def run(module: ModuleType, listener_tls: ListenerTls | None) -> tuple[int, list[bytes]]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, tmp_path / "quotas.db")
+        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1, tls=listener_tls)
+        client, upstream = _CountingWrites(), _Transport()
+        conn.connection_made(client)
+        conn.admit()
+        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        request, response = _frames(1, 1)
+        try:
+            for proto, data in ((conn, request), (conn._upstream, response)):
+                buf = proto.get_buffer(-1)
+                buf[:len(data)] = data
+                proto.buffer_updated(len(data))
+        finally:
+            gw.store.close()
+        return client.buffers, client.take()
+
+    response = _frames(1, 1)[1]
+    for module in (connection, pure_twin(connection)):
+        assert asyncio.run(run(module, tls)) == (1, [response])
+        assert asyncio.run(run(module, None)) == (2, [response])

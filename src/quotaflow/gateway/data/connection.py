@@ -747,8 +747,11 @@ class ConnectionCore:
         if not pending.forwarded:
             self._unsent_local -= len(frame)
         assert self.transport is not None
-        if out is PASS_THROUGH:  # the upstream's bytes as they are: no copy into a new buffer
-            self.transport.writelines((SIZE.pack(len(frame)), frame))
+        if out is PASS_THROUGH:  # the upstream's bytes as they are
+            if self._tls is None:
+                self.transport.writelines((SIZE.pack(len(frame)), frame))  # one writev, no copy
+            else:  # a TLS transport encrypts each buffer it is given as a record of its own: one record, not two
+                self.transport.write(SIZE.pack(len(frame)) + frame)
         elif out:
             self.transport.write(out)
         self.last_active = monotonic()
