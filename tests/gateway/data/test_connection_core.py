@@ -289,6 +289,7 @@ def test_the_bound_produce_path_decides_as_the_handler_table_does(tmp_path: Path
     engine state, in both forms, while the quotas change and the sensors expire under the kept binding."""
     handler_path = pure_twin(connection)
     monkeypatch.setattr(handler_path.ConnectionCore, "_binds_produce", lambda *_: False)
+    monkeypatch.setattr(handler_path.ConnectionCore, "_decide_bound_produce", lambda *_: None)
     bound, binding = _bound_transcript(connection, tmp_path / "compiled.db", monkeypatch)
     pure, pure_binding = _bound_transcript(pure_twin(connection), tmp_path / "pure.db", monkeypatch)
     table, no_binding = _bound_transcript(handler_path, tmp_path / "table.db", monkeypatch)

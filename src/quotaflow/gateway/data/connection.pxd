@@ -29,6 +29,7 @@ cdef class ConnectionCore:
     cdef public object _tls, _loop, _queue, _awaiting, _busy, _pool
     cdef public ProduceBinding _produce_binding
     cdef public object _produce_scan
+    cdef public bint _binds_decisions
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port
     cdef public double last_active, muted_until, frame_since, _progress, _waiting_since

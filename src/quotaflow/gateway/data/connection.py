@@ -164,10 +164,11 @@ class ConnectionCore:
         self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
         self._produce_binding: ProduceBinding | None = None  # of self.enforcement, made by the first bound Produce
         access = gateway.access  # (its authorizer and hidden topics are the gateway's for its lifetime)
-        # the bound Produce path's per-request test (_binds_produce): the hidden-name scan; None when no Produce can
-        # take that path (an authorizer decides every request; principals excluded from quotas are metered apart)
-        self._produce_scan = access.hidden.may_name if access.authorizer is None and not self.enforcement.excluded \
-            else None
+        # principals excluded from quotas are metered apart (Enforcement.produce): no Produce is decided through
+        # the binding then; the request side's test (_binds_produce) is the hidden-name scan, None when no Produce
+        # can skip the request hooks (an authorizer plans every request)
+        self._binds_decisions = not self.enforcement.excluded
+        self._produce_scan = access.hidden.may_name if access.authorizer is None and self._binds_decisions else None
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -597,23 +598,22 @@ class ConnectionCore:
         return pending
 
     def _binds_produce(self, pending: Pending, frame: bytes) -> bool:
-        """Whether this Produce takes the connection-bound path: forwarded as it came, without the handler
-        table's request hooks, and decided by :meth:`_decide_bound_produce`. It does when those hooks would only
-        pass it on: no authorizer and no hidden topic's name in it (``authorize.SCAN_ONLY``, the authorization
-        hook's own test), acks 1 or all (acks=0 is answered by nobody), no principal excluded from quotas. The
-        produce hook's one rule that still applies is applied here (:meth:`hold_limited_produce`)."""
+        """Whether this Produce is forwarded as it came, without the handler table's request hooks: when those
+        would only pass it on (no authorizer and no hidden topic's name in it: ``authorize.SCAN_ONLY``, the
+        authorization hook's own test; acks 1 or all, as acks=0 is answered by nobody; no principal excluded from
+        quotas). The produce hook's one rule that still applies is applied here (:meth:`hold_limited_produce`)."""
         acks = pending.acks
         scan = self._produce_scan
         if acks is None or acks == 0 or scan is None or len(frame) > _PRODUCE_SCAN_LIMIT or scan(frame):
             return False
         self.hold_limited_produce(pending)
         pending.handler = _PRODUCE_HANDLER
-        pending.bound_produce = True
         return True
 
     def _decide_bound_produce(self, pending: Pending, now_ms: int) -> Any:
-        """A bound Produce's decisions (``engine.produce_throttle``'s, made through the kept sensor), or None when
-        a request quota is in force, whose request time the handler table's decision records."""
+        """A Produce's decisions (acks 1 or all, authorized or not: ``engine.produce_throttle``'s, made through the
+        kept sensor), or None when a request quota is in force, whose request time the handler table's decision
+        (``api_handlers._decide_produce``) records."""
         client_id = pending.header.client_id or ""
         binding = self._produce_binding
         if binding is None or not binding.holds(self.principal, client_id, now_ms):
@@ -780,7 +780,9 @@ class ConnectionCore:
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
         response (unframed) or the gateway's own (framed)."""
-        decisions = self._decide_bound_produce(pending, now_ms) if pending.bound_produce else None
+        decisions = None
+        if pending.handler is _PRODUCE_HANDLER and pending.acks != 0 and self._binds_decisions:
+            decisions = self._decide_bound_produce(pending, now_ms)
         if decisions is None:
             header = pending.header
             handler = pending.handler or HANDLERS.get(header.api_key, DEFAULT)

@@ -49,7 +49,6 @@ class Pending:
     decisions: RequestDecisions
     authz: Any  # the authorization plan (gateway.auth.authorize.Plan) when the request was rewritten or refused
     handler: Any  # its API's hooks (gateway.data.api_handlers.ApiHandler), looked up once when it was taken
-    bound_produce: bool  # a Produce on the connection-bound path (ConnectionCore._binds_produce)
     if not cython.compiled:  # the pure twin: these fields and no others (compiled: pending.pxd's)
         __slots__ = tuple(__annotations__)
 
@@ -77,4 +76,3 @@ class Pending:
         self.decisions = decisions
         self.authz = None
         self.handler = None
-        self.bound_produce = False
