@@ -82,6 +82,22 @@ def _frames(i: int, acks: int) -> tuple[bytes, bytes]:
     return bytes(request.encode(header=True, framed=True)), bytes(response.encode(header=True, framed=True))
 
 
+def _feed(proto: Any, data: bytes) -> None:
+    """Bytes arriving on a protocol's socket, as the event loop hands them over (buffered protocols)."""
+    buf = proto.get_buffer(-1)
+    buf[:len(data)] = data
+    proto.buffer_updated(len(data))
+
+
+def _lift_mute(conn: Any) -> None:
+    """End a connection's mute at once (the same for both forms), then let it go on."""
+    conn.muted_until = 0.0
+    if conn._mute_timer is not None:
+        conn._mute_timer.cancel()
+        conn._mute_timer = None
+    conn._pump()
+
+
 def _transcript(module: ModuleType, store_path: Path) -> list[tuple[object, ...]]:
     """Forty produce requests through one connection of ``module``'s form, on a decision clock 10 ms a request
     (a producer quota that throttles some of them): per request what went upstream, what the client got, the
@@ -102,15 +118,9 @@ def _transcript(module: ModuleType, store_path: Path) -> list[tuple[object, ...]
                 acks = 0 if i % 13 == 12 else 1  # acks=0: no response comes, the gateway answers nothing
                 request, response = _frames(i, acks)
                 for proto, data in ((conn, request), (conn._upstream, response))[:1 if acks == 0 else 2]:
-                    buf = proto.get_buffer(-1)
-                    buf[:len(data)] = data
-                    proto.buffer_updated(len(data))
+                    _feed(proto, data)
                 out.append((upstream.take(), client.take(), conn.muted_until > 0, client.reading, conn._held))
-                conn.muted_until = 0.0
-                if conn._mute_timer is not None:
-                    conn._mute_timer.cancel()
-                    conn._mute_timer = None
-                conn._pump()
+                _lift_mute(conn)
         finally:
             gw.store.close()
         return out
@@ -146,9 +156,7 @@ def _thread_times(module: ModuleType, store_path: Path) -> tuple[int, int]:
         try:
             request, response = _frames(1, 1)
             for proto, data in ((conn, request), (conn._upstream, response)):
-                buf = proto.get_buffer(-1)
-                buf[:len(data)] = data
-                proto.buffer_updated(len(data))
+                _feed(proto, data)
         finally:
             gw.store.close()
         assert len(recorded) == 1
@@ -185,20 +193,15 @@ def _backed_up_client(module: ModuleType, store_path: Path) -> list[tuple[int, b
         conn.connection_made(client)
         conn._upstream = module.UpstreamProtocol(conn, upstream)
 
-        def feed(proto: Any, data: bytes) -> None:
-            buf = proto.get_buffer(-1)
-            buf[:len(data)] = data
-            proto.buffer_updated(len(data))
-
         steps = []
         try:
             request, response = _frames(1, 1)
-            feed(conn, request)
-            feed(conn._upstream, response)
+            _feed(conn, request)
+            _feed(conn._upstream, response)
             steps.append((len(upstream.take()), client.reading))
             client.buffered = gw.config.max_unsent_response_bytes + 1  # the client stopped reading its socket
             conn.pause_writing()
-            feed(conn, _frames(2, 1)[0])
+            _feed(conn, _frames(2, 1)[0])
             steps.append((len(upstream.take()), client.reading))
             client.buffered = 0
             conn.resume_writing()
@@ -263,18 +266,12 @@ def _bound_transcript(module: ModuleType, store_path: Path,
                     enforcement.tick(now[0])
                 request, response = _frames(i, 1)
                 for proto, data in ((conn, request), (conn._upstream, response)):
-                    buf = proto.get_buffer(-1)
-                    buf[:len(data)] = data
-                    proto.buffer_updated(len(data))
+                    _feed(proto, data)
                 m = enforcement.managers
                 out.append((upstream.take(), client.take(), conn.muted_until > 0, client.reading, decided[-1],
                             m.produce.metric_value("", CLIENT_ID, now[0]), m.produce.sensor_count,
                             m.produce.delay_queue_size(now[0]), m.request.sensor_count))
-                conn.muted_until = 0.0
-                if conn._mute_timer is not None:
-                    conn._mute_timer.cancel()
-                    conn._mute_timer = None
-                conn._pump()
+                _lift_mute(conn)
         finally:
             gw.store.close()
         return out, conn._produce_binding
@@ -336,9 +333,7 @@ def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
         request, response = _frames(1, 1)
         try:
             for proto, data in ((conn, request), (conn._upstream, response)):
-                buf = proto.get_buffer(-1)
-                buf[:len(data)] = data
-                proto.buffer_updated(len(data))
+                _feed(proto, data)
         finally:
             gw.store.close()
         return client.buffers, client.take()
