@@ -66,7 +66,7 @@ class _Transport:
         return out
 
 
-def _frames(i: int, acks: int) -> tuple[bytes, bytes]:
+def _frames(i: int, acks: int, error_message: str | None = None) -> tuple[bytes, bytes]:
     """A framed 1 KB Produce v9 (correlation id ``i``) and the broker's framed response to it."""
     r = ProduceRequest[9]
     data = [r.TopicProduceData(name="t", partition_data=[r.TopicProduceData.PartitionProduceData(
@@ -76,7 +76,7 @@ def _frames(i: int, acks: int) -> tuple[bytes, bytes]:
     p = ProduceResponse[9]
     partition = p.TopicProduceResponse.PartitionProduceResponse(index=0, error_code=0, base_offset=i,
                                                                 log_append_time_ms=-1, log_start_offset=0,
-                                                                record_errors=[], error_message=None)
+                                                                record_errors=[], error_message=error_message)
     response = p(responses=[p.TopicProduceResponse(name="t", partition_responses=[partition])], throttle_time_ms=0)
     response.with_header(correlation_id=i)
     return bytes(request.encode(header=True, framed=True)), bytes(response.encode(header=True, framed=True))
@@ -320,17 +320,18 @@ class _CountingWrites(_Transport):
 
 def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
     """On an SSL listener a forwarded response goes to the transport as one buffer (one TLS record, not a 4-byte
-    record for the size and another for the frame); on a plaintext one as the size and the frame, uncopied."""
+    record for the size and another for the frame), unless it is larger than a TLS record holds (it is several
+    records anyway: not copied); on a plaintext one as the size and the frame, uncopied."""
     tls = ListenerTls(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), SslPrincipalMapper.from_rules(None))
 
-    async def run(module: ModuleType, listener_tls: ListenerTls | None) -> tuple[int, list[bytes]]:
+    async def run(module: ModuleType, listener_tls: ListenerTls | None, error: str | None) -> tuple[int, list[bytes]]:
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, tmp_path / "quotas.db")
         conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1, tls=listener_tls)
         client, upstream = _CountingWrites(), _Transport()
         conn.connection_made(client)
         conn.admit()
         conn._upstream = module.UpstreamProtocol(conn, upstream)
-        request, response = _frames(1, 1)
+        request, response = _frames(1, 1, error)
         try:
             for proto, data in ((conn, request), (conn._upstream, response)):
                 _feed(proto, data)
@@ -338,7 +339,9 @@ def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
             gw.store.close()
         return client.buffers, client.take()
 
-    response = _frames(1, 1)[1]
+    large = "e" * 20_000
+    response, large_response = _frames(1, 1)[1], _frames(1, 1, large)[1]
     for module in (connection, pure_twin(connection)):
-        assert asyncio.run(run(module, tls)) == (1, [response])
-        assert asyncio.run(run(module, None)) == (2, [response])
+        assert asyncio.run(run(module, tls, None)) == (1, [response])
+        assert asyncio.run(run(module, None, None)) == (2, [response])
+        assert asyncio.run(run(module, tls, large)) == (2, [large_response])

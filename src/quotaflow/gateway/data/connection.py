@@ -18,7 +18,10 @@ client's socket drains, memory is released, an async step ends):
   id); each is decided (KIP-219: answered at once with ``throttle_time_ms``, then the connection is not read for
   that long), rewritten where it must be, written with one call, and logged, in one synchronous step, so the event
   log's order is the decisions' order. Forwarded frames and unchanged responses are written as they came
-  (``writelines`` of the size prefix and the frame: no copy into a new buffer);
+  (``writelines`` of the size prefix and the frame: no copy into a new buffer; on TLS a small frame is joined to
+  its size, so that it is one record);
+* a Produce is decided through the producer quota sensor the connection keeps for its principal and client id
+  (:class:`ProduceBinding`), and one without authorization work is forwarded without the API hooks;
 * the next request is taken only while fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's
   rule), the connection is not muted, no byte-rate-limited produce is waiting for its response and throttle (such a
   producer is read one produce at a time, so nothing it pipelines slips past its throttle), the upstream socket is
@@ -162,7 +165,7 @@ class ConnectionCore:
         # whose quotas apply: the node's, else the gateway's own name until a bootstrap connection's upstream is known
         self.broker = broker_key(node, gateway.broker)
         self.enforcement: Enforcement = gateway.broker_quotas.for_broker(self.broker)
-        self._produce_binding: ProduceBinding | None = None  # of self.enforcement, made by the first bound Produce
+        self._produce_binding: ProduceBinding | None = None  # of self.enforcement, made by the first Produce decided
         access = gateway.access  # (its authorizer and hidden topics are the gateway's for its lifetime)
         # principals excluded from quotas are metered apart (Enforcement.produce): no Produce is decided through
         # the binding then; the request side's test (_binds_produce) is the hidden-name scan, None when no Produce
@@ -748,9 +751,9 @@ class ConnectionCore:
             self._unsent_local -= len(frame)
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are
-            if self._tls is None:
+            if self._tls is None or len(frame) > _TLS_RECORD:
                 self.transport.writelines((SIZE.pack(len(frame)), frame))  # one writev, no copy
-            else:  # a TLS transport encrypts each buffer it is given as a record of its own: one record, not two
+            else:  # a TLS transport makes a record of each buffer it is given: one record, not a 4-byte one too
                 self.transport.write(SIZE.pack(len(frame)) + frame)
         elif out:
             self.transport.write(out)
@@ -923,4 +926,5 @@ _API_VERSIONS: Final = int(ApiKey.ApiVersions)  # a plain int: an IntEnum member
 _PRODUCE: Final = int(ApiKey.Produce)
 _PRODUCE_HANDLER: Final = HANDLERS[ApiKey.Produce]
 _PRODUCE_SCAN_LIMIT: Final = SCAN_ONLY[ApiKey.Produce]
+_TLS_RECORD: Final = 16 * 1024  # a TLS record's most plaintext: a larger frame is several records, copied for nothing
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}
