@@ -63,3 +63,6 @@ cdef class UpstreamCore:
     cdef public ConnectionCore conn
     cdef public object transport, _writer
     cdef public FrameBuffer frames
+
+
+cpdef bint _supported(long api_key, long version) except -1
