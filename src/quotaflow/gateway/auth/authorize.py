@@ -1106,7 +1106,8 @@ def version_range(api_key: int, lo: int, hi: int) -> tuple[int, int]:
 SCAN_ONLY: Final[Mapping[int, int]] = {ApiKey.Produce: _SCAN_LIMIT, ApiKey.Fetch: sys.maxsize}
 """Without an authorizer, a request of these APIs up to this size needs no plan when ``access.hidden.may_name``
 finds no hidden name's bytes in it (one substring search, nothing decoded): the data path's hot path, which the
-request hook (``gateway.data.api_handlers``) takes without calling :func:`plan`."""
+request hook (``gateway.data.api_handlers``) takes without calling :func:`plan`, and which lets the connection core
+forward such a Produce without the request hooks at all (``ConnectionCore._binds_produce``)."""
 
 
 def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, frame: bytes, client_ip: str, *,
