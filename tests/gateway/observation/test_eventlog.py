@@ -99,6 +99,21 @@ def test_round_trip_in_the_event_schema(tmp_path: Path) -> None:
     assert [c["seq"] for c in got_conns] == [1, 3, 5, 7]
 
 
+def test_only_string_columns_are_dictionary_encoded(tmp_path: Path) -> None:
+    """A file's string columns repeat and keep Parquet's dictionary; its numbers (timestamps, sequence numbers,
+    sizes, thread times) are written plain: a dictionary for them cost the writer half its CPU (``write_table``)."""
+    with EventLog(tmp_path, "gw") as log:
+        for i in range(50):
+            log.request(request_row(log, i))
+    (f,) = dataset_files(tmp_path / REQUESTS_DIR)
+    group = pq.read_metadata(f).row_group(0)
+    encodings = {group.column(c).path_in_schema: group.column(c).encodings for c in range(group.num_columns)}
+    strings = {name for name in REQUEST_LOG_SCHEMA.names if REQUEST_LOG_SCHEMA.field(name).type == "string"}
+    assert strings == {"broker", "listener", "user", "client_id", "client_ip"}
+    for name, used in encodings.items():
+        assert ("RLE_DICTIONARY" in used) == (name in strings), (name, used)
+
+
 def test_caller_seq_and_broker_of_a_connection_row_are_kept(tmp_path: Path) -> None:
     with EventLog(tmp_path, "gw") as log:
         log.connection({**connection_row(0), "seq": 41, "broker": "other"})

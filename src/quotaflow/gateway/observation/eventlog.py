@@ -97,10 +97,20 @@ RETRY_SECONDS: Final = 1.0
 """How often files that failed to write are retried."""
 
 
+def write_table(table: pa.Table, where: Any) -> None:
+    """Parquet-encode ``table`` into ``where`` (a file or an Arrow stream), dictionary-encoding its string columns
+    only. Those repeat (broker, listener, principal, client id, address); the int64 columns (timestamps, sequence
+    numbers, sizes, thread times) hardly ever do, and Parquet's default dictionary for them is a hash table grown
+    row by row in memory the allocator has given back since the last file. Under one-at-a-time Produce traffic that
+    was half the writer thread's CPU and 2 % of the gateway's (perf); without it files are ~3 % larger."""
+    strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
+    pq.write_table(table, where, use_dictionary=strings)
+
+
 def write_parquet(path: Path, table: pa.Table) -> None:
     """Write ``table`` to ``path`` and fsync it (the file layer; tests replace it to inject I/O errors)."""
     with open(path, "wb") as f:
-        pq.write_table(table, f)
+        write_table(table, f)
         f.flush()
         os.fsync(f.fileno())
 
@@ -372,7 +382,7 @@ class EventLog:
             batch = self._convert(kind, [row, row])
             table = pa.Table.from_batches([batch, batch]).slice(0, 3)
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
+            write_table(table, sink)
             if pq.read_table(pa.BufferReader(sink.getvalue())).num_rows != 3:
                 raise EventLogError("pyarrow warm-up read back the wrong number of rows")
 
