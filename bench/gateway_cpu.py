@@ -1,7 +1,7 @@
 """CPU per request of the gateway against the broker behind it, HAProxy and the Python floor, in one run (issue 23).
 
     .venv/bin/python bench/gateway_cpu.py [--quick] [--requests 4000] [--messages 40000] [--rounds 2] \
-        [--gateway-src DIR] [--pin] [--out FILE]
+        [--chunk 200] [--gateway-src DIR] [--pin] [--out FILE]
 
 Paths, each a process of its own whose CPU time (user + system, all threads, from ``/proc/<pid>/task/*/schedstat``:
 utime + stime in ns) is read before and after every measured segment, next to the broker's:
@@ -27,11 +27,16 @@ Two loads, both with 1 KB values and acks=1:
   linger 0, one in flight): CPU per request;
 * pipelined: confluent-kafka, ``--messages`` messages, max.in.flight 5 (librdkafka batches): CPU per message.
 
+The one-at-a-time load runs on every path at once, interleaved: each path's requests go in chunks of ``--chunk``
+(200), the paths taken in turn, in reverse order every other pass, so every path's figure spans the same minutes.
+This host's load drifts within seconds; with each path measured in one block (``--chunk 0``, ~6 s a block) a round's
+gateway / HAProxy ratio moved between 1.7x and 2.4x within one run. The pipelined load measures one path after
+another (a flushed librdkafka producer per block).
+
 Rounds alternate the order of the paths, and each round runs fresh gateway processes (a process's heap layout moves
 its CPU per request by several per cent for its whole life: one process would be one draw of that). Figures are
 medians over rounds; ratios are taken within the same segments (a path's CPU against its own broker's during that
-path's run), and the HAProxy and before/after ratios also round by round (the host's load drifts over minutes; the
-two paths of one round share most of it). ``--quick`` runs 1000 requests /
+path's run), and the HAProxy and before/after ratios also round by round. ``--quick`` runs 1000 requests /
 10,000 messages, one round. HAProxy is installed with ``apt-get install -y haproxy`` when missing and running as
 root (``make bench-setup`` does the same), else the run stops and says so.
 
@@ -302,17 +307,27 @@ Measure = Callable[[Callable[[], object], int], None]
 """``measure(run, count)``: run the measured part of a load, ``count`` units of work."""
 
 
-def one_at_a_time(target: Target, ca: Path, n: int, measure: Measure) -> None:
-    """``n`` awaited single-message Produce requests, after a warm-up."""
+def producer_config(target: Target, ca: Path) -> dict[str, object]:
+    """kafka-python's settings for awaited single-message Produce requests (one in flight, no linger)."""
     config: dict[str, object] = {"bootstrap_servers": target.bootstrap, "client_id": CLIENT_ID, "acks": 1,
                                  "linger_ms": 0, "max_in_flight_requests_per_connection": 1}
     if target.tls:
         config.update(client_tls(ca)[0])
-    producer = KafkaProducer(**config)
+    return config
+
+
+def awaited(producer: KafkaProducer, topic: str, n: int) -> None:
+    """``n`` single-message Produce requests, each awaited before the next is sent."""
+    for _ in range(n):
+        producer.send(topic, VALUE).get(timeout=30)
+
+
+def one_at_a_time(target: Target, ca: Path, n: int, measure: Measure) -> None:
+    """``n`` awaited single-message Produce requests, after a warm-up."""
+    producer = KafkaProducer(**producer_config(target, ca))
     try:
-        for _ in range(50):
-            producer.send(target.topic, VALUE).get(timeout=30)
-        measure(lambda: [producer.send(target.topic, VALUE).get(timeout=30) for _ in range(n)], n)
+        awaited(producer, target.topic, 50)
+        measure(lambda: awaited(producer, target.topic, n), n)
     finally:
         producer.close(timeout=10)
 
@@ -345,31 +360,84 @@ def pipelined(target: Target, ca: Path, n: int, measure: Measure) -> None:
 Load = Callable[[Target, Path, int, Measure], None]
 
 
+@dataclass
+class Reading:
+    """CPU seconds of a target's proxy (all, and user) and broker, and the wall clock, at one moment."""
+
+    proxy: float
+    user: float
+    broker: float
+    at: float
+
+    @staticmethod
+    def of(target: Target) -> Reading:
+        proxy = target.proxy_pid
+        return Reading(cpu_seconds(proxy) if proxy is not None else 0.0,
+                       user_seconds(proxy) if proxy is not None else 0.0,
+                       cpu_seconds(target.broker_pid), time.perf_counter())
+
+
+@dataclass
+class Segment:
+    """What a target spent on the units of work measured so far (one run, or the sum of interleaved chunks)."""
+
+    target: Target
+    proxy: float = 0.0
+    user: float = 0.0
+    broker: float = 0.0
+    seconds: float = 0.0
+    count: int = 0
+
+    def add(self, before: Reading, after: Reading, count: int) -> None:
+        self.proxy += after.proxy - before.proxy
+        self.user += after.user - before.user
+        self.broker += after.broker - before.broker
+        self.seconds += after.at - before.at
+        self.count += count
+
+    def figures(self) -> tuple[float, float, float, float]:
+        """(proxy CPU µs, proxy user CPU µs, broker CPU µs) per unit and units per second."""
+        nan = float("nan")
+        per = 1e6 / self.count
+        direct = self.target.proxy_pid is None
+        return (nan if direct else self.proxy * per, nan if direct else self.user * per, self.broker * per,
+                self.count / self.seconds)
+
+
 def sample(target: Target, load: Load, ca: Path, n: int) -> tuple[float, float, float, float]:
     """(proxy CPU µs, proxy user CPU µs, broker CPU µs) per unit and units per second of one segment."""
-    pids = [p for p in (target.proxy_pid, target.broker_pid) if p is not None]
-    cpu: dict[int, float] = {}
-    user = 0.0
-    done: list[tuple[int, float]] = []
+    segment = Segment(target)
 
     def measure(run: Callable[[], object], count: int) -> None:
-        nonlocal user
-        before = {pid: cpu_seconds(pid) for pid in pids}
-        user_before = user_seconds(target.proxy_pid) if target.proxy_pid is not None else 0.0
-        start = time.perf_counter()
+        before = Reading.of(target)
         run()
-        elapsed = time.perf_counter() - start
-        cpu.update({pid: cpu_seconds(pid) - before[pid] for pid in pids})
-        if target.proxy_pid is not None:
-            user = user_seconds(target.proxy_pid) - user_before
-        done.append((count, elapsed))
+        segment.add(before, Reading.of(target), count)
 
     load(target, ca, n, measure)
-    count, elapsed = done[0]
-    nan = float("nan")
-    proxy = cpu[target.proxy_pid] / count * 1e6 if target.proxy_pid is not None else nan
-    proxy_user = user / count * 1e6 if target.proxy_pid is not None else nan
-    return proxy, proxy_user, cpu[target.broker_pid] / count * 1e6, count / elapsed
+    return segment.figures()
+
+
+def interleaved(targets: list[Target], ca: Path, n: int, chunk: int) -> list[tuple[float, float, float, float]]:
+    """The one-at-a-time load on every target at once: ``n`` requests each, in chunks of ``chunk``, taking the
+    targets in turn (in reverse order every other pass), so every path's figure spans the same minutes as every
+    other's. A shared host's load drifts within seconds; a path measured in one block a minute after another meets
+    another host, which moved a round's gateway / HAProxy ratio by up to 1.4x (BENCHMARKS.md)."""
+    with ExitStack() as stack:
+        producers = []
+        for t in targets:
+            producer = KafkaProducer(**producer_config(t, ca))
+            stack.callback(producer.close, timeout=10)
+            awaited(producer, t.topic, 50)
+            producers.append(producer)
+        segments = [Segment(t) for t in targets]
+        for i, start in enumerate(range(0, n, chunk)):
+            count = min(chunk, n - start)
+            order = list(zip(targets, producers, segments, strict=True))
+            for t, producer, segment in order if i % 2 == 0 else reversed(order):
+                before = Reading.of(t)
+                awaited(producer, t.topic, count)
+                segment.add(before, Reading.of(t), count)
+        return [s.figures() for s in segments]
 
 
 def main() -> None:
@@ -377,6 +445,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000, help="one-at-a-time Produce requests per segment")
     ap.add_argument("--messages", type=int, default=40_000, help="pipelined messages per segment")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--chunk", type=int, default=200,
+                    help="one at a time: every path's requests in chunks of this many, the paths taken in turn "
+                         "(0: each path's requests in one block, one path after another)")
     ap.add_argument("--quick", action="store_true", help="1000 requests, 10,000 messages, one round")
     ap.add_argument("--gateway-src", default=None, help="also run the gateway from this source tree (before)")
     ap.add_argument("--only", default=None, help="comma-separated path names to run (default: all)")
@@ -386,6 +457,8 @@ def main() -> None:
     ap.add_argument("--pin", action="store_true",
                     help="the measured proxy alone on CPU 1; every other process on CPU 0")
     args = ap.parse_args()
+    if args.pin:
+        args.chunk = 0  # pinning moves the proxies between cores: one segment at a time
     if args.quick:
         args.requests, args.messages, args.rounds = 1000, 10_000, 1
     binary = ensure_haproxy()
@@ -468,24 +541,32 @@ def main() -> None:
         if args.one_at_a_time_only:
             del loads["pipelined"]
         results: dict[tuple[str, str, bool], Figures] = {}
+        def record(load: str, r: int, t: Target, figures: tuple[float, float, float, float]) -> None:
+            proxy, user, brok, rate = figures
+            fig = results.setdefault((load, t.name, t.tls), Figures())
+            fig.proxy_us.append(proxy)
+            fig.user_us.append(user)
+            fig.broker_us.append(brok)
+            fig.per_s.append(rate)
+            print(f"round {r + 1} {load:13} {t.name:22} {'TLS' if t.tls else 'plain':5} proxy "
+                  f"{proxy:7.1f} µs (user {user:6.1f}) broker {brok:7.1f} µs {rate:9.0f}/s", flush=True)
+
         for r in range(args.rounds):
             if r:
                 for name, src, event_log in gateway_runs:
                     if any(t.name == name for t in targets):
                         start_gateway(name, src, event_log, r + 1)
+            ordered = targets if r % 2 == 0 else targets[::-1]
             for load, (fn, n) in loads.items():
-                for t in targets if r % 2 == 0 else reversed(targets):
+                if fn is one_at_a_time and args.chunk:
+                    for t, figures in zip(ordered, interleaved(ordered, ca_path, n, args.chunk), strict=True):
+                        record(load, r, t, figures)
+                    continue
+                for t in ordered:
                     if args.pin:  # CPU 1 is the measured proxy's alone; every other process waits on CPU 0
                         for pid in {t.proxy_pid for t in targets if t.proxy_pid is not None}:
                             pin(pid, 1 if pid == t.proxy_pid else 0)
-                    proxy, user, brok, rate = sample(t, fn, ca_path, n)
-                    fig = results.setdefault((load, t.name, t.tls), Figures())
-                    fig.proxy_us.append(proxy)
-                    fig.user_us.append(user)
-                    fig.broker_us.append(brok)
-                    fig.per_s.append(rate)
-                    print(f"round {r + 1} {load:13} {t.name:22} {'TLS' if t.tls else 'plain':5} proxy "
-                          f"{proxy:7.1f} µs (user {user:6.1f}) broker {brok:7.1f} µs {rate:9.0f}/s", flush=True)
+                    record(load, r, t, sample(t, fn, ca_path, n))
 
     report = render(args, results, targets, load_before, os.getloadavg(), time.time() - started)
     print(report)
@@ -502,6 +583,8 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
 
     command = "PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_cpu.py" + (" --quick" if args.quick else (
         f" --requests {args.requests} --messages {args.messages} --rounds {args.rounds}"))
+    if args.chunk != 200 and not args.pin:
+        command += f" --chunk {args.chunk}"
     if args.gateway_src:
         command += f" --gateway-src {args.gateway_src}"
     if args.only:
@@ -531,11 +614,11 @@ def render(args: argparse.Namespace, results: dict[tuple[str, str, bool], Figure
             if fig is None:
                 continue
             proxy, brok = med(fig.proxy_us), med(fig.broker_us)
-            ratio = "" if t.proxy_pid is None else f"{proxy / brok:.2f}x"
+            of_broker = "" if t.proxy_pid is None else f"{proxy / brok:.2f}x"
             shown = "-" if t.proxy_pid is None else f"{proxy:.1f}"
             user = "-" if t.proxy_pid is None else f"{med(fig.user_us):.1f}"
             lines.append(f"| {load} | {t.name} | {'yes' if t.tls else 'no'} | {shown} | {user} | {brok:.1f} | "
-                         f"{ratio} | {med(fig.per_s):,.0f} |")
+                         f"{of_broker} | {med(fig.per_s):,.0f} |")
     lines += ["", "Ratios (issue 23's targets in brackets):", ""]
 
     def ratio(a: Figures | None, b: Figures | None, *, b_broker: bool = False) -> str:
