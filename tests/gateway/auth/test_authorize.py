@@ -491,15 +491,6 @@ def test_decisions_are_counted_for_metrics() -> None:
     assert 'kafka_server_authorizer_metrics_hidden_topic_refusals_total{api="Produce"} 1.0' in text
 
 
-def test_the_fast_body_offset_is_the_schemas() -> None:
-    for key, versions in ((ApiKey.Produce, range(3, 10)), (ApiKey.Fetch, range(4, 13))):
-        for version in versions:
-            fields = _fetch(version, "t") if key == ApiKey.Fetch else {
-                "transactional_id": None, "acks": 1, "timeout_ms": 1, "topic_data": [_produce_topic("t")]}
-            header, frame = _frame(key, version, **fields)
-            assert topic_names.body_offset(frame, header) == protocol.body_offset(frame, header)
-
-
 def test_decisions_are_cached_until_the_acls_change() -> None:
     class Versioned(MemoryAuthorizer):
         generation: int | None = 1

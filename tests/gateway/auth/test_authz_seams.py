@@ -13,11 +13,13 @@ authorizer's decision cache and KIP-599 metering (gateway.data.mutations): one o
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka.protocol.admin import CreateAclsRequest
 from kafka.protocol.api_key import ApiKey
 
@@ -254,3 +256,117 @@ def test_an_authorizer_without_a_generation_is_asked_every_time() -> None:
     authorizer.acls.remove(acl)
     assert not check.topic(AclOperation.READ, "t")
 
+
+
+# -- 4. the cached fast path of Produce and Fetch ------------------------------------------------------------------
+
+@dataclass
+class _Who:
+    """What :func:`authorize.plan` reads of its scope: the principal."""
+
+    principal: str
+
+
+def _write(principal: str, topic: str, *, prefixed: bool = False, op: AclOperation = AclOperation.WRITE,
+           allow: bool = True) -> AclBinding:
+    pattern = PatternType.PREFIXED if prefixed else PatternType.LITERAL
+    permission = AclPermissionType.ALLOW if allow else AclPermissionType.DENY
+    return AclBinding(ResourcePattern(ResourceType.TOPIC, topic, pattern),
+                      AccessControlEntry(principal, "*", op, permission))
+
+
+def _produce_frame(version: int, topics: list[str], transactional_id: str | None) -> bytes:
+    cls = protocol.REQUESTS[ApiKey.Produce][version]
+    partition = cls.TopicProduceData.PartitionProduceData
+    fields: dict[str, Any] = {"acks": 1, "timeout_ms": 10, "topic_data": [cls.TopicProduceData(
+        name=t, partition_data=[partition(index=0, records=b"r" * 20)]) for t in topics]}
+    if version >= 3:
+        fields["transactional_id"] = transactional_id
+    message = cls(**fields)
+    message.with_header(correlation_id=3, client_id="c")
+    return bytes(message.encode(header=True))
+
+
+def _fetch_frame(version: int, topics: list[str], *, replica_id: int, epoch: int) -> bytes:
+    cls = protocol.REQUESTS[ApiKey.Fetch][version]
+    message = cls(replica_id=replica_id, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                  session_id=0, session_epoch=epoch, rack_id="", forgotten_topics_data=[],
+                  topics=[cls.FetchTopic(topic=t, partitions=[cls.FetchTopic.FetchPartition(
+                      partition=0, current_leader_epoch=-1, fetch_offset=1, log_start_offset=-1,
+                      partition_max_bytes=1 << 20)]) for t in topics])
+    message.with_header(correlation_id=4, client_id="c")
+    return bytes(message.encode(header=True))
+
+
+def _shape(plan: authorize.Plan | None) -> object:
+    """What a plan does, without its merge closure's identity."""
+    return None if plan is None else (plan.forward, plan.local, plan.merge is None, plan.merge_if_named)
+
+
+@pytest.mark.parametrize("log_allowed", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_granted_answers_and_counts_as_plan_does(seed: int, log_allowed: bool) -> None:
+    """``authorize.granted`` (the hot path of an authorizing gateway: the request hook and the connection core ask
+    it first) gives the plan :func:`authorize.plan` gives, and leaves the same counters and event-log rows, over
+    random Produce and Fetch traffic of two principals while the ACLs are reloaded (grants and revokes, a deny that
+    overrides), with hidden topics, transactional ids, follower fetches and sessions among it."""
+    rng = random.Random(seed)
+    topics = ["bob-1", "bob-2", "alice-1", "shared", STORE, "__quotaflow_x"]
+    acl_sets = [
+        [_write("User:bob", "bob-", prefixed=True), _write("User:bob", "bob-", prefixed=True, op=AclOperation.READ)],
+        [_write("User:bob", "bob-1"), _write("User:alice", "alice-1"),
+         _write("User:bob", "shared", op=AclOperation.ALL)],
+        [_write("User:bob", "*", op=AclOperation.ALL), _write("User:bob", "bob-2", allow=False)],
+        [],
+    ]
+    authorizer = StandardAuthorizer()
+    authorizer.load(acl_sets[0])
+    rows_fast: list[dict[str, Any]] = []
+    rows_plan: list[dict[str, Any]] = []
+    fast = authorize.Access(authorizer, HIDDEN, AuthzAudit(rows_fast.append, log_allowed=log_allowed))
+    slow = authorize.Access(authorizer, HIDDEN, AuthzAudit(rows_plan.append, log_allowed=log_allowed))
+    answered = 0
+    for step in range(400):
+        if step % 50 == 49:
+            authorizer.load(rng.choice(acl_sets))
+        principal = rng.choice(["bob", "bob", "bob", "alice"])
+        names = rng.sample(topics[:4], rng.randint(1, 2)) if rng.random() < 0.9 else [rng.choice(topics)]
+        if rng.random() < 0.5:
+            frame = _produce_frame(rng.randint(3, 9), names, "tx" if rng.random() < 0.1 else None)
+        else:
+            frame = _fetch_frame(rng.randint(4, 12), names, replica_id=1 if rng.random() < 0.05 else -1,
+                                 epoch=rng.choice([0, -1]))
+        header = protocol.parse_request_header(frame)
+        got = authorize.granted(fast, principal, "10.0.0.9", header, frame)
+        if got is authorize.UNDECIDED:
+            got = authorize.plan(fast, _Who(principal), header, frame, "10.0.0.9")  # type: ignore[arg-type]
+        else:
+            answered += 1
+        want = authorize.plan(slow, _Who(principal), header, frame, "10.0.0.9")  # type: ignore[arg-type]
+        assert _shape(got) == _shape(want), (step, principal, names)
+        assert fast.audit.counts == slow.audit.counts and fast.audit.hidden == slow.audit.hidden, step
+    strip = [{k: v for k, v in r.items() if k != "ts_ms"} for r in rows_fast]
+    assert strip == [{k: v for k, v in r.items() if k != "ts_ms"} for r in rows_plan]
+    if log_allowed:
+        assert answered == 0  # every allowed decision is a row: plan writes them
+    else:
+        assert answered >= 20 and any(not r["allowed"] for r in rows_plan)
+
+
+def test_granted_does_not_outlive_a_revoke() -> None:
+    """bob's WRITE on ``orders`` is cached and answered by ``granted``; once the ACLs are reloaded without it the
+    next Produce goes to :func:`authorize.plan`, which refuses it."""
+    authorizer = StandardAuthorizer()
+    authorizer.load([_write("User:bob", "orders")])
+    access = authorize.Access(authorizer, HIDDEN, AuthzAudit())
+    frame = _produce_frame(9, ["orders"], None)
+    header = protocol.parse_request_header(frame)
+    assert authorize.granted(access, "bob", "10.0.0.9", header, frame) is authorize.UNDECIDED  # nothing cached yet
+    assert authorize.plan(access, _Who("bob"), header, frame, "10.0.0.9") is None  # type: ignore[arg-type]
+    assert authorize.granted(access, "bob", "10.0.0.9", header, frame) is None
+    assert authorize.granted(access, "bob", "10.0.0.8", header, frame) is authorize.UNDECIDED  # another host
+    authorizer.load([])
+    assert authorize.granted(access, "bob", "10.0.0.9", header, frame) is authorize.UNDECIDED
+    refused = authorize.plan(access, _Who("bob"), header, frame, "10.0.0.9")  # type: ignore[arg-type]
+    assert refused is not None and refused.forward is None and refused.local
+    assert access.audit.counts[(ApiKey.Produce, int(ResourceType.TOPIC), int(AclOperation.WRITE), False)] == 1

@@ -15,11 +15,22 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotaflow.admin import Admin, Alteration
+from quotaflow.core.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from quotaflow.core.authorizer import StandardAuthorizer
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.engine.updates import _Change
+from quotaflow.gateway.auth import authorize
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper
 from quotaflow.gateway.auth.tls import ListenerTls
-from quotaflow.gateway.data import connection, enforcement
+from quotaflow.gateway.data import connection, enforcement, protocol
 from quotaflow.gateway.server import Gateway
 from quotaflow.store import open_store
 
@@ -98,6 +109,16 @@ def _lift_mute(conn: Any) -> None:
     conn._pump()
 
 
+def _connected(module: ModuleType, gw: Gateway) -> tuple[Any, _Transport, _Transport]:
+    """A PLAINTEXT client connection of ``module``'s form on ``gw``, its upstream already open: (the connection,
+    the client's transport, the upstream's)."""
+    conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+    client, upstream = _Transport(), _Transport()
+    conn.connection_made(client)
+    conn._upstream = module.UpstreamProtocol(conn, upstream)
+    return conn, client, upstream
+
+
 def _transcript(module: ModuleType, store_path: Path) -> list[tuple[object, ...]]:
     """Forty produce requests through one connection of ``module``'s form, on a decision clock 10 ms a request
     (a producer quota that throttles some of them): per request what went upstream, what the client got, the
@@ -108,10 +129,7 @@ def _transcript(module: ModuleType, store_path: Path) -> list[tuple[object, ...]
         gw.broker_quotas.load(gw.store.snapshot())
         clock = iter(range(1_800_000_000_000, 1_900_000_000_000, 10))
         gw.decision_ms = lambda: next(clock)  # type: ignore[method-assign]
-        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
-        client, upstream = _Transport(), _Transport()
-        conn.connection_made(client)
-        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        conn, client, upstream = _connected(module, gw)
         out: list[tuple[object, ...]] = []
         try:
             for i in range(40):
@@ -150,9 +168,7 @@ def _thread_times(module: ModuleType, store_path: Path) -> tuple[int, int]:
         recorded: list[tuple[int, int]] = []
         gw.on_request = lambda _c, pending, _b, _t: recorded.append(  # type: ignore[method-assign]
             (pending.thread_ns, pending.network_ns))
-        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
-        conn.connection_made(_Transport())
-        conn._upstream = module.UpstreamProtocol(conn, _Transport())
+        conn = _connected(module, gw)[0]
         try:
             request, response = _frames(1, 1)
             for proto, data in ((conn, request), (conn._upstream, response)):
@@ -188,10 +204,7 @@ def _backed_up_client(module: ModuleType, store_path: Path) -> list[tuple[int, b
 
     async def run() -> list[tuple[int, bool]]:
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
-        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
-        client, upstream = _Transport(), _Transport()
-        conn.connection_made(client)
-        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        conn, client, upstream = _connected(module, gw)
 
         steps = []
         try:
@@ -250,10 +263,7 @@ def _bound_transcript(module: ModuleType, store_path: Path,
         decided: list[object] = []
         gw.on_request = lambda _c, pending, _b, _t: decided.append(  # type: ignore[method-assign]
             (pending.decisions, pending.exempt, pending.request_bytes))
-        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
-        client, upstream = _Transport(), _Transport()
-        conn.connection_made(client)
-        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        conn, client, upstream = _connected(module, gw)
         enforcement = conn.enforcement
         out: list[tuple[object, ...]] = []
         try:
@@ -345,3 +355,63 @@ def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
         assert asyncio.run(run(module, tls, None)) == (1, [response])
         assert asyncio.run(run(module, None, None)) == (2, [response])
         assert asyncio.run(run(module, tls, large)) == (2, [large_response])
+
+
+def _authorized_transcript(module: ModuleType, store_path: Path,
+                           monkeypatch: Any) -> tuple[list[tuple[object, ...]], int]:
+    """Thirty produce requests through one connection of ``module``'s form on a gateway with Kafka's authorizer: the
+    PLAINTEXT listener's principal may write topic ``t``, loses that right at request 10 (the ACLs reloaded, as the
+    store poll does) and gets it back at request 20. Per request: what went upstream, what the client got, and the
+    authorizer metrics' counters after it. Also returns how often the core asked ``authorize.granted`` itself."""
+    grant = AclBinding(ResourcePattern(ResourceType.TOPIC, "t", PatternType.LITERAL),
+                       AccessControlEntry("User:ANONYMOUS", "*", AclOperation.WRITE, AclPermissionType.ALLOW))
+    authorizer = StandardAuthorizer()
+    authorizer.load([grant])
+    asked = [0]
+
+    def counted(*args: Any) -> Any:
+        asked[0] += 1
+        return authorize.granted(*args)
+
+    monkeypatch.setattr(module, "granted", counted)
+
+    async def run() -> list[tuple[object, ...]]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path, authorizer=authorizer)
+        gw.broker_quotas.load(gw.store.snapshot())
+        conn, client, upstream = _connected(module, gw)
+        out: list[tuple[object, ...]] = []
+        try:
+            for i in range(30):
+                if i in (10, 20):
+                    authorizer.load([] if i == 10 else [grant])
+                request, response = _frames(i, 1)
+                _feed(conn, request)
+                forwarded = upstream.take()
+                if forwarded:
+                    _feed(conn._upstream, response)
+                out.append((forwarded, client.take(), dict(gw.authz_audit.counts)))
+        finally:
+            gw.store.close()
+        return out
+
+    return asyncio.run(run()), asked[0]
+
+
+def test_an_authorized_produce_skips_the_hooks_and_decides_as_they_do(tmp_path: Path, monkeypatch: Any) -> None:
+    """With an authorizer, a Produce whose topics its principal was already allowed is forwarded by the core itself
+    (``authorize.granted`` asked from ``ConnectionCore._binds_produce``); the same traffic through the handler
+    table's authorization hook (the pure twin with the binding switched off) gives the same bytes and counters, in
+    both forms, and a revoke refuses the very next request (TOPIC_AUTHORIZATION_FAILED, nothing forwarded)."""
+    handler_path = pure_twin(connection)
+    monkeypatch.setattr(handler_path.ConnectionCore, "_binds_produce", lambda *_: False)
+    bound, bound_asked = _authorized_transcript(connection, tmp_path / "compiled.db", monkeypatch)
+    pure, pure_asked = _authorized_transcript(pure_twin(connection), tmp_path / "pure.db", monkeypatch)
+    table, table_asked = _authorized_transcript(handler_path, tmp_path / "table.db", monkeypatch)
+    assert bound == table and pure == table
+    assert bound_asked == pure_asked == 30 and table_asked == 0
+    forwarded = [bool(step[0]) for step in table]
+    assert forwarded == [True] * 10 + [False] * 10 + [True] * 10
+    for i in (10, 19):
+        (answer,) = table[i][1]
+        response = protocol.decode_response(answer[4:], 0, 9)  # Produce v9, past the size
+        assert [p.error_code for t in response.responses for p in t.partition_responses] == [29]

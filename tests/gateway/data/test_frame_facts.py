@@ -125,3 +125,89 @@ def test_flexible_table_matches_kafka_python() -> None:
     for key, cls in protocol.REQUESTS.items():
         for version in range(int(cls.max_version) + 3):
             assert protocol.is_flexible(key, version) == bool(cls.flexible_version_q(version)), (key, version)
+
+
+# -- topic names of a Produce or Fetch ------------------------------------------------------------------------------
+
+def _fetch_partition_size(version: int) -> int:
+    return 4 + (4 if version >= 9 else 0) + 8 + (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
+
+
+def _topics_frame(key: int, version: int, names: list[str], transactional_id: str | None = None) -> bytes:
+    """A Produce (three partitions a topic, records of different sizes) or Fetch naming ``names``."""
+    cls = protocol.REQUESTS[key][version]
+    if key == ApiKey.Produce:
+        part = cls.TopicProduceData.PartitionProduceData
+        fields: dict[str, object] = {"acks": -1, "timeout_ms": 5, "topic_data": [cls.TopicProduceData(
+            name=n, partition_data=[part(index=p, records=b"x" * (7 + 50 * p)) for p in range(3)]) for n in names]}
+        if version >= 3:
+            fields["transactional_id"] = transactional_id
+    else:
+        fp = cls.FetchTopic.FetchPartition
+        fields = {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 1, "max_bytes": 9, "isolation_level": 0,
+                  "session_id": 0, "session_epoch": 0, "rack_id": "r", "forgotten_topics_data": [
+                      cls.ForgottenTopic(topic="gone", partitions=[1])],
+                  "topics": [cls.FetchTopic(topic=n, partitions=[fp(partition=p, current_leader_epoch=-1,
+                                                                     fetch_offset=3, log_start_offset=-1,
+                                                                     partition_max_bytes=9) for p in range(3)])
+                             for n in names]}
+    message = cls(**fields)
+    message.with_header(correlation_id=1, client_id="c")
+    return bytes(message.encode(header=True))
+
+
+def _names(module: ModuleType, key: int, frame: bytes, version: int) -> object:
+    """A form's reading of a frame's topic names (or its refusal), as ``gateway.auth.topic_names`` asks it."""
+    try:
+        body = module.read_request(frame, protocol.FLEXIBLE_FROM)[0][5]
+        if key == ApiKey.Produce:
+            return module.produce_topic_names(frame, body, version >= 9)
+        fetch_head = 4 + 4 + 4 + 4 + 1 + (8 if version >= 7 else 0)
+        return module.fetch_topic_names(frame, body + fetch_head, version >= 12, _fetch_partition_size(version))
+    except InvalidRequestError:
+        return "refused"
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(("key", "versions"), [(ApiKey.Produce, range(3, 10)), (ApiKey.Fetch, range(4, 13))])
+def test_topic_names_match_kafka_python(form: ModuleType, key: int, versions: range) -> None:
+    for version in versions:
+        for names, transactional_id in ((["a"], None), (["orders", "Ω-topic", "b" * 249], "tx-1"), ([], "")):
+            frame = _topics_frame(key, version, names, transactional_id)
+            decoded = protocol.decode_request(frame, protocol.parse_request_header(frame))
+            if key == ApiKey.Produce:
+                expected: object = (decoded.transactional_id if version >= 3 else None,
+                                    [t.name for t in decoded.topic_data])
+            else:
+                expected = [t.topic for t in decoded.topics]
+            assert _names(form, key, frame, version) == expected, (version, names)
+
+
+def test_every_truncation_and_corruption_of_topic_frames_reads_alike() -> None:
+    """Both forms refuse or read alike every prefix of real Produce and Fetch frames, and every single-byte change
+    of them; a refusal is the only outcome of a frame cut before its last topic."""
+    for key, versions in ((ApiKey.Produce, (3, 8, 9)), (ApiKey.Fetch, (4, 11, 12))):
+        for version in versions:
+            frame = _topics_frame(key, version, ["orders", "pay"], "tx")
+            for cut in range(len(frame)):
+                assert _names(frame_facts, key, frame[:cut], version) == _names(PURE, key, frame[:cut], version)
+            for i in range(10, len(frame)):
+                for value in (0x00, 0x7F, 0x80, 0xFF):
+                    bad = frame[:i] + bytes([value]) + frame[i + 1:]
+                    assert _names(frame_facts, key, bad, version) == _names(PURE, key, bad, version), (i, value)
+            inside_last_topic = frame.index(b"pay") + 5  # its partitions cut short
+            assert _names(frame_facts, key, frame[:inside_last_topic], version) == "refused"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=0, max_size=64), st.booleans(), st.integers(0, 70))
+def test_random_topic_sections_read_alike(data: bytes, flexible: bool, pos: int) -> None:
+    for module in (frame_facts, PURE):
+        assert module.COMPILED is (module is frame_facts)
+    def outcome(module: ModuleType) -> object:
+        try:
+            return (module.produce_topic_names(data, pos, flexible),
+                    module.fetch_topic_names(data, pos, flexible, 29))
+        except InvalidRequestError:
+            return "refused"
+    assert outcome(frame_facts) == outcome(PURE)

@@ -366,7 +366,7 @@ _FETCH: Final = TopicShape("topics", "topic", "partitions", "partition", "respon
 def _fetch(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
     if check.authorizer is None and not check.hidden.may_name(frame):
         return None  # a Fetch request is small: one substring search
-    body = topic_names.body_offset(frame, header)
+    body = protocol.body_offset(frame, header)
     names = topic_names.fetch_topics(frame, header, body)
     original = frame
     if check.authorizer is not None:
@@ -1108,6 +1108,52 @@ SCAN_ONLY: Final[Mapping[int, int]] = {ApiKey.Produce: _SCAN_LIMIT, ApiKey.Fetch
 finds no hidden name's bytes in it (one substring search, nothing decoded): the data path's hot path, which the
 request hook (``gateway.data.api_handlers``) takes without calling :func:`plan`, and which lets the connection core
 forward such a Produce without the request hooks at all (``ConnectionCore._binds_produce``)."""
+
+
+UNDECIDED: Final = Plan(None, b"")
+"""What :func:`granted` returns when :func:`plan` must decide (compared by identity)."""
+
+_TOPIC: Final = int(RT.TOPIC)
+_WRITE: Final = int(OP.WRITE)
+_GRANTED_OPS: Final[Mapping[int, int]] = {int(ApiKey.Produce): _WRITE, int(ApiKey.Fetch): int(OP.READ)}
+
+
+def granted(access: Access, principal: str, host: str, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+    """:func:`plan`'s answer for a Produce or Fetch whose topics this principal, from this host, was already allowed
+    under the authorizer's current generation (every decision in :class:`Access`'s cache), decided in one step from
+    the topic names in the frame: no :class:`Check`, no planner, no call per topic. The decisions are counted as
+    :func:`plan` counts them. :data:`UNDECIDED` whenever :func:`plan` has something to decide or record: a topic not
+    decided yet (the first request, or the first after an ACL change), refused or one of quotaflow's own; a
+    transactional id; a follower's fetch; an authorizer without a generation; allowed decisions logged row by row
+    (``quotaflow.authorizer.log.allowed``). The hot path of an authorizing gateway (issue 19's bound: ≤ 1.1x the
+    CPU per request of one without an authorizer)."""
+    authorizer = access.authorizer
+    op = _GRANTED_OPS.get(header.api_key)
+    if op is None or authorizer is None or (access.audit.log_allowed and access.audit.sink is not None):
+        return UNDECIDED
+    generation = authorizer.generation
+    known = access.principals.get(principal)
+    if generation is None or generation != access._cached_generation or authorizer is not access._cached_from \
+            or known is None:
+        return UNDECIDED
+    forward = frame
+    body = header.body if header.body >= 0 else protocol.body_offset(frame, header)  # (raises: unreadable)
+    if op == _WRITE:  # a Produce
+        transactional_id, names = topic_names.produce_topics(frame, header, body)
+        if transactional_id is not None:
+            return UNDECIDED
+    else:
+        names = topic_names.fetch_topics(frame, header, body)
+        forward = topic_names.sessionless_fetch(frame, header, body)
+        if protocol.SIZE.unpack_from(forward, body)[0] >= 0:  # replica_id: a follower's fetch
+            return UNDECIDED
+    cache, hidden = access._cache, access.hidden.names
+    for name in names:
+        if name in hidden or name.startswith(RESERVED_PREFIX) or not cache.get((known, host, op, _TOPIC, name)):
+            return UNDECIDED
+    if names:
+        access.audit.counts[(header.api_key, _TOPIC, op, True)] += len(names)
+    return None if forward is frame else Plan(forward)
 
 
 def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, frame: bytes, client_ip: str, *,

@@ -6,6 +6,9 @@ object (and hold the records). These walks read the names and skip everything el
 (the fixed head, then topics with fixed-size partition entries). The gateway offers no higher versions (Produce v10+
 and Fetch v13+ name topics by id or carry broker addresses: :mod:`quotaflow.gateway.auth.authorize`). Fetch's session
 fields sit at fixed offsets, so sessions can be switched off in place (:func:`sessionless_fetch`).
+
+The walks themselves are the data plane's compiled frame readers (:mod:`quotaflow.gateway.data.frame_facts`: C byte
+reads, with their pure-Python twin): an authorizing gateway walks every Produce and Fetch it forwards.
 """
 
 from __future__ import annotations
@@ -16,69 +19,11 @@ from typing import Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data import frame_facts, protocol
 
-_I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 PRODUCE_MAX: Final = 9
 FETCH_MAX: Final = 12
-
-
-def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80:  # the common case: one byte
-        return b, pos + 1
-    value, shift = b & 0x7F, 7
-    while True:
-        pos += 1
-        if shift > 28:
-            raise InvalidRequestError("oversized unsigned varint")
-        b = data[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + 1
-        shift += 7
-
-
-def _skip_tags(data: bytes | memoryview, pos: int) -> int:
-    count, pos = _uvarint(data, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(data, pos)
-        size, pos = _uvarint(data, pos)
-        pos += size
-    return pos
-
-
-def body_offset(frame: bytes | memoryview, header: protocol.RequestHeader) -> int:
-    """``protocol.body_offset`` for Produce (flexible from v9) and Fetch (from v12) without asking the schema."""
-    key, version = header.api_key, header.api_version
-    if (key == ApiKey.Produce and version >= 9) or (key == ApiKey.Fetch and version >= 12):
-        try:
-            pos = _skip_tags(frame, header.end)
-        except IndexError as e:
-            raise InvalidRequestError("request header runs past the end of the frame") from e
-        if pos > len(frame):
-            raise InvalidRequestError("request header runs past the end of the frame")
-        return pos
-    return header.end
-
-
-def _name(data: bytes | memoryview, pos: int, n: int) -> str:
-    if n < 0 or pos + n > len(data):
-        raise InvalidRequestError("topic name missing or running past the end of the request")
-    return bytes(data[pos:pos + n]).decode("utf-8")
-
-
-def _compact_name(data: bytes | memoryview, pos: int) -> tuple[str, int]:
-    """A non-null COMPACT_STRING (length + 1 as an unsigned varint) and the offset after it."""
-    n, pos = _uvarint(data, pos)
-    return _name(data, pos, n - 1), pos + n - 1
-
-
-def _name16(data: bytes | memoryview, pos: int) -> tuple[str, int]:
-    """A non-null STRING (int16 length) and the offset after it."""
-    (n,) = _I16.unpack_from(data, pos)
-    return _name(data, pos + 2, n), pos + 2 + n
 
 
 def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
@@ -88,44 +33,8 @@ def produce_topics(frame: bytes | memoryview, header: protocol.RequestHeader,
     version = header.api_version
     if not 3 <= version <= PRODUCE_MAX:
         raise InvalidRequestError(f"Produce v{version} is not read by the gateway")
-    data = frame
-    pos = body_offset(frame, header) if body is None else body
-    names: list[str] = []
-    try:
-        if version >= 9:  # flexible: compact strings and arrays, tagged fields (the hot path: one-byte varints
-            # and empty tag sections read inline)
-            n, pos = _uvarint(data, pos)
-            transactional_id = None if n == 0 else _name(data, pos, n - 1)
-            pos += max(n - 1, 0) + 6  # acks, timeout_ms
-            topics, pos = _uvarint(data, pos)
-            for _ in range(topics - 1):
-                name, pos = _compact_name(data, pos)
-                names.append(name)
-                partitions, pos = _uvarint(data, pos)
-                for _ in range(partitions - 1):
-                    size, pos = _uvarint(data, pos + 4)  # index, then the records' length + 1
-                    pos += max(size - 1, 0)
-                    pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
-                pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
-        else:
-            (n,) = _I16.unpack_from(data, pos)
-            transactional_id = None if n < 0 else _name(data, pos + 2, n)
-            pos += 2 + max(n, 0) + 6
-            (topics,) = _I32.unpack_from(data, pos)
-            pos += 4
-            for _ in range(topics):
-                name, pos = _name16(data, pos)
-                names.append(name)
-                (partitions,) = _I32.unpack_from(data, pos)
-                pos += 4
-                for _ in range(partitions):
-                    (size,) = _I32.unpack_from(data, pos + 4)
-                    pos += 8 + max(size, 0)
-    except (struct.error, IndexError, UnicodeDecodeError) as e:
-        raise InvalidRequestError(f"malformed Produce request: {e}") from e
-    if pos > len(data):
-        raise InvalidRequestError("Produce request truncated")
-    return transactional_id, names
+    pos = protocol.body_offset(frame, header) if body is None else body
+    return frame_facts.produce_topic_names(frame if type(frame) is bytes else bytes(frame), pos, version >= 9)
 
 
 def _fetch_head(version: int) -> int:
@@ -138,48 +47,30 @@ def _fetch_partition_size(version: int) -> int:
     return 4 + (4 if version >= 9 else 0) + 8 + (4 if version >= 12 else 0) + (8 if version >= 5 else 0) + 4
 
 
+_FETCH_HEAD: Final = tuple(_fetch_head(v) for v in range(FETCH_MAX + 1))  # by version: read per request
+_FETCH_PARTITION: Final = tuple(_fetch_partition_size(v) for v in range(FETCH_MAX + 1))
+_FETCH: Final = int(ApiKey.Fetch)
+
+
 def fetch_topics(frame: bytes | memoryview, header: protocol.RequestHeader, body: int | None = None) -> list[str]:
     """Topic names of a Fetch request v4–12 (forgotten topics left out: forgetting needs no right; ``body``:
     where its body starts, when known)."""
     version = header.api_version
     if not 4 <= version <= FETCH_MAX:
         raise InvalidRequestError(f"Fetch v{version} is not read by the gateway")
-    data = frame
-    pos = (body_offset(frame, header) if body is None else body) + _fetch_head(version)
-    size = _fetch_partition_size(version)
-    names: list[str] = []
-    try:
-        if version >= 12:
-            topics, pos = _uvarint(data, pos)
-            for _ in range(topics - 1):
-                name, pos = _compact_name(data, pos)
-                names.append(name)
-                partitions, pos = _uvarint(data, pos)
-                for _ in range(partitions - 1):
-                    pos = _skip_tags(data, pos + size)
-                pos = _skip_tags(data, pos)
-        else:
-            (topics,) = _I32.unpack_from(data, pos)
-            pos += 4
-            for _ in range(topics):
-                name, pos = _name16(data, pos)
-                names.append(name)
-                (partitions,) = _I32.unpack_from(data, pos)
-                pos += 4 + max(partitions, 0) * size
-    except (struct.error, IndexError, UnicodeDecodeError) as e:
-        raise InvalidRequestError(f"malformed Fetch request: {e}") from e
-    if pos > len(data):
-        raise InvalidRequestError("Fetch request truncated")
-    return names
+    pos = (protocol.body_offset(frame, header) if body is None else body) + _FETCH_HEAD[version]
+    return frame_facts.fetch_topic_names(frame if type(frame) is bytes else bytes(frame), pos, version >= 12,
+                                         _FETCH_PARTITION[version])
 
 
 def sessionless_fetch(frame: bytes, header: protocol.RequestHeader, body: int | None = None) -> bytes:
     """The Fetch request (v7+) with a new session's epoch 0 turned into -1: a full fetch that creates no session
     (KIP-227), so every request names all its partitions and each one is authorized every time, as the broker
     re-authorizes a session's partitions on each fetch."""
-    if header.api_key != ApiKey.Fetch or header.api_version < 7:
+    version = header.api_version
+    if header.api_key != _FETCH or not 7 <= version <= FETCH_MAX:
         return frame
-    pos = (body_offset(frame, header) if body is None else body) + _fetch_head(header.api_version) - 8
+    pos = (protocol.body_offset(frame, header) if body is None else body) + _FETCH_HEAD[version] - 8
     session_id, epoch = struct.unpack_from(">ii", frame, pos)
     if session_id != 0 or epoch != 0:
         return frame

@@ -297,8 +297,10 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
         if limit is not None and len(frame) <= limit and not access.hidden.may_name(frame):
             return frame if inner is None else inner(scope, pending, frame)  # nothing to authorize or hide
         try:  # (try/except, not map_errors: this runs for every request)
-            plan = authorize.plan(access, scope, header, frame, scope.client_ip,
-                                  passthrough=scope.sasl.passthrough is not None)
+            plan = authorize.granted(access, scope.principal, scope.client_ip, header, frame)
+            if plan is authorize.UNDECIDED:
+                plan = authorize.plan(access, scope, header, frame, scope.client_ip,
+                                      passthrough=scope.sasl.passthrough is not None)
             if plan is not None:
                 pending.authz = plan
                 if plan.forward is None:

@@ -28,7 +28,7 @@ cdef class ConnectionCore:
     cdef public UpstreamCore _upstream
     cdef public object _tls, _loop, _queue, _awaiting, _busy, _pool
     cdef public ProduceBinding _produce_binding
-    cdef public object _produce_scan
+    cdef public object _produce_scan, _produce_access
     cdef public bint _binds_decisions
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port

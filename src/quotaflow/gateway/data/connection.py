@@ -57,7 +57,7 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_errors
 from quotaflow.engine import bandwidth_throttle
-from quotaflow.gateway.auth.authorize import SCAN_ONLY
+from quotaflow.gateway.auth.authorize import SCAN_ONLY, granted
 from quotaflow.gateway.auth.sasl import ANONYMOUS
 from quotaflow.gateway.auth.sasl_session import SaslSession
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
@@ -168,10 +168,11 @@ class ConnectionCore:
         self._produce_binding: ProduceBinding | None = None  # of self.enforcement, made by the first Produce decided
         access = gateway.access  # (its authorizer and hidden topics are the gateway's for its lifetime)
         # principals excluded from quotas are metered apart (Enforcement.produce): no Produce is decided through
-        # the binding then; the request side's test (_binds_produce) is the hidden-name scan, None when no Produce
-        # can skip the request hooks (an authorizer plans every request)
+        # the binding then; the request side's test (_binds_produce) is the hidden-name scan without an authorizer,
+        # and with one the authorization plane's cached answer (authorize.granted)
         self._binds_decisions = not self.enforcement.excluded
         self._produce_scan = access.hidden.may_name if access.authorizer is None and self._binds_decisions else None
+        self._produce_access = access if access.authorizer is not None and self._binds_decisions else None
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -602,13 +603,25 @@ class ConnectionCore:
 
     def _binds_produce(self, pending: Pending, frame: bytes) -> bool:
         """Whether this Produce is forwarded as it came, without the handler table's request hooks: when those
-        would only pass it on (no authorizer and no hidden topic's name in it: ``authorize.SCAN_ONLY``, the
-        authorization hook's own test; acks 1 or all, as acks=0 is answered by nobody; no principal excluded from
-        quotas). The produce hook's one rule that still applies is applied here (:meth:`hold_limited_produce`)."""
+        would only pass it on (acks 1 or all, as acks=0 is answered by nobody; no principal excluded from quotas;
+        and without an authorizer no hidden topic's name in it, ``authorize.SCAN_ONLY``, with one every topic
+        already allowed, ``authorize.granted``: the authorization hook's own tests, which count the decisions). The
+        produce hook's one rule that still applies is applied here (:meth:`hold_limited_produce`)."""
         acks = pending.acks
-        scan = self._produce_scan
-        if acks is None or acks == 0 or scan is None or len(frame) > _PRODUCE_SCAN_LIMIT or scan(frame):
+        if acks is None or acks == 0:
             return False
+        scan = self._produce_scan
+        if scan is not None:
+            if len(frame) > _PRODUCE_SCAN_LIMIT or scan(frame):
+                return False
+        elif self._produce_access is None:
+            return False
+        else:
+            try:
+                if granted(self._produce_access, self.principal, self.client_ip, pending.header, frame) is not None:
+                    return False  # UNDECIDED: the hook plans it
+            except InvalidRequestError:
+                return False  # the hook reads it again and closes the connection as it does
         self.hold_limited_produce(pending)
         pending.handler = _PRODUCE_HANDLER
         return True

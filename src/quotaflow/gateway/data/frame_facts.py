@@ -130,3 +130,170 @@ def correlation_id(frame: bytes) -> int:
     value: cython.longlong = ((cython.cast(cython.longlong, data[0]) << 24) | (data[1] << 16) | (data[2] << 8)
                               | data[3])
     return value - 0x100000000 if value >= 0x80000000 else value
+
+
+# -- the topic names of a Produce or Fetch (what authorizing one needs; gateway.auth.topic_names) -----------------
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _skip_tags(data: cython.p_const_uchar, pos: cython.Py_ssize_t, size: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    """The position after a tagged-field section at ``pos`` (a count, then tag, size and bytes each), or -1 if it
+    runs past the end."""
+    count: cython.longlong
+    value: cython.longlong
+    pos, count = _uvarint(data, pos, size)
+    while pos >= 0 and count > 0:
+        pos, value = _uvarint(data, pos, size)  # the tag
+        if pos >= 0:
+            pos, value = _uvarint(data, pos, size)
+            pos = pos + value if pos >= 0 and pos + value <= size else -1
+        count -= 1
+    return pos
+
+
+@cython.cfunc
+def _int32(data: cython.p_const_uchar, pos: cython.Py_ssize_t, size: cython.Py_ssize_t) -> cython.longlong:
+    """The signed int32 at ``pos``; raises when it runs past the end."""
+    if pos < 0 or pos + 4 > size:
+        raise InvalidRequestError("malformed request: an int32 runs past the end of the frame")
+    value: cython.longlong = ((cython.cast(cython.longlong, data[pos]) << 24) | (data[pos + 1] << 16)
+                              | (data[pos + 2] << 8) | data[pos + 3])
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+@cython.cfunc
+def _text(frame: bytes, pos: cython.Py_ssize_t, n: cython.longlong, api: str) -> str:
+    """The ``n`` bytes at ``pos`` as UTF-8 (a topic name or transactional id)."""
+    if n < 0 or pos + n > len(frame):
+        raise InvalidRequestError("topic name missing or running past the end of the request")
+    try:
+        return frame[pos:pos + n].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidRequestError(f"malformed {api} request: {e}") from e
+
+
+@cython.cfunc
+def _overrun(api: str) -> InvalidRequestError:
+    return InvalidRequestError(f"malformed {api} request: it runs past the end of the frame")
+
+
+@cython.cfunc
+def _string16(frame: bytes, pos: cython.Py_ssize_t, nullable: cython.bint,
+              api: str) -> tuple[object, cython.Py_ssize_t]:
+    """A STRING (int16 length; -1 is null when ``nullable``) at ``pos``: (its text or None, the position after)."""
+    if pos + 2 > len(frame):
+        raise _overrun(api)
+    data: cython.p_const_uchar = frame
+    n: cython.Py_ssize_t = (data[pos] << 8) | data[pos + 1]
+    if n >= 0x8000:
+        n -= 0x10000
+    if n < 0 and nullable:
+        return None, pos + 2
+    return _text(frame, pos + 2, n, api), pos + 2 + n
+
+
+@cython.cfunc
+def _compact_string(frame: bytes, pos: cython.Py_ssize_t, nullable: cython.bint,
+                    api: str) -> tuple[object, cython.Py_ssize_t]:
+    """A COMPACT_STRING (length + 1 as an unsigned varint; 0 is null when ``nullable``) at ``pos``: (its text or
+    None, the position after)."""
+    data: cython.p_const_uchar = frame
+    n: cython.longlong
+    pos, n = _uvarint(data, pos, len(frame))
+    if pos < 0:
+        raise _overrun(api)
+    if n == 0 and nullable:
+        return None, pos
+    return _text(frame, pos, n - 1, api), pos + n - 1
+
+
+def produce_topic_names(frame: bytes, pos: cython.Py_ssize_t, flexible: cython.bint) -> tuple:
+    """``(transactional_id, topic names in request order)`` of a Produce request v3+ whose body starts at ``pos``
+    (``flexible``: v9+, compact strings and arrays with tagged fields): every partition's records are skipped by
+    their size, nothing is decoded. Raises :class:`~quotaflow.core.errors.InvalidRequestError` for a frame that
+    runs past its end or names a topic in bytes that are not UTF-8."""
+    size: cython.Py_ssize_t = len(frame)
+    data: cython.p_const_uchar = frame
+    names: list = []
+    transactional_id: object = None
+    topics: cython.longlong
+    partitions: cython.longlong
+    length: cython.longlong
+    if pos < 0:  # (every later position only grows from here)
+        raise _overrun("Produce")
+    if flexible:
+        transactional_id, pos = _compact_string(frame, pos, True, "Produce")
+        pos, topics = _uvarint(data, pos + 6, size)  # after acks and timeout_ms
+        while pos >= 0 and topics > 1:
+            name, pos = _compact_string(frame, pos, False, "Produce")
+            names.append(name)
+            pos, partitions = _uvarint(data, pos, size)
+            while pos >= 0 and partitions > 1:
+                pos, length = _uvarint(data, pos + 4, size)  # after the index: the records' length + 1
+                if pos >= 0:
+                    pos = _skip_tags(data, pos + (length - 1 if length > 1 else 0), size)
+                partitions -= 1
+            if pos >= 0:
+                pos = _skip_tags(data, pos, size)
+            topics -= 1
+        if pos < 0:
+            raise _overrun("Produce")
+    else:
+        transactional_id, pos = _string16(frame, pos, True, "Produce")
+        pos += 6  # acks and timeout_ms
+        topics = _int32(data, pos, size)
+        pos += 4
+        while topics > 0:
+            name, pos = _string16(frame, pos, False, "Produce")
+            names.append(name)
+            partitions = _int32(data, pos, size)
+            pos += 4
+            while partitions > 0:
+                length = _int32(data, pos + 4, size)  # after the index: the records' length
+                pos += 8 + (length if length > 0 else 0)
+                partitions -= 1
+            topics -= 1
+    if pos > size:
+        raise InvalidRequestError("Produce request truncated")
+    return transactional_id, names
+
+
+def fetch_topic_names(frame: bytes, pos: cython.Py_ssize_t, flexible: cython.bint,
+                      partition_size: cython.Py_ssize_t) -> list:
+    """The topic names of a Fetch request whose topics array starts at ``pos`` (``flexible``: v12+; each partition
+    entry ``partition_size`` bytes before its tagged fields), in request order; forgotten topics are left out.
+    Raises :class:`~quotaflow.core.errors.InvalidRequestError` as :func:`produce_topic_names` does."""
+    size: cython.Py_ssize_t = len(frame)
+    data: cython.p_const_uchar = frame
+    names: list = []
+    topics: cython.longlong
+    partitions: cython.longlong
+    if pos < 0:  # (every later position only grows from here)
+        raise _overrun("Fetch")
+    if flexible:
+        pos, topics = _uvarint(data, pos, size)
+        while pos >= 0 and topics > 1:
+            name, pos = _compact_string(frame, pos, False, "Fetch")
+            names.append(name)
+            pos, partitions = _uvarint(data, pos, size)
+            while pos >= 0 and partitions > 1:
+                pos = _skip_tags(data, pos + partition_size, size)
+                partitions -= 1
+            if pos >= 0:
+                pos = _skip_tags(data, pos, size)
+            topics -= 1
+        if pos < 0:
+            raise _overrun("Fetch")
+    else:
+        topics = _int32(data, pos, size)
+        pos += 4
+        while topics > 0:
+            name, pos = _string16(frame, pos, False, "Fetch")
+            names.append(name)
+            partitions = _int32(data, pos, size)
+            pos += 4 + (partitions if partitions > 0 else 0) * partition_size
+            topics -= 1
+    if pos > size:
+        raise InvalidRequestError("Fetch request truncated")
+    return names
+
