@@ -2,7 +2,9 @@
 
 A forwarded request is never decoded: the gateway needs its header (API key and version, correlation id, client id,
 where the body starts) and, for a Produce, ``acks``; a response only its correlation id. :func:`read_request`
-reads all of a request's at once, :func:`correlation_id` a response's.
+reads all of a request's at once, :func:`correlation_id` a response's. With an authorizer, a Produce's and a Fetch's
+topic names are facts of the frame too (:func:`produce_topic_names`, :func:`fetch_topic_names`: walked, not
+decoded; ``gateway.auth.topic_names`` asks them).
 
 This module is written once and runs in two forms, as the engine's compiled loops do: ``make setup`` compiles it
 with Cython (pure-Python mode: the ``cython`` annotations type the locals, the byte reads become C), and the very
