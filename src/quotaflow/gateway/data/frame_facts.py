@@ -49,6 +49,23 @@ def _uvarint(data: cython.p_const_uchar, pos: cython.Py_ssize_t,
         shift += 7
 
 
+@cython.cfunc
+@cython.exceptval(check=False)
+def _skip_tags(data: cython.p_const_uchar, pos: cython.Py_ssize_t, size: cython.Py_ssize_t) -> cython.Py_ssize_t:
+    """The position after a tagged-field section at ``pos`` (a count, then tag, size and bytes each), or -1 if it
+    runs past the end."""
+    count: cython.longlong
+    value: cython.longlong
+    pos, count = _uvarint(data, pos, size)
+    while pos >= 0 and count > 0:
+        pos, value = _uvarint(data, pos, size)  # the tag
+        if pos >= 0:
+            pos, value = _uvarint(data, pos, size)
+            pos = pos + value if pos >= 0 and pos + value <= size else -1
+        count -= 1
+    return pos
+
+
 def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tuple:
     """``(fields, acks)`` of one request frame (without its size prefix): ``fields`` is ``(api_key, api_version,
     correlation_id, client_id, end, body)`` made as a ``header`` (a tuple subclass: the gateway's ``RequestHeader``,
@@ -89,18 +106,8 @@ def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tu
     body: cython.Py_ssize_t = end
     flexible: cython.bint = 0 <= api_key < len(flexible_from) and version >= 0 and version >= flexible_from[api_key]
     value: cython.longlong = 0
-    count: cython.longlong
-    i: cython.longlong
-    if flexible:  # the header's tagged fields: a count, then (tag, size, bytes) each
-        body, count = _uvarint(data, body, size)
-        i = 0
-        while body >= 0 and i < count:
-            body, value = _uvarint(data, body, size)  # the tag
-            if body >= 0:
-                body, value = _uvarint(data, body, size)
-                if body >= 0:
-                    body = body + value if body + value <= size else -1
-            i += 1
+    if flexible:  # the header's tagged fields
+        body = _skip_tags(data, body, size)
     acks: cython.int = -0x10000  # ACKS_UNREADABLE
     pos: cython.Py_ssize_t = body
     if api_key == 0 and pos >= 0:  # Produce
@@ -135,23 +142,6 @@ def correlation_id(frame: bytes) -> int:
 
 
 # -- the topic names of a Produce or Fetch (what authorizing one needs; gateway.auth.topic_names) -----------------
-
-@cython.cfunc
-@cython.exceptval(check=False)
-def _skip_tags(data: cython.p_const_uchar, pos: cython.Py_ssize_t, size: cython.Py_ssize_t) -> cython.Py_ssize_t:
-    """The position after a tagged-field section at ``pos`` (a count, then tag, size and bytes each), or -1 if it
-    runs past the end."""
-    count: cython.longlong
-    value: cython.longlong
-    pos, count = _uvarint(data, pos, size)
-    while pos >= 0 and count > 0:
-        pos, value = _uvarint(data, pos, size)  # the tag
-        if pos >= 0:
-            pos, value = _uvarint(data, pos, size)
-            pos = pos + value if pos >= 0 and pos + value <= size else -1
-        count -= 1
-    return pos
-
 
 @cython.cfunc
 def _int32(data: cython.p_const_uchar, pos: cython.Py_ssize_t, size: cython.Py_ssize_t) -> cython.longlong:
