@@ -370,3 +370,24 @@ def test_granted_does_not_outlive_a_revoke() -> None:
     refused = authorize.plan(access, _Who("bob"), header, frame, "10.0.0.9")  # type: ignore[arg-type]
     assert refused is not None and refused.forward is None and refused.local
     assert access.audit.counts[(ApiKey.Produce, int(ResourceType.TOPIC), int(AclOperation.WRITE), False)] == 1
+
+
+def test_granted_never_forwards_a_hidden_topic_even_with_a_cached_allow() -> None:
+    """A tenant whose ACLs allow every topic (``*``) names quotaflow's own store topic in a Produce. Even with an
+    allowed WRITE on that name in the decision cache (any path that ever asked the authorizer about it), ``granted``
+    leaves the request to :func:`authorize.plan`, which refuses the hidden topic whatever the ACLs say."""
+    authorizer = StandardAuthorizer()
+    authorizer.load([_write("User:bob", "*", op=AclOperation.ALL)])
+    access = authorize.Access(authorizer, HIDDEN, AuthzAudit())
+    warm = _produce_frame(9, ["bob-1"], None)
+    warm_header = protocol.parse_request_header(warm)
+    assert authorize.plan(access, _Who("bob"), warm_header, warm, "10.0.0.9") is None  # type: ignore[arg-type]
+    assert authorize.granted(access, "bob", "10.0.0.9", warm_header, warm) is None  # the fast path is live
+    for name in (STORE, "__quotaflow_anything"):
+        assert access.decide(authorizer, "User:bob", "10.0.0.9", AclOperation.WRITE, ResourceType.TOPIC, name)
+        frame = _produce_frame(9, ["bob-1", name], None)
+        header = protocol.parse_request_header(frame)
+        assert authorize.granted(access, "bob", "10.0.0.9", header, frame) is authorize.UNDECIDED
+        refused = authorize.plan(access, _Who("bob"), header, frame, "10.0.0.9")  # type: ignore[arg-type]
+        assert refused is not None and refused.forward is not None and name.encode() not in refused.forward
+    assert access.audit.hidden[ApiKey.Produce] == 2
