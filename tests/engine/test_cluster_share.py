@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from quotaflow.engine.cluster_share import ShareTable, UsageKey, UsageReport, limit_decrease, local_share, smooth
@@ -31,6 +31,7 @@ def test_even_split_without_usage_and_never_more_than_q() -> None:
 
 
 @given(st.floats(1.0, 1e9), st.lists(st.floats(0.0, 1e9), min_size=1, max_size=8), st.floats(0.0, 1.0))
+@example(quota=1.0, rates=[5e-324], phi=0.5)  # a denormal rate: (Q − N·floor) · r underflowed before ÷ R
 def test_shares_sum_to_q(quota: float, rates: list[float], phi: float) -> None:
     total = sum(rates)
     shares = [local_share(quota, len(rates), r, total, phi) for r in rates]

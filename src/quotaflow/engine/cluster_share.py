@@ -64,7 +64,7 @@ def local_share(quota: float, participants: int, own_rate: float, total_rate: fl
     if total <= 0.0:
         return quota / n
     floor = floor_fraction * quota / n
-    return floor + (quota - n * floor) * own / total
+    return floor + (quota - n * floor) * (own / total)  # the fraction first: a tiny rate times Q must not underflow
 
 
 def limit_decrease(target: float, previous: float, elapsed_ms: int, window_ms: int,
