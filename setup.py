@@ -6,6 +6,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 COMPILED_MODULES = [
+    "quotaflow.engine.rate",  # typed by rate.pxd beside it
     "quotaflow.gateway.data.frame_facts",
     "quotaflow.gateway.data.framing",
     "quotaflow.gateway.data.pending",  # typed by pending.pxd beside it

@@ -38,7 +38,7 @@ from quotaflow.engine import (
     nanos_to_percent,
     to_int32,
 )
-from quotaflow.engine.rate import bounded_throttle_time, throttle_time
+from quotaflow.engine.quota_utils import bounded_throttle_time, throttle_time
 
 PRODUCE, FETCH, REQUEST = 0, 1, 2
 SAMPLES, WINDOW_MS = 11, 1000

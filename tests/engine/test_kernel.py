@@ -18,7 +18,8 @@ from quotaflow.engine.kernel import (
     decide_groups,
     read_window,
 )
-from quotaflow.engine.rate import Rate, keeps_oversized_fetch, to_int32
+from quotaflow.engine.quota_utils import keeps_oversized_fetch, to_int32
+from quotaflow.engine.rate import Rate
 
 Row = tuple[int, float, int]  # (time step, value, mode)
 

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quotaflow.engine.rate import LONG_MAX, Rate, bounded_throttle_time, java_round, throttle_time, to_int32
+from quotaflow.engine import rate as rate_module
+from quotaflow.engine.quota_utils import LONG_MAX, bounded_throttle_time, java_round, throttle_time, to_int32
+from quotaflow.engine.rate import Rate
+from twins import assert_compiled, forms
+
+# Every Rate test runs on both forms of rate.py: the extension `make setup` builds and its pure-Python twin.
+RATE_FORMS = [pytest.param(p.values[0].Rate, id=p.id) for p in forms(rate_module)]
 
 T = 1_000_000
 
@@ -17,8 +23,10 @@ T = 1_000_000
     ("samples", "window_sec", "expected"),
     [(1, 1, 50.05005005), (1, 11, 4.5458678), (11, 1, 4.5458678), (11, 11, 0.41322656)],
 )
-def test_rate_with_no_prior_available_samples(samples: int, window_sec: int, expected: float) -> None:
-    rate = Rate(samples, window_sec * 1000)
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_rate_with_no_prior_available_samples(rate_type: type[Rate], samples: int, window_sec: int,
+                                              expected: float) -> None:
+    rate = rate_type(samples, window_sec * 1000)
     rate.record(50, T)
     now = T + window_sec * 1000 - 1
     value = rate.measure(now)
@@ -27,8 +35,9 @@ def test_rate_with_no_prior_available_samples(samples: int, window_sec: int, exp
     assert value == pytest.approx(expected, abs=1e-6)
 
 
-def test_rate_is_consistent_after_the_first_window() -> None:
-    rate = Rate(2, 1000)
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_rate_is_consistent_after_the_first_window(rate_type: type[Rate]) -> None:
+    rate = rate_type(2, 1000)
     t = T
     steps = [0, 99] + [100] * 9
     for step in steps:
@@ -57,20 +66,23 @@ def complete_sample(stat: Rate, t: int) -> int:
     return t + 1
 
 
-def test_sample_is_purged_if_it_does_not_overlap() -> None:
-    stat = Rate(2, 1000)
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_sample_is_purged_if_it_does_not_overlap(rate_type: type[Rate]) -> None:
+    stat = rate_type(2, 1000)
     t = complete_sample(stat, T)
     assert kept_samples(stat, t + 2500) == 0
 
 
-def test_sample_is_kept_if_it_overlaps() -> None:
-    stat = Rate(2, 1000)
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_sample_is_kept_if_it_overlaps(rate_type: type[Rate]) -> None:
+    stat = rate_type(2, 1000)
     t = complete_sample(stat, T)
     assert kept_samples(stat, t + 1500) == 1
 
 
-def test_sample_is_kept_if_it_overlaps_and_extra() -> None:
-    stat = Rate(2, 1000)
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_sample_is_kept_if_it_overlaps_and_extra(rate_type: type[Rate]) -> None:
+    stat = rate_type(2, 1000)
     t = complete_sample(stat, T)
     t = complete_sample(stat, t + 100)
     t += 100
@@ -78,8 +90,9 @@ def test_sample_is_kept_if_it_overlaps_and_extra() -> None:
     assert kept_samples(stat, t) == 3
 
 
-def test_rate_windowing() -> None:
-    rate = Rate(3, 30_000)
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_rate_windowing(rate_type: type[Rate]) -> None:
+    rate = rate_type(3, 30_000)
     rate.record(100, T)
     rate.record(100, T + 30_000)
     assert rate.window_size(T + 75_000) == 75_000
@@ -87,14 +100,16 @@ def test_rate_windowing() -> None:
     assert rate.measure(T + 75_000 + 90_000) == 0
 
 
-def test_samples_must_be_positive() -> None:
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_samples_must_be_positive(rate_type: type[Rate]) -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        Rate(0, 1000)
+        rate_type(0, 1000)
 
 
-def test_strict_quota_with_rate() -> None:
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_strict_quota_with_rate(rate_type: type[Rate]) -> None:
     """SensorTest.testStrictQuotaEnforcementWithRate: the padded window keeps the rate at 3.0 for 5 s."""
-    rate = Rate(11, 1000, 2.0)
+    rate = rate_type(11, 1000, 2.0)
     rate.record(30, T)
     assert rate.measure(T) == 3.0
     assert rate.measure(T + 5000) == 3.0
@@ -133,12 +148,13 @@ def test_java_round_is_half_up() -> None:
     assert java_round(float("inf")) == LONG_MAX
 
 
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
 @settings(max_examples=80, deadline=None)
 @given(steps=st.lists(st.tuples(st.integers(0, 4000), st.sampled_from([0.0, 5.0, 300.0, -5.0])), max_size=30),
        samples=st.sampled_from([1, 2, 11]), window_ms=st.sampled_from([1000, 30000]), gap=st.integers(0, 40_000))
-def test_peek_reads_what_the_check_would_and_changes_nothing(steps: list[tuple[int, float]], samples: int,
-                                                             window_ms: int, gap: int) -> None:
-    rate = Rate(samples, window_ms, 100.0)
+def test_peek_reads_what_the_check_would_and_changes_nothing(rate_type: type[Rate], steps: list[tuple[int, float]],
+                                                             samples: int, window_ms: int, gap: int) -> None:
+    rate = rate_type(samples, window_ms, 100.0)
     t = 1_000_000
     for step, value in steps:
         t += step
@@ -150,16 +166,17 @@ def test_peek_reads_what_the_check_would_and_changes_nothing(steps: list[tuple[i
     assert peeked == (rate.total(t), rate.window_size(t))  # what the (purging) check reads at t
 
 
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
 @settings(max_examples=80, deadline=None)
 @given(steps=st.lists(st.tuples(st.integers(0, 40_000), st.sampled_from([0.0, 5.0, 300.0, -5.0, 1e6])),
                       max_size=40),
        samples=st.sampled_from([1, 2, 11]), window_ms=st.sampled_from([1, 1000, 30000]),
        cap=st.sampled_from([None, 1000]))
-def test_record_and_throttle_is_record_then_the_check(steps: list[tuple[int, float]], samples: int, window_ms: int,
-                                                      cap: int | None) -> None:
+def test_record_and_throttle_is_record_then_the_check(rate_type: type[Rate], steps: list[tuple[int, float]],
+                                                      samples: int, window_ms: int, cap: int | None) -> None:
     """The hot path writes ``record``'s common case out: its samples and its throttle must be exactly what
     ``record`` followed by the check's reading (``Rate.measure`` against the bound) give, rolls and purges too."""
-    fast, slow = Rate(samples, window_ms, 100.0), Rate(samples, window_ms, 100.0)
+    fast, slow = rate_type(samples, window_ms, 100.0), rate_type(samples, window_ms, 100.0)
     t = 1_000_000
     for step, value in steps:
         t += step
@@ -169,3 +186,48 @@ def test_record_and_throttle_is_record_then_the_check(steps: list[tuple[int, flo
         expected = 0 if rate <= 100.0 else throttle_time(rate, 100.0, slow.window_size(t))
         assert throttle == (expected if cap is None else min(expected, cap))
         assert fast.export_state() == slow.export_state()
+
+
+def test_the_engine_rate_is_compiled() -> None:
+    """The gateway meters every Produce and Fetch through it: `make setup` must have built its extension."""
+    assert_compiled(rate_module)
+
+
+RATE_OPS = st.lists(st.tuples(st.sampled_from(["record", "check", "measure", "peek", "window", "total"]),
+                              st.integers(-3_000, 40_000),
+                              st.sampled_from([0.0, 5.0, 300.0, -5.0, 0.1, 1 / 3, 2.0**60, 5e-324])
+                              | st.floats(-1e12, 1e12, allow_nan=False),
+                              st.sampled_from([None, 0, 1000])), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=RATE_OPS, samples=st.sampled_from([1, 2, 11]), window_ms=st.sampled_from([1, 1000, 30000]),
+       bound=st.sampled_from([None, 0.0, 100.0, 1e9]))
+def test_compiled_rate_is_its_pure_twin(ops: list[tuple[str, int, float, int | None]], samples: int, window_ms: int,
+                                        bound: float | None) -> None:
+    """Every reading and every sample of the compiled Rate equals its pure twin's, on any sequence of records, checks
+    and reads, with the clock going back as well as forward (the compiled form does its arithmetic in C doubles and
+    long longs, the twin in Python floats and ints)."""
+    compiled_type, pure_type = (p.values[0] for p in RATE_FORMS)
+    compiled, pure = compiled_type(samples, window_ms, bound, T), pure_type(samples, window_ms, bound, T)
+    t = T
+    for op, step, value, cap in ops:
+        t += step
+        results = []
+        for rate in (compiled, pure):
+            if op == "record":
+                results.append(rate.record(value, t))
+            elif op == "check":
+                results.append(rate.record_and_throttle(value, t, cap))
+            elif op == "measure":
+                results.append(rate.measure(t))
+            elif op == "peek":
+                results.append(rate.peek(t))
+            elif op == "window":
+                results.append(rate.window_size(t))
+            else:
+                results.append(rate.total(t))
+        assert results[0] == results[1], (op, t)
+        assert type(results[0]) is type(results[1])
+        assert compiled.export_state() == pure.export_state()
+        assert compiled.last_record_ms == pure.last_record_ms

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from quotaflow.core.keys import UNLIMITED
 from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.engine.kernel import KernelState, read_window
-from quotaflow.engine.rate import Rate, keeps_oversized_fetch, to_int32
+from quotaflow.engine.quota_utils import keeps_oversized_fetch, to_int32
+from quotaflow.engine.rate import Rate
 from quotaflow.engine.rows import (
     ALIGN_MS,
     NO_BYTE_TYPE,

@@ -6,7 +6,8 @@ import csv
 from pathlib import Path
 
 from quotaflow.conformance.compare import format_number
-from quotaflow.engine.rate import Rate, to_int32
+from quotaflow.engine.quota_utils import to_int32
+from quotaflow.engine.rate import Rate
 
 
 def run(name: str, args: list[str], input_path: Path) -> tuple[list[dict[str, str]], dict[str, str] | None]:

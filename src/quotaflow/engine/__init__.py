@@ -23,7 +23,8 @@ from quotaflow.engine.controller_mutation import (
 from quotaflow.engine.exempt import CLUSTER_ACTION_API_KEYS, EXEMPT_THROTTLE_API_KEYS, is_request_quota_exempt
 from quotaflow.engine.metrics import MetricSample, MetricSource, PrometheusCollector
 from quotaflow.engine.quota_type import QuotaType
-from quotaflow.engine.rate import Rate, bounded_throttle_time, java_round, throttle_time, to_int32
+from quotaflow.engine.quota_utils import bounded_throttle_time, java_round, throttle_time, to_int32
+from quotaflow.engine.rate import Rate
 from quotaflow.engine.stats import Avg, CumulativeSum
 from quotaflow.engine.throttle import (
     NOT_THROTTLED,

@@ -33,7 +33,8 @@ from quotaflow.engine.controller_mutation import (
 )
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
-from quotaflow.engine.rate import Rate, keeps_oversized_fetch, to_int32
+from quotaflow.engine.quota_utils import keeps_oversized_fetch, to_int32
+from quotaflow.engine.rate import Rate
 from quotaflow.engine.sensors import QuotaSensor, RateSensor, TokenBucketSensor
 from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, Avg, CumulativeSum
 
@@ -323,7 +324,7 @@ class ClientQuotaManager:
 
     def keeps_oversized(self, user: str, client_id: str, value: float, now_ms: int) -> bool:
         """Right after a throttled fetch of ``value`` bytes was recorded: whether it is delivered with its bytes
-        kept (``rate.keeps_oversized_fetch``, read from the very state the check read)."""
+        kept (``quota_utils.keeps_oversized_fetch``, read from the very state the check read)."""
         sensor = self.existing_sensor(user, client_id)
         if not isinstance(sensor, RateSensor):
             return False

@@ -31,7 +31,8 @@ from quotaflow.core.cidr import RangeIndex, canonical_cidr, is_cidr
 from quotaflow.core.errors import ConnectionThrottledError, InvalidConfigurationError, TooManyConnectionsError
 from quotaflow.core.keys import INT_MAX
 from quotaflow.engine.metrics import MetricSample
-from quotaflow.engine.rate import Rate, to_int32
+from quotaflow.engine.quota_utils import to_int32
+from quotaflow.engine.rate import Rate
 from quotaflow.engine.stats import DEFAULT_QUOTA_WINDOW_NUM, DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, Avg
 
 GROUP: Final = "socket-server-metrics"

@@ -21,7 +21,8 @@ from typing import Any, Final, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from quotaflow.engine.rate import Rate, keeps_oversized_fetch
+from quotaflow.engine.quota_utils import keeps_oversized_fetch
+from quotaflow.engine.rate import Rate
 
 MODE_CHECK: Final = 0  # record with quota check (throttle on violation)
 MODE_NOCHECK: Final = 1  # record without check (e.g. network-thread time): throttle 0
@@ -242,8 +243,8 @@ def decide_groups(group_offsets: I64, bounds: F64, ts_ms: I64, values: F64, mode
     Rows of group ``g`` are ``[group_offsets[g], group_offsets[g + 1])``, in time order. ``floor_throttle`` is
     another manager's throttle for the same request (fetch gets the request throttle); with
     ``unrecord_if_throttled`` (fetch) a row whose applied throttle ``max(own, floor)`` is positive is unrecorded
-    at the same timestamp, unless ``rate.keeps_oversized_fetch`` keeps it (a checked row only). ``max_throttle_ms``
-    -1 is unbounded (produce/fetch), else the cap (request: window).
+    at the same timestamp, unless ``quota_utils.keeps_oversized_fetch`` keeps it (a checked row only).
+    ``max_throttle_ms`` -1 is unbounded (produce/fetch), else the cap (request: window).
     ``state`` is updated in place.
     """
     off = np.ascontiguousarray(group_offsets, dtype=np.int64)

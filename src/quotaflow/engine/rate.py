@@ -1,106 +1,71 @@
-"""Kafka's windowed ``Rate`` over a ``WindowedSum`` and the throttle formulas of ``QuotaUtils``.
+"""Kafka's windowed ``Rate`` over a ``WindowedSum``: one quota-id's samples and its quota check.
 
 Kafka 3.8+ semantics: up to ``samples + 1`` samples (one overlapping), purge by each sample's last event time,
 the window padded to ``samples - 1`` whole windows, at least 1 ms. One instance is the whole per-quota-id state;
 time is always an argument. This is the single implementation the gateway, the CLIs and the pipeline's reference
-path use; :mod:`quotaflow.engine.kernel` holds the array twin for bulk work, tested against this one.
+path use; :mod:`quotaflow.engine.kernel` holds the array twin for bulk work, tested against this one, and
+:mod:`quotaflow.engine.quota_utils` the throttle formulas both use.
+
+Compiled by Cython as an extension type (``rate.pxd`` declares its fields), because its record-and-check runs for
+every Produce and Fetch the gateway meters: as bytecode it was the largest Python frame left on the gateway's hot
+path (4 % of its CPU in live ``perf``). This plain-Python source is its pure twin; ``COMPILED`` says which form was
+imported. Python subclasses (:class:`~quotaflow.engine.sensors.RateSensor`, :class:`~quotaflow.engine.stats.Avg`)
+override its ``def`` methods as usual.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Final
+import cython
 
-LONG_MAX: Final = 9223372036854775807
-LONG_MIN: Final = -9223372036854775808
+from quotaflow.engine.quota_utils import bounded_throttle_time, java_div, throttle_time
 
-
-def java_round(x: float) -> int:
-    """``Math.round(double)``: half-up, NaN → 0, saturating at the long range (``+Inf`` → ``Long.MAX_VALUE``)."""
-    if math.isnan(x):
-        return 0
-    if x >= 9.223372036854775807e18:
-        return LONG_MAX
-    if x <= -9.223372036854775808e18:
-        return LONG_MIN
-    return math.floor(x + 0.5)
-
-
-def to_int32(x: int) -> int:
-    """Scala ``.toInt`` / Java ``(int)`` on a long: keep the low 32 bits, signed."""
-    x &= 0xFFFFFFFF
-    return x - (1 << 32) if x & 0x80000000 else x
-
-
-def java_div(a: int, b: int) -> int:
-    """Java integer division (truncates toward zero)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def throttle_time(value: float, bound: float, window_ms: int) -> int:
-    """``QuotaUtils.throttleTime``: ``round((O - T) / T * W)``; a zero bound gives ``Long.MAX_VALUE`` as Java's
-    ``x / 0.0 = +Infinity`` does."""
-    if bound == 0.0:
-        diff = value - bound
-        return LONG_MAX if diff > 0 else (0 if diff == 0 or math.isnan(diff) else LONG_MIN)
-    return java_round((value - bound) / bound * window_ms)
-
-
-def bounded_throttle_time(value: float, bound: float, window_ms: int, max_ms: int) -> int:
-    """``QuotaUtils.boundedThrottleTime``: ``min(throttleTime, max)``."""
-    return min(throttle_time(value, bound, window_ms), max_ms)
-
-
-def keeps_oversized_fetch(value: float, total: float, window_ms: int, bound: float, samples: int,
-                          sample_ms: int) -> bool:
-    """Whether a throttled consumer fetch keeps its bytes recorded and is delivered (quotaflow's one departure from
-    Kafka, which always empties and un-records it): when the response is larger than the quota window can hold
-    (``getMaxValueInQuotaWindow`` = ``bound × (samples − 1) × windowSeconds``; Kafka only sends one that large when
-    a single record batch is, KIP-74), emptying it could never end, so it is delivered and throttled after, as a
-    produce request is, but only when the consumer was within its quota before it (``(total − value) / window ≤
-    bound``, read with the same total and window as the check), so a consumer over its quota still gets nothing
-    until its rate is back within it, however many connections it opens. ``total`` and ``window_ms`` are the
-    quota check's reading after recording ``value``; ``sample_ms`` is ``quota.window.size.seconds × 1000``. The
-    Rate path (``throttle.fetch_throttle``) and the kernels' loops call this same function."""
-    if not value > bound * (samples - 1) * (sample_ms // 1000):
-        return False
-    return (total - value) / (window_ms / 1000.0) <= bound
+COMPILED: bool = cython.compiled
+"""True when the Cython-compiled form of this module was imported."""
 
 
 class Rate:
     """One ``Rate(WindowedSum)`` metric with its ``MetricConfig`` (window, samples, upper-bound quota)."""
 
-    __slots__ = ("_current", "_last", "_max", "_n", "_purge_age", "_start", "_value", "bound", "last_record_ms",
-                 "samples", "window_ms")
+    samples: int
+    window_ms: int
+    bound: float | None  # None: no quota on this metric (recorded, never violated)
+    last_record_ms: int  # when it was created or last recorded (Kafka's Sensor.lastRecordTime): owners expire by it
+    _purge_age: int
+    _max: int
+    _n: int  # samples appended so far (≤ samples + 1)
+    _current: int
+    _value: list[float]
+    _start: list[int]
+    _last: list[int]
+    if not cython.compiled:  # the pure twin: these fields and no others (compiled: rate.pxd's)
+        __slots__ = tuple(__annotations__)
 
     def __init__(self, samples: int, window_ms: int, bound: float | None = None, now_ms: int = 0) -> None:
         if samples < 1:
             raise ValueError("The number of samples must be at least 1.")
         self.samples = samples
         self.window_ms = window_ms
-        self.bound = bound  # None: no quota on this metric (recorded, never violated)
-        # when it was created or last recorded (Kafka's Sensor.lastRecordTime): an owner expires idle ones by it
+        self.bound = bound
         self.last_record_ms = now_ms
         self._purge_age = samples * window_ms
         self._max = samples + 1
-        self._value: list[float] = []
-        self._start: list[int] = []
-        self._last: list[int] = []
-        self._n = 0  # samples appended so far (≤ samples + 1)
+        self._value = []
+        self._start = []
+        self._last = []
+        self._n = 0
         self._current = 0
 
     # -- recording ---------------------------------------------------------------------------------------------
     def record(self, value: float, now_ms: int) -> None:
         """``SampledStat.record``: roll to the next sample when the current one is complete; never purges."""
         self.last_record_ms = now_ms
-        cur = self._current
+        cur: cython.Py_ssize_t = self._current
         if not self._n or now_ms - self._start[cur] >= self.window_ms:
             cur = self._roll(now_ms)
         self._value[cur] += value
         self._last[cur] = now_ms
 
-    def _roll(self, now_ms: int) -> int:
+    def _roll(self, now_ms: cython.longlong) -> cython.Py_ssize_t:
         """The sample a record at ``now_ms`` goes to when the current one is complete (or none exists yet): the
         next one, appended up to ``samples + 1``, then reused (reset to start at ``now_ms``)."""
         if self._n == 0:
@@ -108,7 +73,7 @@ class Rate:
             self._current = 0
             if now_ms - self._start[0] < self.window_ms:
                 return 0
-        cur = (self._current + 1) % self._max
+        cur: cython.Py_ssize_t = (self._current + 1) % self._max
         self._current = cur
         if cur >= self._n:
             self._append(now_ms)
@@ -117,7 +82,7 @@ class Rate:
             self._start[cur] = now_ms
         return cur
 
-    def _append(self, now_ms: int) -> None:
+    def _append(self, now_ms: cython.longlong) -> None:
         self._value.append(0.0)
         self._start.append(now_ms)
         self._last.append(now_ms)
@@ -126,8 +91,9 @@ class Rate:
     # -- reading (purges: a read can change later results, as in Kafka) -------------------------------------------
     def purge(self, now_ms: int) -> None:
         """Reset every sample whose last event is at least ``samples * window`` old (start becomes ``now``)."""
-        age = self._purge_age
+        age: cython.longlong = self._purge_age
         last = self._last
+        i: cython.Py_ssize_t
         for i in range(self._n):
             if now_ms - last[i] >= age:
                 self._value[i] = 0.0
@@ -137,7 +103,7 @@ class Rate:
     def total(self, now_ms: int) -> float:
         """``WindowedSum.measure``: purge, then the sum over all samples in list order."""
         self.purge(now_ms)
-        total = 0.0
+        total: float = 0.0  # a C double when compiled
         for v in self._value:
             total += v
         return total
@@ -159,43 +125,64 @@ class Rate:
         return total / (self.window_size(now_ms) / 1000.0)
 
     # -- quota ---------------------------------------------------------------------------------------------------
-    def record_and_throttle(self, value: float, now_ms: int, max_ms: int | None = None) -> int:
+    def record_and_throttle(self, value: cython.double, now_ms: cython.longlong, max_ms: int | None = None) -> int:
         """Record with the quota check (``Sensor.record`` with checkQuotas); on violation ``throttleTime``
         (bounded by ``max_ms`` when given), else 0.
 
         The hot path of every per-request decision, so it makes no call it can avoid: :meth:`record`'s common case
         (the current sample still open) is written out here, its rolls shared (``_roll``), and the rate and the
-        window come from one fused reading (the window a violation uses is the same, as Kafka reads it at the same
-        timestamp). ``tests/engine/test_rate.py`` holds this to ``record`` then ``measure``."""
+        window come from one fused reading with one pass over the samples (the window a violation uses is the same,
+        as Kafka reads it at the same timestamp). Compiled, every number here is a C double or long long.
+        ``tests/engine/test_rate.py`` holds this to ``record`` then ``measure``, in both forms."""
         self.last_record_ms = now_ms
-        cur = self._current
-        if not self._n or now_ms - self._start[cur] >= self.window_ms:
+        cur: cython.Py_ssize_t = self._current
+        start: cython.longlong
+        if not self._n:
             cur = self._roll(now_ms)
-        values, starts, lasts = self._value, self._start, self._last
-        values[cur] += value
+        else:
+            start = self._start[cur]
+            if now_ms - start >= self.window_ms:
+                cur = self._roll(now_ms)
+        values = self._value
+        starts = self._start
+        lasts = self._last
+        recorded: cython.double = values[cur]
+        values[cur] = recorded + value
         lasts[cur] = now_ms
-        bound = self.bound
-        if bound is None:
+        if self.bound is None:
             return 0
-        # total(now) then window_size(now), read with one purge and C-level ``min`` scans
-        if now_ms - min(lasts) >= self._purge_age:  # some sample is obsolete: reset it (rare on busy ids)
-            self.purge(now_ms)
-        total = 0.0
-        for v in values:  # list order, plain double additions, as WindowedSum.combine
-            total += v
-        window = now_ms - min(starts)
-        full = window // self.window_ms if window >= 0 else java_div(window, self.window_ms)
+        bound: cython.double = self.bound
+        # total(now) then window_size(now), read with one purge: one pass finds whether any sample is obsolete
+        n: cython.Py_ssize_t = self._n
+        i: cython.Py_ssize_t
+        age: cython.longlong = self._purge_age
+        last: cython.longlong
+        for i in range(n):
+            last = lasts[i]
+            if now_ms - last >= age:  # some sample is obsolete: reset them (rare on busy ids)
+                self.purge(now_ms)
+                break
+        total: cython.double = 0.0
+        oldest: cython.longlong = starts[0]
+        for i in range(n):  # list order, plain double additions, as WindowedSum.combine
+            sample: cython.double = values[i]
+            total += sample
+            start = starts[i]
+            if start < oldest:
+                oldest = start
+        window: cython.longlong = now_ms - oldest
+        window_ms: cython.longlong = self.window_ms
+        full: cython.longlong = window // window_ms if window >= 0 else java_div(window, window_ms)
         if full < self.samples - 1:
-            window += (self.samples - 1 - full) * self.window_ms
+            window += (self.samples - 1 - full) * window_ms
         if window < 1:
             window = 1
-        rate = total / (window / 1000.0)
+        rate: cython.double = total / (window / 1000.0)
         if rate <= bound:
             return 0
         if max_ms is None:
             return throttle_time(rate, bound, window)
         return bounded_throttle_time(rate, bound, window, max_ms)
-
     def peek(self, now_ms: int) -> tuple[float, int]:
         """(total, window) as a quota check at ``now_ms`` would read them before its record, changing nothing (a
         purge would: it restarts samples), so a caller may look without moving any later decision."""

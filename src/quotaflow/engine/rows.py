@@ -23,7 +23,7 @@ import numpy.typing as npt
 from quotaflow.engine.client_quota import NANOS_TO_PERCENT
 from quotaflow.engine.kernel import HAVE_NUMBA, KernelState, _jitable, _measure, _record, _throttle, compile_kernel
 from quotaflow.engine.quota_type import NO_BYTE_TYPE
-from quotaflow.engine.rate import keeps_oversized_fetch
+from quotaflow.engine.quota_utils import keeps_oversized_fetch
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from quotaflow.engine.rate import Rate, java_round, to_int32
+from quotaflow.engine.quota_utils import java_round, to_int32
+from quotaflow.engine.rate import Rate
 from quotaflow.engine.token_bucket import TokenBucket
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quotaflow.engine.client_quota import ClientQuotaManager
-from quotaflow.engine.rate import to_int32
+from quotaflow.engine.quota_utils import to_int32
 
 
 @dataclass(frozen=True, slots=True)

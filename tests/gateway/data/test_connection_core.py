@@ -33,8 +33,7 @@ from quotaflow.gateway.auth.tls import ListenerTls
 from quotaflow.gateway.data import connection, enforcement, protocol
 from quotaflow.gateway.server import Gateway
 from quotaflow.store import open_store
-
-from .twins import assert_compiled, pure_twin
+from twins import assert_compiled, pure_twin
 
 CLIENT_ID = "twin"
 

@@ -16,8 +16,7 @@ from kafka.protocol.producer import ProduceRequest
 from quotaflow.core.errors import InvalidRequestError
 from quotaflow.gateway.data import frame_facts, protocol
 from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
-
-from .twins import assert_compiled, forms, pure_twin
+from twins import assert_compiled, forms, pure_twin
 
 PURE = pure_twin(frame_facts)
 FORMS = forms(frame_facts)

@@ -12,8 +12,7 @@ import pytest
 from quotaflow.core.errors import ConnectionClosed
 from quotaflow.gateway.data import framing
 from quotaflow.gateway.data.framing import FIRST_CHUNK, FrameBuffer
-
-from .twins import assert_compiled, forms
+from twins import assert_compiled, forms
 
 FORMS = forms(framing)
 

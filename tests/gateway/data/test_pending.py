@@ -11,8 +11,7 @@ import pytest
 from quotaflow.gateway.data import pending
 from quotaflow.gateway.data.enforcement import NO_DECISIONS, RequestDecisions
 from quotaflow.gateway.data.protocol import RequestHeader
-
-from .twins import assert_compiled, forms, pure_twin
+from twins import assert_compiled, forms, pure_twin
 
 FORMS = forms(pending)
 HEADER = RequestHeader(0, 9, 7, "app-1", 15, 16)
