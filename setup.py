@@ -11,6 +11,7 @@ COMPILED_MODULES = [
     "quotaflow.gateway.data.framing",
     "quotaflow.gateway.data.pending",  # typed by pending.pxd beside it
     "quotaflow.gateway.data.connection",  # typed by connection.pxd beside it
+    "quotaflow.gateway.observation.row_queue",  # typed by row_queue.pxd beside it
 ]
 
 setup(ext_modules=cythonize(

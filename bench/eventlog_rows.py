@@ -7,8 +7,9 @@
 
 The before side is the code of ``--before`` (a git ref of this repository, default the commit the change was made
 on), loaded from git: its event log module as a module of its own and its ``Gateway.on_request`` compiled
-from its source, so neither is a copy kept by hand. The after side is this tree's ``EventLog`` and
-``Gateway.on_request``. Both ``on_request`` run unbound on a stand-in holding only ``_event_log``, with the same
+from its source, so neither is a copy kept by hand. The after side is this tree's ``EventLog`` and what its
+connection core does per request (``after_on_request``: ``pending.request_row`` appended to the log's
+``request_rows``). Both ``on_request`` run unbound on a stand-in holding only ``_event_log``, with the same
 connections and requests (a pool of Produce, Fetch and Metadata requests of several clients, one row each per call).
 
 Figures, per row, each the median over ``--rounds`` (the order of before / after alternates by round):
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
+import itertools
 import os
 import platform
 import statistics
@@ -54,10 +56,9 @@ import pyarrow.parquet as pq
 
 from quotaflow.events import REQUESTS_DIR, dataset_files
 from quotaflow.gateway.data.enforcement import RequestDecisions
-from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.pending import Pending, request_row
 from quotaflow.gateway.data.protocol import RequestHeader
 from quotaflow.gateway.observation import eventlog
-from quotaflow.gateway.server import Gateway
 
 BEFORE = "5f6233ff6ea894868fe6e84d552dd0f7798298b8"  # main when request rows were dicts
 EVENTLOG_PATHS = ("src/quotaflow/gateway/observation/eventlog.py", "src/quotaflow/gateway/eventlog.py")  # new, old
@@ -104,6 +105,13 @@ def before_on_request(ref: str) -> Callable[..., None]:
                     fn: Callable[..., None] = namespace["on_request"]
                     return fn
     raise SystemExit(f"no Gateway.on_request in {SERVER_PATH} at {ref}")
+
+
+def after_on_request(holder: Any, conn: Any, pending: Pending, response_bytes: int, now_ms: int) -> None:
+    """This tree's per-request logging, as the connection core does it (from Python here: the core's own call is C)."""
+    rows = holder._event_log.request_rows
+    rows.append(request_row(conn.broker, conn.listener, conn.principal, conn.client_ip, pending, response_bytes, now_ms,
+                            rows.next_seq()))
 
 
 def traffic(n: int) -> list[tuple[SimpleNamespace, Pending, int]]:
@@ -189,7 +197,7 @@ def conversions(old: ModuleType, dict_rows: list[dict[str, Any]], tuple_rows: li
     schema = eventlog.REQUEST_LOG_SCHEMA
     types = [f.type for f in schema]
     kind_old = old._Kind(REQUESTS_DIR, old.REQUEST_LOG_SCHEMA, 1)
-    kind_new = eventlog._Kind(REQUESTS_DIR, schema, 1, tuples=True)
+    kind_new = eventlog._Kind(REQUESTS_DIR, schema, 1, itertools.count().__next__, tuples=True)
     n = eventlog.BATCH_ROWS
 
     def by_columns(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
@@ -230,7 +238,6 @@ def main() -> None:
     args = ap.parse_args()
     load_before, started = os.getloadavg(), time.time()
     pool = traffic(60)
-    after_on_request = Gateway.on_request
     with tempfile.TemporaryDirectory(prefix="quotaflow-evrows-") as tmp:
         work = Path(tmp)
         old = before_eventlog(args.before, work)
@@ -275,7 +282,9 @@ def main() -> None:
         holder_rows: dict[str, list[Any]] = {}
         for name, (_cls, on_request) in sides.items():
             rows: list[Any] = []
-            capture = SimpleNamespace(request=rows.append, next_seq=iter(range(1 << 62)).__next__)
+            seq = iter(range(1 << 62)).__next__
+            capture = SimpleNamespace(request=rows.append, next_seq=seq,
+                                      request_rows=SimpleNamespace(append=rows.append, next_seq=seq))
             for i in range(min(args.rows, 20 * eventlog.BATCH_ROWS)):
                 conn, pending, response_bytes = pool[i % len(pool)]
                 on_request(SimpleNamespace(_event_log=capture), conn, pending, response_bytes, 1_700_000_000_000 + i)

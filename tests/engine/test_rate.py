@@ -231,3 +231,24 @@ def test_compiled_rate_is_its_pure_twin(ops: list[tuple[str, int, float, int | N
         assert type(results[0]) is type(results[1])
         assert compiled.export_state() == pure.export_state()
         assert compiled.last_record_ms == pure.last_record_ms
+
+
+def test_rates_and_their_subclasses_survive_pickling_and_copies() -> None:
+    """A Spark task or a deepcopy carries a Rate whole: its configuration, its samples and a Python subclass's own
+    fields (``Avg``'s event counts). (The twin is loaded under a name no other process could import.)"""
+    import copy
+    import pickle
+
+    from quotaflow.engine.sensors import RateSensor
+    from quotaflow.engine.stats import Avg
+
+    rates: list[Rate] = [Rate(11, 1000, 5.0, T), RateSensor(11, 1000, 5.0, T), Avg()]
+    for rate in rates:
+        for t in range(T, T + 3500, 250):
+            rate.record(7.0, t)
+        for again in (pickle.loads(pickle.dumps(rate)), copy.deepcopy(rate)):
+            assert type(again) is type(rate)
+            assert (again.samples, again.window_ms, again.bound, again.last_record_ms) == \
+                (rate.samples, rate.window_ms, rate.bound, rate.last_record_ms)
+            assert again.export_state() == rate.export_state()
+            assert again.measure(T + 4000) == rate.measure(T + 4000) > 0

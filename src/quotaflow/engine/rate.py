@@ -132,7 +132,8 @@ class Rate:
         The hot path of every per-request decision, so it makes no call it can avoid: :meth:`record`'s common case
         (the current sample still open) is written out here, its rolls shared (``_roll``), and the rate and the
         window come from one fused reading with one pass over the samples (the window a violation uses is the same,
-        as Kafka reads it at the same timestamp). Compiled, every number here is a C double or long long.
+        as Kafka reads it at the same timestamp). Compiled, every number here is a C double or long long, whose
+        arithmetic wraps as Java's longs do (the twin's Python ints would not, for times ~2^63 ms apart).
         ``tests/engine/test_rate.py`` holds this to ``record`` then ``measure``, in both forms."""
         self.last_record_ms = now_ms
         cur: cython.Py_ssize_t = self._current
@@ -183,6 +184,7 @@ class Rate:
         if max_ms is None:
             return throttle_time(rate, bound, window)
         return bounded_throttle_time(rate, bound, window, max_ms)
+
     def peek(self, now_ms: int) -> tuple[float, int]:
         """(total, window) as a quota check at ``now_ms`` would read them before its record, changing nothing (a
         purge would: it restarts samples), so a caller may look without moving any later decision."""

@@ -24,8 +24,7 @@ class Avg(Rate):
     One list of samples carries both the sum and the event count, so a read's purge resets both together (two
     ``Rate`` objects for sum and count drift apart when a read purges one and short-cuts the other)."""
 
-    __slots__ = ("_count",)
-
+    # no __slots__: the compiled Rate pickles the fields it declares and a subclass's __dict__, not its slots
     def __init__(self, samples: int = METRIC_SAMPLES, window_ms: int = METRIC_WINDOW_MS) -> None:
         super().__init__(samples, window_ms, None)
         self._count: list[int] = []

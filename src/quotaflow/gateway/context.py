@@ -20,23 +20,10 @@ if TYPE_CHECKING:
     from quotaflow.gateway.data.addresses import AddressOf
     from quotaflow.gateway.data.broker_quotas import BrokerQuotas
     from quotaflow.gateway.data.partition_counts import PartitionCounts
-    from quotaflow.gateway.data.pending import Pending
     from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.data.request_memory import RequestMemory
+    from quotaflow.gateway.observation.row_queue import RowQueue
     from quotaflow.store.base import ScramStore
-
-
-class ConnectionInfo(Protocol):
-    """Who a request came from, as its event-log row names it."""
-
-    @property
-    def broker(self) -> str: ...
-    @property
-    def listener(self) -> str: ...
-    @property
-    def principal(self) -> str: ...
-    @property
-    def client_ip(self) -> str: ...
 
 
 class ConnectionContext(Protocol):
@@ -81,6 +68,9 @@ class ConnectionContext(Protocol):
         broker without one (quotaflow's own topics stay hidden either way)."""
 
     @property
+    def request_rows(self) -> RowQueue | None:
+        """Where a connection appends each request's event-log row (``pending.request_row``); None: no event log."""
+    @property
     def access(self) -> Access:
         """What per-API authorization uses: the authorizer (None in SASL passthrough), quotaflow's hidden topics,
         the audit of decisions (:mod:`quotaflow.gateway.auth.authorize`)."""
@@ -93,4 +83,3 @@ class ConnectionContext(Protocol):
     async def upstream_api_versions(self) -> list[tuple[int, int, int]]: ...
     def address_map(self, listener: str) -> AddressOf: ...
     def decision_ms(self) -> int: ...
-    def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None: ...

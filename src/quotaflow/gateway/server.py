@@ -50,7 +50,6 @@ from quotaflow.gateway.auth.tls import (
 from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
-from quotaflow.gateway.context import ConnectionInfo
 from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.addresses import AddressOf
 from quotaflow.gateway.data.broker_quotas import BrokerQuotas
@@ -64,7 +63,6 @@ from quotaflow.gateway.data.brokers import (
 from quotaflow.gateway.data.cluster_quota import cluster_quotas_for
 from quotaflow.gateway.data.connection import ClientConnection, DecisionClock
 from quotaflow.gateway.data.partition_counts import PartitionCounts
-from quotaflow.gateway.data.pending import Pending
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.data.request_memory import STALLED_S, RequestMemory
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
@@ -75,6 +73,7 @@ from quotaflow.store.base import AclStore, QuotaStore, ScramStore
 
 if TYPE_CHECKING:  # imported when a log is opened: pyarrow is only loaded by gateways that log
     from quotaflow.gateway.observation.eventlog import EventLog
+    from quotaflow.gateway.observation.row_queue import RowQueue
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +171,7 @@ class Gateway:
         self._metric_sources: list[MetricSource] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._event_log: EventLog | None = None
+        self.request_rows: RowQueue | None = None  # the event log's, while it is open (ConnectionContext)
         self._store_seq = 0
         self._acls_loaded = False
         # wall-clock ms for quota decisions, never behind the previous one (a C call: it is read once a response)
@@ -221,6 +221,7 @@ class Gateway:
                                        max_buffered_bytes=self.event_log_buffer_bytes or MAX_BUFFERED_BYTES)
             # pyarrow's first conversion and Parquet write cost ~0.3 s of CPU: done before the first client is served
             await loop.run_in_executor(None, self._event_log.wait_ready)
+            self.request_rows = self._event_log.request_rows
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
                                                  config_path=self.config_path)
         await self._reloader.start(poll=False)  # fed by _poll_store: one read of the change log per poll
@@ -285,7 +286,7 @@ class Gateway:
             await self._metrics.close()
             self._metrics = None
         if self._event_log is not None:
-            event_log, self._event_log = self._event_log, None
+            event_log, self._event_log, self.request_rows = self._event_log, None, None
             try:
                 await asyncio.get_running_loop().run_in_executor(None, event_log.close)
             except QuotaflowError as e:  # rows the disk refused: already logged with their seq ranges
@@ -442,24 +443,6 @@ class Gateway:
         return resolution_to_json(self.admin.resolve(query.get("user", [""])[0], query.get("client-id", [""])[0]))
 
     # -- usage events ---------------------------------------------------------------------------------------
-
-    def on_request(self, conn: ConnectionInfo, pending: Pending, response_bytes: int, now_ms: int) -> None:
-        event_log = self._event_log
-        if event_log is None:
-            return
-        h = pending.header
-        d = pending.decisions
-        version = h.api_version
-        acks = pending.acks
-        if acks is not None and not -128 <= acks <= 127:  # an int16 on the wire, an int8 column: a tenant's acks=1000
-            acks = 127 if acks > 0 else -128  # must not stop the log; replay only asks whether it is 0
-        # one tuple in REQUEST_LOG_SCHEMA's column order (eventlog.RequestRow): the cheapest row to build and convert
-        event_log.request((
-            now_ms, conn.broker, conn.listener, conn.principal, h.client_id or "", conn.client_ip, h.api_key,
-            version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
-            pending.network_ns, acks, False, event_log.next_seq(), d.throttle_ms_produce, d.throttle_ms_fetch,
-            d.throttle_ms_request, d.throttle_ms,
-        ))
 
     def _on_authorization(self, row: dict[str, Any]) -> None:
         if self._event_log is not None:

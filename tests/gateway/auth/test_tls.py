@@ -135,3 +135,50 @@ def test_pem_text_rewraps_blocks() -> None:
     body = "A" * 100
     out = pem_text(f"-----BEGIN CERTIFICATE----- {body} -----END CERTIFICATE-----")
     assert out == f"-----BEGIN CERTIFICATE-----\n{'A' * 64}\n{'A' * 36}\n-----END CERTIFICATE-----\n"
+
+
+def test_records_go_through_the_tls_connections_c_methods(pki: dict[str, Path]) -> None:
+    """Both contexts make ``DirectSSLObject``s: uvloop's TLS transport reads and writes every record through the C
+    methods of the wrapped connection, not through ``ssl.SSLObject``'s Python forwarders. 1 MiB both ways through a
+    real TLS connection on 127.0.0.1 (records of every size, reads into uvloop's buffer and not) arrives intact."""
+    import asyncio
+    import types
+
+    import uvloop
+
+    server_context = listener_tls({"ssl.keystore.location": str(pki["server"])}, "SSL").context
+    client_context = upstream_tls({"quotaflow.upstream.security.protocol": "SSL",
+                                   "quotaflow.upstream.ssl.truststore.location": str(pki["ca"])})
+    assert client_context is not None
+    payload = bytes(range(256)) * 4096
+
+    async def run() -> tuple[bytes, list[object]]:
+        objects: list[object] = []
+
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            objects.append(writer.get_extra_info("ssl_object"))
+            writer.write(await reader.readexactly(len(payload)))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_context)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context,
+                                                       server_hostname="127.0.0.1")
+        objects.append(writer.get_extra_info("ssl_object"))
+        for i in range(0, len(payload), 70_001):  # uneven writes: records of several sizes
+            writer.write(payload[i:i + 70_001])
+        echoed = await reader.readexactly(len(payload))
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return echoed, objects
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        echoed, objects = runner.run(run())
+    assert echoed == payload
+    assert len(objects) == 2
+    for obj in objects:
+        assert type(obj).__name__ == "DirectSSLObject"
+        for name in ("read", "write", "pending"):
+            assert isinstance(getattr(obj, name), types.BuiltinMethodType), name

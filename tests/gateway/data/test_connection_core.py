@@ -31,11 +31,16 @@ from quotaflow.gateway.auth import authorize
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper
 from quotaflow.gateway.auth.tls import ListenerTls
 from quotaflow.gateway.data import connection, enforcement, protocol
+from quotaflow.gateway.data.enforcement import RequestDecisions
+from quotaflow.gateway.observation.eventlog import REQUEST_LOG_SCHEMA
+from quotaflow.gateway.observation.row_queue import RowQueue
 from quotaflow.gateway.server import Gateway
 from quotaflow.store import open_store
 from twins import assert_compiled, pure_twin
 
 CLIENT_ID = "twin"
+COLUMN = {name: i for i, name in enumerate(REQUEST_LOG_SCHEMA.names)}  # an event-log row's columns by name
+DECISIONS = ("throttle_ms_produce", "throttle_ms_fetch", "throttle_ms_request", "throttle_ms")
 
 
 def test_make_setup_built_the_compiled_form() -> None:
@@ -164,9 +169,7 @@ def _thread_times(module: ModuleType, store_path: Path) -> tuple[int, int]:
 
     async def run() -> tuple[int, int]:
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
-        recorded: list[tuple[int, int]] = []
-        gw.on_request = lambda _c, pending, _b, _t: recorded.append(  # type: ignore[method-assign]
-            (pending.thread_ns, pending.network_ns))
+        gw.request_rows = rows = RowQueue(16, itertools.count().__next__)  # the event log's side the core feeds
         conn = _connected(module, gw)[0]
         try:
             request, response = _frames(1, 1)
@@ -174,8 +177,9 @@ def _thread_times(module: ModuleType, store_path: Path) -> tuple[int, int]:
                 _feed(proto, data)
         finally:
             gw.store.close()
-        assert len(recorded) == 1
-        return recorded[0]
+        assert len(rows.rows) == 1
+        row = rows.rows[0]
+        return row[COLUMN["io_thread_ns"]], row[COLUMN["network_thread_ns"]]
 
     return asyncio.run(run())
 
@@ -259,9 +263,7 @@ def _bound_transcript(module: ModuleType, store_path: Path,
         gw.broker_quotas.load(gw.store.snapshot())
         now = [1_800_000_000_000]
         gw.decision_ms = lambda: now[0]  # type: ignore[method-assign]
-        decided: list[object] = []
-        gw.on_request = lambda _c, pending, _b, _t: decided.append(  # type: ignore[method-assign]
-            (pending.decisions, pending.exempt, pending.request_bytes))
+        gw.request_rows = rows = RowQueue(100, itertools.count().__next__)  # each request's event-log row
         conn, client, upstream = _connected(module, gw)
         enforcement = conn.enforcement
         out: list[tuple[object, ...]] = []
@@ -277,7 +279,10 @@ def _bound_transcript(module: ModuleType, store_path: Path,
                 for proto, data in ((conn, request), (conn._upstream, response)):
                     _feed(proto, data)
                 m = enforcement.managers
-                out.append((upstream.take(), client.take(), conn.muted_until > 0, client.reading, decided[-1],
+                row = rows.rows[-1]
+                decided = (RequestDecisions(*(row[COLUMN[c]] for c in DECISIONS)), row[COLUMN["request_bytes"]],
+                           row[COLUMN["seq"]])
+                out.append((upstream.take(), client.take(), conn.muted_until > 0, client.reading, decided,
                             m.produce.metric_value("", CLIENT_ID, now[0]), m.produce.sensor_count,
                             m.produce.delay_queue_size(now[0]), m.request.sensor_count))
                 _lift_mute(conn)

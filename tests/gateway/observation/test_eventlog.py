@@ -8,8 +8,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, dataset_files, read_dataset
+from quotaflow.gateway.data import pending as pending_module
 from quotaflow.gateway.observation import eventlog
 from quotaflow.gateway.observation.eventlog import (
     CONNECTION_LOG_SCHEMA,
@@ -26,6 +25,7 @@ from quotaflow.gateway.observation.eventlog import (
     EventLogError,
     RequestRow,
 )
+from twins import forms
 
 REQUIRED_REQUEST_COLUMNS = [f.name for f in REQUEST_LOG_SCHEMA if not f.nullable]
 
@@ -180,7 +180,7 @@ def test_a_crash_loses_at_most_the_unflushed_tail(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[2])!r}]  # + tests/
         from test_eventlog import request_row
         from quotaflow.gateway.observation.eventlog import EventLog
         log = EventLog({str(tmp_path)!r}, "gw", roll_rows=100, roll_seconds=60)
@@ -234,11 +234,18 @@ def test_a_row_of_another_shape_stops_the_log_and_is_raised(tmp_path: Path, bad:
 
 
 def test_closed_log_refuses_rows(tmp_path: Path) -> None:
+    """Every way in refuses once closed, the connection core's (``request_rows``, a compiled queue) too."""
     log = EventLog(tmp_path, "gw")
+    log.request(request_row(log, 0))
     log.close()
     log.close()
-    with pytest.raises(EventLogError):
-        log.connection(connection_row(0))
+    with pytest.raises(EventLogError, match="closed"):
+        log.connection(connection_row(1))
+    with pytest.raises(EventLogError, match="closed"):
+        log.request(request_row(log, 2))
+    with pytest.raises(EventLogError, match="closed"):
+        log.request_rows.append(request_row(log, 3))
+    assert log.request_rows.appended == 1 and seqs_on_disk(tmp_path) == [0]
 
 
 # -- cost per row: batches, never a wake-up per row -----------------------------------------------------------------
@@ -271,7 +278,7 @@ def test_pyarrow_is_warmed_before_the_first_row(tmp_path: Path) -> None:
         f"""
         import sys, time
         from pathlib import Path
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[2])!r}]  # + tests/
         from test_eventlog import request_row
         from quotaflow.gateway.observation.eventlog import EventLog
         log = EventLog({str(tmp_path)!r}, "gw", roll_seconds=60)
@@ -450,38 +457,33 @@ def test_the_gateway_reads_the_memory_bound_from_its_config(tmp_path: Path) -> N
             gateway(bad)
 
 
-@contextmanager
-def _logging_gateway(tmp_path: Path, broker: str) -> Iterator[Any]:
-    """A ``Gateway`` (not started) whose event log is open in ``tmp_path / "events"`` as ``Gateway.start`` opens it;
-    the log is closed (everything written) when the block ends."""
-    from quotaflow.gateway.server import Gateway
-
-    gw = Gateway("127.0.0.1:9", {"PLAINTEXT": "127.0.0.1:0"}, tmp_path / "q.db", event_log=tmp_path / "events",
-                 broker=broker)
-    try:
-        log = gw._event_log = EventLog(tmp_path / "events", gw.broker)
-        yield gw
-        log.close()
-    finally:
-        gw.sasl.close()
-        gw.store.close()
+PENDING_FORMS = forms(pending_module)
 
 
-def test_the_gateway_logs_each_request_field_in_its_own_column(tmp_path: Path) -> None:
-    """``Gateway.on_request`` builds the row by position: each field of the connection and the request lands in the
-    column named for it (distinct values everywhere, so a value in another's place shows)."""
+def _log_request(log: EventLog, form: Any, conn: SimpleNamespace, request: Any, response_bytes: int,
+                 now_ms: int) -> None:
+    """What the connection core does with each request it answered: ``form.request_row`` appended to the log's
+    ``request_rows`` with the log's next ``seq``."""
+    rows = log.request_rows
+    rows.append(form.request_row(conn.broker, conn.listener, conn.principal, conn.client_ip, request, response_bytes,
+                                 now_ms, rows.next_seq()))
+
+
+@pytest.mark.parametrize("form", PENDING_FORMS)
+def test_each_request_field_is_logged_in_its_own_column(tmp_path: Path, form: Any) -> None:
+    """``pending.request_row`` builds the row by position: each field of the connection and the request lands in the
+    column named for it (distinct values everywhere, so a value in another's place shows), in both forms."""
     from quotaflow.gateway.data.enforcement import RequestDecisions
-    from quotaflow.gateway.data.pending import RAW_SASL, Pending
     from quotaflow.gateway.data.protocol import RequestHeader
 
-    with _logging_gateway(tmp_path, "gw-a") as gw:
+    with EventLog(tmp_path / "events", "gw-a") as log:
         conn = SimpleNamespace(broker="gw-a-node-3", listener="SASL_SSL", principal="alice", client_ip="10.1.2.3")
-        produce = Pending(RequestHeader(0, 9, 7, "app-1", 15), request_bytes=1111, received_ms=0, thread_ns=2222,
-                          network_ns=3333, acks=-1, decisions=RequestDecisions(44, 55, 66, 77))
-        sasl = Pending(RequestHeader(36, RAW_SASL, 8, None, 10), request_bytes=12, received_ms=0, thread_ns=5,
-                       network_ns=6)
-        gw.on_request(conn, produce, 4444, 1_700_000_000_123)
-        gw.on_request(conn, sasl, 13, 1_700_000_000_124)
+        produce = form.Pending(RequestHeader(0, 9, 7, "app-1", 15), request_bytes=1111, received_ms=0,
+                               thread_ns=2222, network_ns=3333, acks=-1, decisions=RequestDecisions(44, 55, 66, 77))
+        sasl = form.Pending(RequestHeader(36, form.RAW_SASL, 8, None, 10), request_bytes=12, received_ms=0,
+                            thread_ns=5, network_ns=6)
+        _log_request(log, form, conn, produce, 4444, 1_700_000_000_123)
+        _log_request(log, form, conn, sasl, 13, 1_700_000_000_124)
     table = read_dataset(tmp_path / "events", REQUESTS_DIR)
     assert table is not None
     who = {"broker": "gw-a-node-3", "listener": "SASL_SSL", "user": "alice", "client_ip": "10.1.2.3",
@@ -497,20 +499,21 @@ def test_the_gateway_logs_each_request_field_in_its_own_column(tmp_path: Path) -
     ]
 
 
-def test_a_produce_with_acks_out_of_the_columns_range_does_not_stop_the_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", PENDING_FORMS)
+def test_a_produce_with_acks_out_of_the_columns_range_does_not_stop_the_log(tmp_path: Path, form: Any) -> None:
     """The attack: ``acks`` is an int16 on the wire and an int8 column. A tenant's Produce with acks=1000 (which its
     broker refuses) must not make a row that stops the log, which would then refuse every client's next request.
     The row keeps what replay needs of acks (0 or not: KIP-124's exemption)."""
-    from quotaflow.gateway.data.pending import Pending
     from quotaflow.gateway.data.protocol import RequestHeader
 
-    with _logging_gateway(tmp_path, "gw") as gw:
+    with EventLog(tmp_path / "events", "gw") as log:
         conn = SimpleNamespace(broker="gw", listener="PLAINTEXT", principal="mallory", client_ip="10.6.6.6")
         for i, acks in enumerate((1000, -32768, 32767, 128, -129, 0, -1, 1)):
-            gw.on_request(conn, Pending(RequestHeader(0, 9, i, "evil", 14), 100, 0, acks=acks), 10, 1_700_000_000_000)
-        assert gw._event_log is not None
-        gw._event_log.flush()
-        gw.on_request(conn, Pending(RequestHeader(0, 9, 99, "next", 14), 100, 0, acks=1), 10, 1_700_000_000_001)
+            request = form.Pending(RequestHeader(0, 9, i, "evil", 14), 100, 0, acks=acks)
+            _log_request(log, form, conn, request, 10, 1_700_000_000_000)
+        log.flush()
+        _log_request(log, form, conn, form.Pending(RequestHeader(0, 9, 99, "next", 14), 100, 0, acks=1), 10,
+                     1_700_000_000_001)
     table = read_dataset(tmp_path / "events", REQUESTS_DIR)
     assert table is not None
     assert table.sort_by("seq").column("acks").to_pylist() == [127, -128, 127, 127, -128, 0, -1, 1, 1]

@@ -3,7 +3,8 @@
 # as cpdef, so the steps a request takes call each other and read the connection's state without Python lookups.
 
 from quotaflow.gateway.data.framing cimport FrameBuffer
-from quotaflow.gateway.data.pending cimport Pending
+from quotaflow.gateway.data.pending cimport Pending, request_row
+from quotaflow.gateway.observation.row_queue cimport RowQueue
 
 
 cdef class DecisionClock:

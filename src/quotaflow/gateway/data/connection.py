@@ -80,9 +80,10 @@ from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.data.enforcement import NO_THROTTLE
 from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE, correlation_id, read_request
 from quotaflow.gateway.data.framing import FrameBuffer
-from quotaflow.gateway.data.pending import RAW_SASL, Pending
+from quotaflow.gateway.data.pending import RAW_SASL, Pending, request_row
 from quotaflow.gateway.data.protocol import FLEXIBLE_FROM, SIZE, RequestHeader
 from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
+from quotaflow.gateway.observation.row_queue import RowQueue
 
 if TYPE_CHECKING:
     from quotaflow.gateway.auth.tls import ListenerTls
@@ -789,8 +790,11 @@ class ConnectionCore:
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
         if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
             frame = pending.response
-        response_bytes = len(frame) if pending.forwarded else max(len(frame) - 4, 0)
-        self.gateway.on_request(self, pending, response_bytes, now_ms)
+        rows: RowQueue | None = self.gateway.request_rows
+        if rows is not None:  # the usage event log is on: the request's row, built and appended in C
+            response_bytes = len(frame) if pending.forwarded else max(len(frame) - 4, 0)
+            rows.append(request_row(self.broker, self.listener, self.principal, self.client_ip, pending,
+                                    response_bytes, now_ms, rows.next_seq()))
         return end
 
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:

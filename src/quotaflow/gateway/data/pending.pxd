@@ -7,3 +7,7 @@ cdef class Pending:
     cdef public Py_ssize_t request_bytes
     cdef public long long received_ms, thread_ns, network_ns, hold_then_close_ms
     cdef public bint forwarded, local_api_versions, close_after, holds_reading, exempt, oversized
+
+
+cpdef tuple request_row(str broker, str listener, str user, str client_ip, Pending pending,
+                        Py_ssize_t response_bytes, long long now_ms, long long seq)

@@ -1,16 +1,17 @@
 """The gateway's usage event log: every request and connection decision, as rolling Parquet files.
 
-The event loop only appends the row to a deque (:meth:`EventLog.request`, :meth:`EventLog.connection`): no lock, no
-queue, no wake-up. A request row is one tuple in :data:`REQUEST_LOG_SCHEMA`'s column order (:data:`RequestRow`),
-built by the caller in one expression with its ``seq`` from :attr:`EventLog.next_seq`: a dict of 19 keys cost
-2.3x as much to build and append, and 1.6x as much CPU in the writer (bench/eventlog_rows.py). The rare connection
+The event loop only appends the row to a bounded deque, one compiled ``RowQueue`` per kind (:mod:`.row_queue`;
+:attr:`EventLog.request_rows`, :meth:`EventLog.connection`): no lock, no queue, no wake-up. A request row is one tuple
+in :data:`REQUEST_LOG_SCHEMA`'s column order (:data:`RequestRow`), built by the caller in one expression with its
+``seq`` from :attr:`EventLog.next_seq` (the connection core builds it in C: ``pending.request_row``): a dict of 19 keys
+cost 2.3x as much to build and append, and 1.6x as much CPU in the writer (bench/eventlog_rows.py). The rare connection
 and authorization rows are dicts. One writer thread wakes on a timer (every ``batch_seconds``, 50 ms), takes everything
 appended since, turns it into Arrow record batches (per 4,096 rows or per file: request tuples as one struct array,
 converted by Arrow's C++ in one pass; dicts with ``from_pylist``) and writes ``DIR/requests/*.parquet`` and
-``DIR/connections/*.parquet`` in the schema of :mod:`quotaflow.events` plus the decision columns, so the Spark jobs
-read exactly what the gateway saw. The first Arrow conversion and Parquet write in a process cost a third of a
-second of CPU; the writer does both once on dummy rows at start (:meth:`EventLog.wait_ready`), so the gateway serves
-its first request already warm.
+``DIR/connections/*.parquet`` in the schema of :mod:`quotaflow.events` plus the decision columns, so the Spark jobs read
+exactly what the gateway saw. The first Arrow conversion and Parquet write in a process cost a third of a second of CPU;
+the writer does both once on dummy rows at start (:meth:`EventLog.wait_ready`), so the gateway serves its first request
+already warm.
 
 A file is written under a hidden temporary name (``.part-….parquet.tmp``, skipped by :func:`events.dataset_files`
 and by Spark's file sources, which ignore names starting with ``.``), fsynced, then renamed: a reader never sees a
@@ -60,6 +61,7 @@ from quotaflow.events import (
     REQUEST_SCHEMA,
     REQUESTS_DIR,
 )
+from quotaflow.gateway.observation.row_queue import RowQueue
 
 log = logging.getLogger(__name__)
 
@@ -122,14 +124,14 @@ class EventLogError(QuotaflowError):
 class _Kind:
     """One kind of row: the loop's deque, the writer's batches not yet in a file, and tables the disk refused."""
 
-    def __init__(self, name: str, schema: pa.Schema, max_queued_rows: int, *, tuples: bool = False) -> None:
+    def __init__(self, name: str, schema: pa.Schema, max_queued_rows: int, next_seq: Callable[[], int], *,
+                 tuples: bool = False) -> None:
         self.name = name
         self.schema = schema
         self.required = [i for i, f in enumerate(schema) if not f.nullable]
         # rows are tuples in the schema's column order (converted as one struct array), else dicts by column name
         self.row_type = pa.struct(list(schema)) if tuples else None
-        self.queue: deque[Any] = deque(maxlen=max_queued_rows)  # appended by the loop, taken by the writer
-        self.appended = 0  # loop side
+        self.queue = RowQueue(max_queued_rows, next_seq)  # appended by the loop, taken by the writer
         self.taken = 0  # writer side
         self.rows: list[Any] = []  # taken from the queue, not converted yet (< BATCH_ROWS)
         self.batches: list[pa.RecordBatch] = []  # converted rows of the file being filled
@@ -191,15 +193,16 @@ class EventLog:
         self.retry_seconds = retry_seconds
         for kind in _SCHEMAS:
             (self.directory / kind).mkdir(parents=True, exist_ok=True)
-        self._kinds = {name: _Kind(name, schema, max_queued_rows, tuples=name == REQUESTS_DIR)
-                       for name, schema in _SCHEMAS.items()}
-        self._requests = self._kinds[REQUESTS_DIR]
-        self._append_request = self._requests.queue.append
-        self._connections = self._kinds[CONNECTIONS_DIR]
-        self._authorizations = self._kinds[AUTHORIZATIONS_DIR]
         self.next_seq: Final[Callable[[], int]] = itertools.count().__next__
         """The arrival counter: the next ``seq`` (a C call, for a request row built inline on the loop)."""
-        self._refusal: str | None = None  # set once closed or failed: the loop side's only check
+        self._kinds = {name: _Kind(name, schema, max_queued_rows, self.next_seq, tuples=name == REQUESTS_DIR)
+                       for name, schema in _SCHEMAS.items()}
+        self._requests = self._kinds[REQUESTS_DIR]
+        self.request_rows: Final[RowQueue] = self._requests.queue
+        """Where the loop appends :data:`RequestRow` tuples (what :meth:`request` does, as C calls only)."""
+        self._connections = self._kinds[CONNECTIONS_DIR]
+        self._authorizations = self._kinds[AUTHORIZATIONS_DIR]
+        self._refusal: str | None = None  # set once closed or failed (_refuse): the loop side's only check
         self._error: BaseException | None = None  # a bad row: fatal
         self._stopping = False
         self._wake = threading.Event()  # set by flush / close only, never per row
@@ -221,10 +224,7 @@ class EventLog:
         """Log one request event: a :data:`RequestRow`, its ``seq`` from :attr:`next_seq`. A row that breaks the
         schema (a ``None`` in a required column, a value out of its column's range, a tuple of another length) stops
         the log (:class:`EventLogError` on the next call): it is a bug in the caller, checked by the writer."""
-        if self._refusal is not None:
-            raise EventLogError(self._refusal) from self._error
-        self._append_request(row)  # atomic under the GIL; a full deque drops its oldest (counted by the writer)
-        self._requests.appended += 1
+        self.request_rows.append(row)  # a full deque drops its oldest (counted by the writer)
 
     def connection(self, row: dict[str, Any]) -> None:
         """Log one connection-decision event. The dict belongs to the log from now on."""
@@ -235,14 +235,11 @@ class EventLog:
         self._put(self._authorizations, row)
 
     def _put(self, kind: _Kind, row: dict[str, Any]) -> None:
-        if self._refusal is not None:
-            raise EventLogError(self._refusal) from self._error
         if "broker" not in row:
             row["broker"] = self.broker
         if row.get("seq") is None:
             row["seq"] = self.next_seq()
-        kind.queue.append(row)  # atomic under the GIL; a full deque drops its oldest (counted by the writer)
-        kind.appended += 1
+        kind.queue.append(row)  # a full deque drops its oldest (counted by the writer)
 
     # -- counters ----------------------------------------------------------------------------------------------
     @property
@@ -260,7 +257,7 @@ class EventLog:
     @property
     def rows_buffered(self) -> int:
         """Rows appended and not yet in a file (a snapshot: rows keep arriving)."""
-        return sum(len(k.queue) + k.pending + k.failed_rows for k in self._kinds.values())
+        return sum(len(k.queue.rows) + k.pending + k.failed_rows for k in self._kinds.values())
 
     def metric_samples(self, now_ms: int) -> Iterable[MetricSample]:
         """``/metrics``: rows written / dropped per kind, rows waiting, write errors (group ``EventLog``)."""
@@ -302,7 +299,7 @@ class EventLog:
         if self._stopping:
             return
         self._stopping = True
-        self._refusal = "event log is closed"
+        self._refuse("event log is closed")
         atexit.unregister(self._at_exit)
         self._wake.set()
         self._thread.join(timeout)
@@ -318,6 +315,15 @@ class EventLog:
             self.close(timeout=30)
         except EventLogError as e:
             log.error("event log at exit: %s", e)
+
+    def _refuse(self, why: str) -> None:
+        """From now on every append raises ``why`` (:meth:`_raise_refusal`), on every kind's queue."""
+        self._refusal = why
+        for kind in self._kinds.values():
+            kind.queue.refusal = self._raise_refusal
+
+    def _raise_refusal(self) -> None:
+        raise EventLogError(self._refusal) from self._error
 
     def _raise_error(self) -> None:
         if self._error is not None:
@@ -372,7 +378,7 @@ class EventLog:
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
-            self._refusal = f"event log writer failed: {error}"
+            self._refuse(f"event log writer failed: {error}")
 
     def _warm_up(self) -> None:
         """One dummy row of each kind through the whole path (convert, concatenate, slice, Parquet) in memory."""
@@ -400,7 +406,8 @@ class EventLog:
         """Move everything appended to the writer's side, converting every ``BATCH_ROWS`` rows (a conversion has a
         fixed cost of ~100 µs: once per 50 ms turn it would cost more than the rows) and rolling a file at every
         ``roll_rows``."""
-        queue, rows, pop = kind.queue, kind.rows, kind.queue.popleft
+        queue = kind.queue.rows
+        rows, pop = kind.rows, queue.popleft
         while queue:
             n = min(len(queue), self.roll_rows - kind.pending)
             if not kind.pending:
@@ -411,7 +418,7 @@ class EventLog:
                 self._convert_rows(kind)
             if kind.pending >= self.roll_rows:
                 self._roll(kind)
-        dropped = kind.appended - kind.taken - len(queue)  # a full deque dropped its oldest rows
+        dropped = kind.queue.appended - kind.taken - len(queue)  # a full deque dropped its oldest rows
         if dropped > 0:
             kind.taken += dropped
             self._dropped(kind, dropped, "rows arrived faster than the writer took them")
