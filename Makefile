@@ -1,6 +1,6 @@
 # quotaflow: two entry points, both idempotent on a fresh machine.
-#   make demo   set up, then run the main job on embedded defaults
-#   make test   set up, then run every test
+#   make demo   set up (Python, compiled modules, node packages), then run the main job on embedded defaults
+#   make test   set up as the demo, plus the system tools only tests use (chromium, kcat), then run every test
 PY      ?= $(shell command -v python3.11 || command -v python3)
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -11,9 +11,13 @@ COMPILED_SRC := $(addprefix src/quotaflow/gateway/data/,frame_facts.py framing.p
 	connection.py connection.pxd) src/quotaflow/engine/rate.py src/quotaflow/engine/rate.pxd \
 	src/quotaflow/gateway/observation/row_queue.py src/quotaflow/gateway/observation/row_queue.pxd
 
-.PHONY: demo test setup lint typecheck conformance bench bench-setup clean chromium kcat
+.PHONY: demo test setup test-setup lint typecheck conformance bench bench-setup clean chromium kcat
 
-setup: $(STAMP) $(COMPILED) $(NODE_STAMP) chromium kcat
+# What the demo, the linters and the benchmarks need: no system package (the demo runs none of them).
+setup: $(STAMP) $(COMPILED) $(NODE_STAMP)
+
+# What only the tests need besides: Debian's chromium and kcat (about a hundred packages with their dependencies).
+test-setup: setup chromium kcat
 
 # Debian's chromium, driven by Playwright in the console's browser tests (Playwright's own browser download is not
 # used). Installed once, only when missing; needs root (CI runs as root), else says what to run.
@@ -53,7 +57,7 @@ lint: setup
 conformance: setup
 	$(BIN)/python -m quotaflow.conformance $${QUOTAFLOW_KAFKA_REFERENCE:-../shared/kafka-reference}/vectors
 
-test: setup
+test: test-setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

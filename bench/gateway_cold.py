@@ -23,7 +23,7 @@ l4_forwarder.py's two protocols fed the same frames.
 
 ``--attribute`` measures this tree alone: the whole, each part ablated and all of them ablated take turns request
 by request inside each process, so each part's cost is a difference within one heap layout (a few µs apart between
-processes, not ±15 %). What it showed (BENCHMARKS.md, session 7): a request's cold cost follows the number of
+processes, not ±15 %). What it showed (BENCHMARKS.md, its section): a request's cold cost follows the number of
 distinct Python functions and objects it touches, ~3 µs for each function call that finds its code cold.
 """
 

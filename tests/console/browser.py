@@ -26,7 +26,8 @@ def browser(credentials: tuple[str, str] | None = None, *, refusals_expected: bo
     Any JavaScript error, or content the page's Content-Security-Policy refused (unless ``refusals_expected``),
     fails the test."""
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} not found: `make setup` installs Debian's chromium (apt-get install -y chromium)")
+        pytest.fail(f"{CHROMIUM} not found: `make test-setup` (run by `make test`) installs Debian's chromium "
+                    "(apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory(prefix="qf-chromium-") as profile, sync_playwright() as p:

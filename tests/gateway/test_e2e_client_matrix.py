@@ -110,7 +110,7 @@ def values(n: int, client: str) -> list[bytes]:
 
 def kcat_args(t: Target) -> list[str]:
     if shutil.which("kcat") is None:
-        pytest.skip("Debian's kcat is not installed (make setup: apt-get install -y kcat)")
+        pytest.skip("Debian's kcat is not installed (make test-setup: apt-get install -y kcat)")
     return ["kcat", "-b", t.bootstrap, "-q", "-X", "security.protocol=SASL_SSL", "-X", f"sasl.mechanisms={t.mechanism}",
             "-X", f"sasl.username={USER}", "-X", f"sasl.password={PASSWORD}", "-X", f"ssl.ca.location={t.ca}",
             "-X", f"client.id={t.client_id}", "-X", "log_level=3"]

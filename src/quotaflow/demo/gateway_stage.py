@@ -20,6 +20,7 @@ from rich.table import Table
 
 from quotaflow.admin import Alteration
 from quotaflow.core.entities import QuotaEntity
+from quotaflow.demo.tables import print_table
 from quotaflow.events import API_PRODUCE, REQUESTS_DIR, read_dataset
 from quotaflow.gateway.auth.sasl import ANONYMOUS
 from quotaflow.testing.gateway_process import GatewayProcess
@@ -198,6 +199,6 @@ def run(
             "throttled_responses": seen[client]["throttled"],
             "requests": seen[client]["requests"],
         }
-    console.print(table)
+    print_table(console, table)
     console.print(f"usage events: {events_dir} (Parquet, the schema of docs/events.md)")
     return summary

@@ -25,6 +25,7 @@ from quotaflow.core.entities import DEFAULT, QuotaEntity, entity_text
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
 from quotaflow.core.precedence import LEVEL_NAMES
+from quotaflow.demo.tables import print_table
 from quotaflow.store.sqlite import SqliteStore
 
 DEFAULT_OUT: Final = Path("demo-out")
@@ -81,7 +82,7 @@ def stage_alter(ctx: DemoContext) -> None:
     table = Table("entity", "code", "message", title="Kafka-exact per-entity errors (nothing written for them)")
     for r in rejected:
         table.add_row(str(dict(r.entity)), r.error.name, r.error.message or "")
-    ctx.console.print(table)
+    print_table(ctx.console, table)
 
 
 def stage_describe(ctx: DemoContext) -> None:
@@ -91,7 +92,7 @@ def stage_describe(ctx: DemoContext) -> None:
     for d in everything:
         values = ", ".join(f"{k}={java_double_str(v)}" for k, v in sorted(d.values.items()))
         table.add_row(entity_label(d.entity), d.entity.path, values)
-    ctx.console.print(table)
+    print_table(ctx.console, table)
     users_only = ctx.admin.describe(QuotaFilter.contains_only([FilterComponent.any("user")]))
     ctx.console.print(f"containsOnly(any user) matches {len(users_only)} entities (the default user included)")
     path = ctx.out_dir / "describe.json"
@@ -119,7 +120,7 @@ def stage_resolve(ctx: DemoContext) -> None:
         q = index.resolve_ip(ip).quotas["connection_creation_rate"]
         table.add_row(f"ip {ip}", "", q.key, "unlimited" if q.value is None else java_double_str(q.value),
                       str(q.level), entity_label(q.entity), f"ip={ip}")
-    ctx.console.print(table)
+    print_table(ctx.console, table)
     path = ctx.out_dir / "resolve.json"
     path.write_text(json.dumps(dump, indent=2))
     ctx.results["resolve (JSON)"] = path
@@ -172,7 +173,7 @@ def stage_backtest_report(ctx: DemoContext) -> None:
     for r in result["proposal"]:
         table.add_row(r["entity"], r["key"], "unlimited" if r["current"] is None else f"{r['current']:,.6g}",
                       f"{r['proposed']:,.6g}", f"{r['p99']:,.6g}", f"{r['peak']:,.6g}")
-    ctx.console.print(table)
+    print_table(ctx.console, table)
     ctx.console.print(f"apply it: quotaflow client-quotas --store {ctx.store_path} --alter --from-file "
                       f"{Path(result['advisor']) / 'proposal.json'} --validate-only", highlight=False, soft_wrap=True)
 
