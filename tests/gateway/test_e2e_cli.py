@@ -114,3 +114,37 @@ def test_sasl_from_the_command_config(gateway_factory: GatewayFactory, tmp_path:
         env={"QUOTAFLOW_COMMAND_CONFIG": str(props)},
     )
     assert "carol" in described and "consumer_byte_rate=100.0" in described
+
+
+def test_scram_credentials_through_the_gateway_as_against_the_store(gateway_factory: GatewayFactory,
+                                                                    tmp_path: Path) -> None:
+    """kafka-configs' SCRAM configs over KIP-554 at the gateway: the same lines and errors as against its store."""
+    gateway = gateway_factory(admin_principals=frozenset({"admin"}))
+    ok("users", "add", "admin", "--password", "admin secret", "--store", str(gateway.store_path))
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin secret";\n'
+    )
+    wire = ("--bootstrap-server", gateway.bootstrap, "--command-config", str(props))
+    local = ("--store", str(gateway.store_path))
+    anonymous = run("configs", "--bootstrap-server", gateway.bootstrap, "--alter", "--user", "sam", "--add-config",
+                    "SCRAM-SHA-256=[password=p]")
+    assert anonymous.exit_code == 1
+    assert anonymous.stderr.splitlines()[1] == ("org.apache.kafka.common.errors.ClusterAuthorizationException: "
+                                                "Cluster authorization failed.")
+    assert ok("configs", *wire, "--alter", "--entity-type", "users", "--entity-name", "sam", "--add-config",
+              "SCRAM-SHA-256=[iterations=8192,password=p],SCRAM-SHA-512=[password=p]") == (
+        "Completed updating config for user sam.\n")
+    described = ("configs", "--describe", "--entity-type", "users", "--entity-name", "sam")
+    expected = ("SCRAM credential configs for user-principal 'sam' are SCRAM-SHA-256=iterations=8192, "
+                "SCRAM-SHA-512=iterations=4096\n")
+    assert ok(*described, *wire) == ok(*described, *local) == expected
+    ok("configs", *wire, "--alter", "--user", "sam", "--delete-config", "SCRAM-SHA-512")
+    assert ok(*described, *local).endswith("are SCRAM-SHA-256=iterations=8192\n")
+    for args in (("--delete-config", "SCRAM-SHA-512"), ("--add-config", "SCRAM-SHA-256=[iterations=16385,password=p]")):
+        over_wire, from_store = run("configs", *wire, "--alter", "--user", "sam", *args), \
+            run("configs", *local, "--alter", "--user", "sam", *args)
+        assert over_wire.exit_code == from_store.exit_code == 1
+        assert over_wire.stderr.splitlines()[1] == from_store.stderr.splitlines()[1]

@@ -32,11 +32,15 @@ F = TypeVar("F", bound=Callable[..., object])
 _JAVA_EXCEPTIONS: Final = {
     -1: "org.apache.kafka.common.errors.UnknownServerException",
     31: "org.apache.kafka.common.errors.ClusterAuthorizationException",
+    33: "org.apache.kafka.common.errors.UnsupportedSaslMechanismException",
     35: "org.apache.kafka.common.errors.UnsupportedVersionException",
     40: "org.apache.kafka.common.errors.InvalidConfigurationException",
     42: "org.apache.kafka.common.errors.InvalidRequestException",
     58: "org.apache.kafka.common.errors.SaslAuthenticationException",
     89: "org.apache.kafka.common.errors.ThrottlingQuotaExceededException",
+    91: "org.apache.kafka.common.errors.ResourceNotFoundException",
+    92: "org.apache.kafka.common.errors.DuplicateResourceException",
+    93: "org.apache.kafka.common.errors.UnacceptableCredentialException",
 }
 
 
