@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from quotaflow.cli.common import store_option
+from quotaflow.cli.common import announce_store, store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
@@ -46,6 +46,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
         raise click.BadParameter("must not be empty", param_hint="--password")
     try:
         qs = open_store(store)
+        announce_store(store)
         try:
             scram_store = qs if isinstance(qs, ScramStore) else None
             chosen = mechanisms or (("PLAIN", *HASHES) if scram_store is not None else ("PLAIN",))
@@ -72,6 +73,7 @@ def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
         qs = open_store(store, create=False)
+        announce_store(store)
         try:
             removed = qs.delete_credential(user)
         finally:
