@@ -150,7 +150,7 @@ def _store_exchanges(store: object) -> tuple[Exchange, Exchange]:
             raise UnsupportedSaslMechanismError("this store keeps PLAIN credentials only, not SCRAM-SHA-256, "
                                                 "SCRAM-SHA-512")
         return nobody, refuse
-    admin = ScramAdmin(store)  # type: ignore[arg-type]  # every ScramStore also lists its credentials
+    admin = ScramAdmin(store)
     return (lambda r: admin.describe(0, r, True)), (lambda r: admin.alter(0, r, True))
 
 

@@ -35,7 +35,7 @@ def _read_password(user: str) -> str:
               help="Store credentials for this SASL mechanism (repeatable; default: PLAIN, SCRAM-SHA-256 and "
                    "SCRAM-SHA-512).")
 @click.option("--iterations", type=int, default=DEFAULT_ITERATIONS, show_default=True,
-              help="SCRAM iterations (at least 4096, as Kafka).")
+              help="SCRAM iterations (4096 to 16384, as Kafka).")
 @store_option
 def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations: int, store: str | None) -> None:
     """Add USER, or replace USER's password."""
