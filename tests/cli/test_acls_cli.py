@@ -161,6 +161,8 @@ def test_version_and_usage_text_as_kafka_acls(tmp_path: Path) -> None:
 
     version = CliRunner().invoke(cli, ["acls", "--version"])
     assert version.exit_code == 0 and version.stdout == f"{__version__}\n"
+    bare = CliRunner().invoke(cli, ["acls"])
+    assert bare.exit_code == 1 and bare.stderr.splitlines()[0] == "This tool helps to manage acls on kafka."
     # printUsageAndExit: the message, then the usage text, on stderr; nothing on stdout
     bad = run(tmp_path / "q.db", "--add", "--allow-principal", "User:a")
     assert bad.exit_code == 1 and bad.stdout == ""

@@ -26,7 +26,14 @@ from click.core import ParameterSource
 
 from quotaflow.admin.acl_listing import grouped_lines, listing, parse_listing, resource_lines
 from quotaflow.admin.acls import AclAdmin, AclBackend, explain, resolve
-from quotaflow.cli.common import announce_store, java_exception_line, store_failure, store_option
+from quotaflow.cli.common import (
+    RawArgsCommand,
+    announce_store,
+    java_exception_line,
+    raw_args,
+    store_failure,
+    store_option,
+)
 from quotaflow.core.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -202,7 +209,7 @@ def _confirm(force: bool, message: str) -> bool:
     return sys.stdin.readline().strip().lower() == "y"
 
 
-@click.command("acls", context_settings={"help_option_names": ["-h", "--help"]}, epilog=(
+@click.command("acls", cls=RawArgsCommand, context_settings={"help_option_names": ["-h", "--help"]}, epilog=(
     "Exit status: 0 done (--authorize: every decision ALLOWED); 1 a usage error or a failed request; "
     "2 (--authorize) a decision DENIED."))
 @click.version_option(package_name="quotaflow", message="%(version)s", help="Print the version and exit.")
@@ -249,6 +256,8 @@ def acls(ctx: click.Context, /, store: str | None, bootstrap_server: str | None,
          force: bool, principals: tuple[str, ...], host: str, config_path: Path | None, **kw: object) -> None:
     """kafka-acls.sh against the quota store (or, with --bootstrap-server, a gateway or broker): add, remove, list
     ACLs; --authorize explains a decision; --import migrates a cluster's `kafka-acls --list` output."""
+    if not raw_args():  # CommandLineUtils.maybePrintHelpOrVersion: no arguments, the tool's line and its usage
+        _usage("This tool helps to manage acls on kafka.")
     pattern_type = pattern_type_from_name(pattern_name)
     if pattern_type == PatternType.UNKNOWN:
         _usage(f"Unknown resource-pattern-type: {pattern_name}")
