@@ -48,6 +48,9 @@ def test_malformed_rows_get_first_reason(tmp_path: Path) -> None:
 def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(EventsInputError, match="does not exist"):
         check_events_dir(tmp_path / "nope")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(EventsInputError, match="a-file is not a directory"):
+        check_events_dir(tmp_path / "a-file")
     with pytest.raises(EventsInputError, match="no event files"):
         check_events_dir(tmp_path)
     (tmp_path / "requests").mkdir()

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -159,17 +160,48 @@ def dataset_files(root: Path) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
-def check_events_dir(events: Path) -> dict[str, list[Path]]:
-    """The files of each dataset present; raises :class:`EventsInputError` when there is nothing to read."""
-    if not events.is_dir():
+def require_events_dir(events: Path) -> None:
+    """``--events`` must name a directory: :class:`EventsInputError` saying which of the two it is not."""
+    if not events.exists():
         raise EventsInputError(f"events directory {events} does not exist")
+    if not events.is_dir():
+        raise EventsInputError(f"events directory {events} is not a directory")
+
+
+def check_events_dir(events: Path) -> dict[str, list[Path]]:
+    """The files of each dataset present; raises :class:`EventsInputError` when there is nothing to read, or a
+    ``.parquet`` file's footer cannot be read (before any job starts: one line, not a task's stack trace)."""
+    require_events_dir(events)
     found = {kind: dataset_files(events / kind) for kind in (REQUESTS_DIR, CONNECTIONS_DIR)}
     if not any(found.values()):
         raise EventsInputError(
             f"no event files under {events}: expected Parquet or JSON-lines files in "
             f"{events / REQUESTS_DIR} and/or {events / CONNECTIONS_DIR}"
         )
+    for path in (p for files in found.values() for p in files if p.suffix == ".parquet"):
+        parquet_schema(path)
     return found
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Arrow's and the OS's errors while reading an events file, as the one line every events reader gives:
+    :class:`EventsInputError` ``cannot read PATH: <cause>``."""
+    with map_errors({pa.ArrowInvalid: EventsInputError, OSError: EventsInputError}, f"cannot read {path}: "):
+        yield
+
+
+def parquet_schema(path: Path) -> pa.Schema:
+    """A Parquet file's schema, from its footer; a file that is not Parquet (or cannot be read) is an
+    :class:`EventsInputError` ``cannot read PATH: ...``, the line every events reader gives."""
+    with reading(path):
+        return pq.read_schema(path)
+
+
+def parquet_metadata(path: Path) -> pq.FileMetaData:
+    """A Parquet file's footer metadata (row counts, statistics), with :func:`parquet_schema`'s error."""
+    with reading(path):
+        return pq.ParquetFile(path).metadata
 
 
 READ_THREADS: Final = 4
@@ -249,9 +281,9 @@ def _mixed_table(rows: list[dict[str, object]]) -> pa.Table:
 
 def _read_file(path: Path, kind: str, dictionary: bool,
                columns: Sequence[str] | None = None) -> tuple[pa.Table, list[tuple[str, str]]]:  # fmt: skip
-    with map_errors({pa.ArrowInvalid: EventsInputError, OSError: EventsInputError}, f"cannot read {path}: "):
+    with reading(path):
         if path.suffix == ".parquet":
-            names = set(pq.read_schema(path).names)
+            names = set(parquet_schema(path).names)
             cols = None if columns is None else [c for c in columns if c in names]
             strings = [c for c in _string_columns(kind) if c in names] if dictionary else None
             return pq.read_table(path, columns=cols, read_dictionary=strings), []
@@ -354,10 +386,7 @@ def clean_by_statistics(files: Sequence[Path], kind: str) -> bool:
     if not files or any(p.suffix != ".parquet" for p in files):
         return False
     for p in files:
-        try:
-            meta = pq.ParquetFile(p).metadata
-        except (pa.ArrowInvalid, OSError) as e:
-            raise EventsInputError(f"cannot read {p}: {e}") from e
+        meta = parquet_metadata(p)
         index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
         if "seq" not in index:
             return False

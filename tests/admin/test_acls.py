@@ -56,7 +56,11 @@ def admin(tmp_path: Path) -> AclAdmin:
     (binding(TOPIC, "*", LITERAL, op=AclOperation.UNKNOWN), "Invalid operation UNKNOWN"),
     (binding(TOPIC, "*", LITERAL, op=AclOperation.ANY), "Invalid operation ANY"),
     (binding(TOPIC, "*", LITERAL, perm=AclPermissionType.UNKNOWN), "Invalid permissionType UNKNOWN"),
-    (binding(TOPIC, "", LITERAL), "Resource name should not be empty"),
+    (binding(TOPIC, "", LITERAL), "Invalid empty resource name"),
+    # a broker's AclApis checks run before the controller's: an empty name wins over a bad type or operation
+    (binding(ResourceType.ANY, "", LITERAL), "Invalid empty resource name"),
+    (binding(TOPIC, "", LITERAL, op=AclOperation.UNKNOWN), "Invalid empty resource name"),
+    (binding(ResourceType.CLUSTER, "", LITERAL), "The only valid name for the CLUSTER resource is kafka-cluster"),
     (binding(ResourceType.CLUSTER, "my-cluster", LITERAL),
      "The only valid name for the CLUSTER resource is kafka-cluster"),
     (binding(TOPIC, "t", LITERAL, principal="alice"), "Could not parse principal from `alice`"),

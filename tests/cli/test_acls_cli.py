@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from quotaflow.cli.main import cli
@@ -106,14 +107,14 @@ def test_list_import_round_trip_and_authorize(tmp_path: Path) -> None:
     assert "name=pay-, patternType=PREFIXED" in matched.output and "name=*, patternType=LITERAL" in matched.output
     decided = run(dst, "--authorize", "--principal", "User:mallory", "--host", "10.0.0.66", "--operation",
                   "Describe", "--topic", "pay-eu")
-    assert decided.exit_code == 0
+    assert decided.exit_code == 2  # DENIED: a script can branch on it (1 stays "the command failed")
     assert decided.output.startswith("User:mallory DESCRIBE on TOPIC:pay-eu: DENIED by ResourcePattern("
                                      "resourceType=TOPIC, name=*, patternType=LITERAL)")
     config = tmp_path / "server.properties"
     config.write_text("super.users=User:mallory\n")
     decided = run(dst, "--authorize", "--principal", "User:mallory", "--host", "10.0.0.66", "--operation",
                   "Describe", "--topic", "pay-eu", "--config", str(config))
-    assert "ALLOWED (User:mallory is a super user)" in decided.output
+    assert "ALLOWED (User:mallory is a super user)" in decided.output and decided.exit_code == 0
 
 
 def test_import_refuses_what_it_cannot_read(tmp_path: Path) -> None:
@@ -153,3 +154,68 @@ def test_import_reads_the_zookeeper_era_listing(tmp_path: Path) -> None:
         ("GROUP", "app-", "PREFIXED", "User:alice", "*", "DESCRIBE", "ALLOW"),
         ("CLUSTER", "kafka-cluster", "LITERAL", "User:ops", "*", "IDEMPOTENT_WRITE", "ALLOW"),
     }
+
+
+def test_version_and_usage_text_as_kafka_acls(tmp_path: Path) -> None:
+    from quotaflow import __version__
+
+    version = CliRunner().invoke(cli, ["acls", "--version"])
+    assert version.exit_code == 0 and version.stdout == f"{__version__}\n"
+    bare = CliRunner().invoke(cli, ["acls"])
+    assert bare.exit_code == 1 and bare.stderr.splitlines()[0] == "This tool helps to manage acls on kafka."
+    # printUsageAndExit: the message, then the usage text, on stderr; nothing on stdout
+    bad = run(tmp_path / "q.db", "--add", "--allow-principal", "User:a")
+    assert bad.exit_code == 1 and bad.stdout == ""
+    lines = bad.stderr.splitlines()
+    assert lines[0].startswith("You must provide at least one resource")
+    assert lines[1].startswith("Usage: ") and lines[1].endswith(" acls [OPTIONS]")
+    assert "--resource-pattern-type" in bad.stderr and "Exit status: 0 done" in bad.stderr
+
+
+def test_an_unknown_operation_is_worded_as_kafka_words_it(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    result = run(db, "--add", "--allow-principal", "User:a", "--operation", "Foo", "--topic", "t")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == (
+        "ResourceType TOPIC only supports operations [ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, "
+        "DESCRIBE_CONFIGS, ALTER_CONFIGS]")
+    assert not db.exists()  # a usage error opens (and creates) no store
+
+
+def test_authorize_exit_status(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    run(db, "--add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "t")
+    ask = ("--authorize", "--operation", "Read", "--topic", "t", "--principal")
+    assert run(db, *ask, "User:a").exit_code == 0
+    denied = run(db, *ask, "User:b")
+    assert denied.exit_code == 2 and "DENIED" in denied.stdout
+    # one DENIED among several resources is enough
+    assert run(db, *ask, "User:a", "--topic", "other").exit_code == 2
+    assert run(db, "--authorize", "--operation", "Read", "--topic", "t").exit_code == 1  # no --principal
+
+
+def test_a_write_to_a_store_not_named_says_which_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """acls, configs, client-quotas and users follow one rule: without --store, stderr names the store written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("QUOTAFLOW_STORE", raising=False)
+    default = "Using the quota store quotaflow.db (the default: no --store given and $QUOTAFLOW_STORE is not set)"
+    writes = [
+        ["acls", "--add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "t"],
+        ["configs", "--alter", "--user", "u", "--add-config", "producer_byte_rate=1024"],
+        ["client-quotas", "--alter", "--names", "user=v", "--add", "consumer_byte_rate=10"],
+        ["users", "add", "w", "--password", "pw", "--mechanism", "PLAIN"],
+        ["acls", "--remove", "--force", "--topic", "t"],
+    ]
+    for args in writes:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert result.stderr == default + "\n", args
+    # reading names nothing; an explicit --store names nothing; $QUOTAFLOW_STORE is named as such
+    read = CliRunner().invoke(cli, ["configs", "--describe", "--user", "u"])
+    assert read.exit_code == 0 and read.stderr == ""
+    named = CliRunner().invoke(cli, ["configs", "--store", "quotaflow.db", "--alter", "--user", "u",
+                                     "--add-config", "request_percentage=50"])
+    assert named.exit_code == 0 and named.stderr == ""
+    monkeypatch.setenv("QUOTAFLOW_STORE", str(tmp_path / "env.db"))
+    from_env = CliRunner().invoke(cli, ["users", "add", "x", "--password", "pw", "--mechanism", "PLAIN"])
+    assert from_env.stderr == f"Using the quota store {tmp_path / 'env.db'} (from $QUOTAFLOW_STORE)\n"

@@ -147,6 +147,16 @@ def test_alter_delete_and_validate_only(store: str) -> None:
          "--names ip=<ip>"),
         (["--describe", "--names", "user"], "java.lang.IllegalArgumentException: Invalid --names entry 'user': "
          "expected type=name"),
+        # a name and a default of one type: said, where the default silently replaced the name
+        (["--alter", "--defaults", "user", "--names", "user=a", "--add", "producer_byte_rate=1"],
+         "java.lang.IllegalArgumentException: Entity type user given more than once"),
+        # one key twice: named, where Kafka's controller answers "Ignoring duplicate entity ..."
+        (["--alter", "--names", "user=u", "--add", "producer_byte_rate=1", "--delete", "producer_byte_rate"],
+         "java.lang.IllegalArgumentException: Duplicate quota key producer_byte_rate: give each key once, in --add "
+         "or --delete"),
+        (["--alter", "--names", "user=u", "--add", "producer_byte_rate=1,producer_byte_rate=2"],
+         "java.lang.IllegalArgumentException: Duplicate quota key producer_byte_rate: give each key once, in --add "
+         "or --delete"),
     ],
 )
 def test_invalid_input_writes_nothing(store: str, args: list[str], line: str) -> None:

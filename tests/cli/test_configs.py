@@ -189,3 +189,104 @@ def test_error_header_shows_the_arguments(store: str) -> None:
         f"Error while executing config command with args '--store {store} --alter --user u --add-config "
         "producer_byte_rate=0'"
     )
+
+
+# -- SCRAM credentials for users, as kafka-configs.sh (KIP-554) ------------------------------------------------------
+
+def test_scram_add_describe_delete_as_kafka_configs(store: str) -> None:
+    from quotaflow.store.scram import scram_credential
+
+    assert ok(store, "--alter", "--entity-type", "users", "--entity-name", "u", "--add-config",
+              "SCRAM-SHA-256=[iterations=8192,password=p],SCRAM-SHA-512=[password=p]") == (
+        "Completed updating config for user u.\n")
+    with SqliteStore(store) as s:  # Kafka's credential for the password, not the password, at 4096 by default
+        for mechanism, iterations in (("SCRAM-SHA-256", 8192), ("SCRAM-SHA-512", 4096)):
+            stored = s.get_scram_credential("u", mechanism)
+            assert stored == scram_credential("u", mechanism, "p", iterations=iterations, salt=stored.salt)
+    assert ok(store, "--describe", "--entity-type", "users", "--entity-name", "u") == (
+        "SCRAM credential configs for user-principal 'u' are SCRAM-SHA-256=iterations=8192, "
+        "SCRAM-SHA-512=iterations=4096\n")
+    ok(store, "--alter", "--user", "u", "--add-config", "producer_byte_rate=1024")
+    ok(store, "--alter", "--user", "other", "--add-config", "consumer_byte_rate=10")
+    assert ok(store, "--alter", "--user", "u", "--delete-config", "SCRAM-SHA-512") == (
+        "Completed updating config for user u.\n")
+    # a bare type describes every user: the quota lines, then every user with a SCRAM credential
+    assert ok(store, "--describe", "--entity-type", "users") == (
+        "Quota configs for user-principal 'other' are consumer_byte_rate=10.0\n"
+        "Quota configs for user-principal 'u' are producer_byte_rate=1024.0\n"
+        "SCRAM credential configs for user-principal 'u' are SCRAM-SHA-256=iterations=8192\n")
+    # no SCRAM lines for a user without a credential, a default, or a (user, client) pair
+    assert ok(store, "--describe", "--user", "other") == (
+        "Quota configs for user-principal 'other' are consumer_byte_rate=10.0\n")
+    assert ok(store, "--describe", "--user", "u", "--client", "c") == ""
+    assert ok(store, "--describe", "--user-defaults") == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--add-config", "SCRAM-SHA-256=[iterations=100,password=x]"],
+         "java.lang.IllegalArgumentException: Iterations 100 is less than the minimum 4096 required for "
+         "SCRAM-SHA-256"),
+        (["--add-config", "SCRAM-SHA-512=[iterations=,password=x]"],
+         'java.lang.IllegalArgumentException: For input string: ""'),
+        (["--add-config", "SCRAM-SHA-256=[iterations=8k,password=x]"],  # not echoed whole: it holds the password
+         None),
+        (["--add-config", "SCRAM-SHA-256=[salt=abc,iterations=8192]"],
+         "java.lang.IllegalArgumentException: Invalid credential property SCRAM_SHA_256=salt=abc,iterations=8192"),
+        (["--add-config", "SCRAM-SHA-256=[iterations=16385,password=x]"],
+         "org.apache.kafka.common.errors.UnacceptableCredentialException: Too many iterations"),
+        (["--add-config", "SCRAM-SHA-256=[password=x],producer_byte_rate=5"],
+         "java.lang.IllegalArgumentException: Cannot alter both quota and SCRAM credential configs simultaneously "
+         "for 'users' using --bootstrap-server."),
+        (["--delete-config", "SCRAM-SHA-512"],
+         "org.apache.kafka.common.errors.ResourceNotFoundException: Attempt to delete a user credential that does "
+         "not exist"),
+        (["--add-config", "SCRAM-SHA-1=[password=x]"],
+         "java.lang.IllegalArgumentException: Only quota and SCRAM credential configs can be added for 'users' "
+         "using --bootstrap-server. Unexpected config names: SCRAM-SHA-1"),
+        (["--delete-config", "password"],
+         "java.lang.IllegalArgumentException: Only quota and SCRAM credential configs can be deleted for 'users' "
+         "using --bootstrap-server. Unexpected config names: password"),
+    ],
+)
+def test_scram_errors_in_kafkas_words(store: str, args: list[str], line: str | None) -> None:
+    result = run(store, "--alter", "--user", "u", *args)
+    assert result.exit_code == 1 and result.stdout == ""
+    header, detail = result.stderr.splitlines()
+    assert "password=x" not in header  # the password stays out of the error header
+    if line is None:
+        assert detail == "java.lang.IllegalArgumentException: Invalid credential property SCRAM_SHA_256=" \
+                         "iterations=8k,password=[hidden]"
+    else:
+        assert detail == line
+    assert seq(store) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--alter", "--user-defaults", "--add-config", "SCRAM-SHA-256=[password=x]"],
+         "The use of --entity-default or --user-defaults is not allowed with User SCRAM Credentials using "
+         "--bootstrap-server."),
+        (["--alter", "--client", "c", "--add-config", "SCRAM-SHA-256=[password=x]"],
+         "Only quota configs can be added for 'clients' using --bootstrap-server. Unexpected config names: "
+         "SCRAM-SHA-256"),
+        (["--alter", "--user", "u", "--client", "c", "--delete-config", "SCRAM-SHA-256"],
+         "Only quota configs can be deleted for 'clients' using --bootstrap-server. Unexpected config names: "
+         "SCRAM-SHA-256"),
+    ],
+)
+def test_scram_only_for_a_named_user(store: str, args: list[str], line: str) -> None:
+    result = run(store, *args)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[1] == "java.lang.IllegalArgumentException: " + line
+    assert seq(store) == 0
+
+
+def test_add_config_keeps_bracketed_values_together() -> None:
+    from quotaflow.cli.configs import parse_add_config
+
+    assert parse_add_config(["a=1, b = [x=1,y=2] ,c=[]", "a=2,"]) == {"a": "2", "b": "x=1,y=2", "c": ""}
+    with pytest.raises(Exception, match='format "key=val"'):
+        parse_add_config(["a=1=2"])

@@ -42,3 +42,14 @@ def test_empty_password_is_refused(tmp_path: Path) -> None:
     code, out = run("users", "add", "carol", "--store", store, stdin="\n")
     assert code == 2 and "must not be empty" in out
     assert run("users", "list", "--store", store) == (1, f"Error: quota store {store} does not exist\n")  # not created
+
+
+def test_scram_iterations_within_kafkas_bounds(tmp_path: Path) -> None:
+    """4096..16384 as Kafka's ScramMechanism: a credential a Kafka controller would refuse is not stored either."""
+    store = str(tmp_path / "q.db")
+    code, out = run("users", "add", "dan", "--password", "pw", "--iterations", "16385", "--store", store)
+    assert code == 1 and "Iterations 16385 is more than the maximum 16384 allowed for SCRAM-SHA-256" in out
+    code, out = run("users", "add", "dan", "--password", "pw", "--iterations", "4095", "--store", store)
+    assert code == 1 and "Iterations 4095 is less than the minimum 4096 required for SCRAM-SHA-256" in out
+    assert run("users", "add", "dan", "--password", "pw", "--iterations", "16384", "--store", store) == (
+        0, "Added user dan\n")

@@ -166,12 +166,16 @@ def test_librdkafka_admin_client(authz_gateway: RunningGateway) -> None:
                     AclPermissionType.ALLOW)
     cluster = AclBinding(RdType.BROKER, "other-cluster", ResourcePatternType.LITERAL, "User:bob", "*",
                          AclOperation.ALTER, AclPermissionType.ALLOW)
-    futures = admin.create_acls([ok, cluster], request_timeout=20)
+    empty = AclBinding(RdType.TOPIC, "", ResourcePatternType.LITERAL, "User:bob", "*", AclOperation.READ,
+                       AclPermissionType.ALLOW)
+    futures = admin.create_acls([ok, cluster, empty], request_timeout=20)
     assert futures[ok].result() is None
-    with pytest.raises(KafkaException) as refused:
-        futures[cluster].result()
-    error = refused.value.args[0]
-    assert error.code() == 42 and "The only valid name for the CLUSTER resource is kafka-cluster" in error.str()
+    for refused_binding, message in ((cluster, "The only valid name for the CLUSTER resource is kafka-cluster"),
+                                     (empty, "Invalid empty resource name")):  # a broker's AclApis wording
+        with pytest.raises(KafkaException) as refused:
+            futures[refused_binding].result()
+        error = refused.value.args[0]
+        assert error.code() == 42 and message in error.str()
     match_all = AclBindingFilter(RdType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                                  AclPermissionType.ANY)
     described = admin.describe_acls(match_all, request_timeout=20).result()

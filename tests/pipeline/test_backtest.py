@@ -121,6 +121,28 @@ def test_cli_missing_inputs(tmp_path: Path, quota_store: Path) -> None:
     assert r.exit_code != 0
 
 
+@pytest.mark.parametrize("kind", ["requests", "connections"])
+def test_cli_events_that_are_not_parquet_are_one_line(tmp_path: Path, quota_store: Path, kind: str) -> None:
+    """Every command reading events says which file it cannot read, in one line, before Spark starts (replay's
+    line); an --events that is a file is "not a directory"."""
+    (tmp_path / "ev" / kind).mkdir(parents=True)
+    bad = tmp_path / "ev" / kind / "part-00000.parquet"
+    bad.write_text("ts_ms,user\n1,alice\n")  # a CSV named .parquet
+    a_file = tmp_path / "events.parquet"
+    a_file.write_bytes(b"")
+    runner = CliRunner()
+    for cmd in ("replay", "backtest", "recommend"):
+        r = runner.invoke(cli, [cmd, "--events", str(tmp_path / "ev"), "--store", str(quota_store),
+                                "--out", str(tmp_path / f"o-{cmd}")])  # fmt: skip
+        assert r.exit_code == 1 and r.exception is not None and isinstance(r.exception, SystemExit), r.output
+        assert r.output.splitlines() == [
+            f"Error: cannot read {bad}: Parquet magic bytes not found in footer. Either the file is corrupted or "
+            "this is not a parquet file."]
+        r = runner.invoke(cli, [cmd, "--events", str(a_file), "--store", str(quota_store),
+                                "--out", str(tmp_path / f"o-{cmd}")])  # fmt: skip
+        assert r.exit_code == 1 and r.output == f"Error: events directory {a_file} is not a directory\n"
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(
     ("name", "mode", "args"),

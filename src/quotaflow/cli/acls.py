@@ -19,14 +19,21 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import click
 from click.core import ParameterSource
 
 from quotaflow.admin.acl_listing import grouped_lines, listing, parse_listing, resource_lines
 from quotaflow.admin.acls import AclAdmin, AclBackend, explain, resolve
-from quotaflow.cli.common import java_exception_line, store_failure, store_option
+from quotaflow.cli.common import (
+    RawArgsCommand,
+    announce_store,
+    java_exception_line,
+    raw_args,
+    store_failure,
+    store_option,
+)
 from quotaflow.core.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -42,7 +49,6 @@ from quotaflow.core.acl import (
     ResourceType,
     operation_from_name,
     parse_principal,
-    pascal_name,
     pattern_type_from_name,
 )
 from quotaflow.core.authorizer import authorizer_settings
@@ -53,11 +59,15 @@ from quotaflow.store.base import AclStore
 
 Acls = dict[ResourcePatternFilter, set[AccessControlEntry]]
 CLUSTER_FILTER = ResourcePatternFilter(ResourceType.CLUSTER, CLUSTER_NAME, PatternType.LITERAL)
+DENIED_EXIT: Final = 2  # --authorize: a decision was DENIED (1 stays "the command failed"), so scripts can branch
 
 
 def _usage(message: str) -> NoReturn:
-    """Kafka's ``printUsageAndExit``: the message, then exit 1."""
+    """Kafka's ``CommandLineUtils.printUsageAndExit``: the message, then the usage text, on stderr; exit 1."""
     click.echo(message, err=True)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        click.echo(ctx.get_help(), err=True)
     sys.exit(1)
 
 
@@ -130,10 +140,7 @@ def _filter_to_acls(opts: Options) -> Acls:
     """AclCommand.getResourceFilterToAcls, with the --producer / --consumer expansion."""
     acls: Acls = {}
     if not opts.producer and not opts.consumer:
-        operations = [operation_from_name(o) for o in opts.operation]
-        unknown = [o for o, op in zip(opts.operation, operations, strict=True) if op == AclOperation.UNKNOWN]
-        if unknown:
-            _usage(f"Unknown operation: {unknown[0]}")
+        operations = [operation_from_name(o) for o in opts.operation]  # a name Kafka does not know: UNKNOWN
         entries = _entries(opts, operations)
         acls.update({f: set(entries) for f in _resource_filters(opts)})
     if opts.producer:
@@ -153,11 +160,11 @@ def _filter_to_acls(opts: Options) -> Acls:
                 acls[f] = read | acls.get(f, set())
             elif f.resource_type == ResourceType.GROUP:
                 acls[f] = group | acls.get(f, set())
-    for f, entries in acls.items():  # validateOperation
+    for f, entries in acls.items():  # validateOperation: an unknown operation is an unsupported one
         valid = SUPPORTED_OPERATIONS[f.resource_type] | {AclOperation.ALL}
         if {e.operation for e in entries} - valid:
-            names = ", ".join(pascal_name(op) for op in sorted(valid))
-            _usage(f"ResourceType {f.resource_type.name} only supports operations {names}")
+            names = ", ".join(op.name for op in sorted(valid))  # Java's Set.toString (in enum order here)
+            _usage(f"ResourceType {f.resource_type.name} only supports operations [{names}]")
     return acls
 
 
@@ -202,7 +209,10 @@ def _confirm(force: bool, message: str) -> bool:
     return sys.stdin.readline().strip().lower() == "y"
 
 
-@click.command("acls")
+@click.command("acls", cls=RawArgsCommand, context_settings={"help_option_names": ["-h", "--help"]}, epilog=(
+    "Exit status: 0 done (--authorize: every decision ALLOWED); 1 a usage error or a failed request; "
+    "2 (--authorize) a decision DENIED."))
+@click.version_option(package_name="quotaflow", message="%(version)s", help="Print the version and exit.")
 @store_option
 @click.option("--bootstrap-server", "bootstrap_server", metavar="HOST:PORT", default=None,
               help="Manage the ACLs of a quotaflow gateway or a Kafka broker through the Kafka ACL APIs instead.")
@@ -246,6 +256,8 @@ def acls(ctx: click.Context, /, store: str | None, bootstrap_server: str | None,
          force: bool, principals: tuple[str, ...], host: str, config_path: Path | None, **kw: object) -> None:
     """kafka-acls.sh against the quota store (or, with --bootstrap-server, a gateway or broker): add, remove, list
     ACLs; --authorize explains a decision; --import migrates a cluster's `kafka-acls --list` output."""
+    if not raw_args():  # CommandLineUtils.maybePrintHelpOrVersion: no arguments, the tool's line and its usage
+        _usage("This tool helps to manage acls on kafka.")
     pattern_type = pattern_type_from_name(pattern_name)
     if pattern_type == PatternType.UNKNOWN:
         _usage(f"Unknown resource-pattern-type: {pattern_name}")
@@ -261,15 +273,19 @@ def acls(ctx: click.Context, /, store: str | None, bootstrap_server: str | None,
             _check_args(opts, {"add": add, "remove": remove, "list": list_}, principals, was_given)
         if authorize and "operation" not in was_given:
             _usage("--authorize needs exactly one --operation (Read, Write, Describe, ...)")
-        with _backend(store, bootstrap_server, command_config, create=add or import_file is not None) as backend:
+        # every argument check before a store is opened (or created): a usage error writes nothing
+        to_add = _resource_to_acls(opts) if add and import_file is None and not authorize else {}
+        to_remove = _filter_to_acls(opts) if remove and import_file is None and not authorize else {}
+        with _backend(store, bootstrap_server, command_config, create=add or import_file is not None,
+                      writes=add or remove or import_file is not None) as backend:
             if import_file is not None:
                 _import(backend, import_file)
             elif authorize:
                 _authorize(backend, opts, principals, host, config_path)
             elif add:
-                _add(backend, opts)
+                _add(backend, to_add)
             elif remove:
-                _remove(backend, opts, force)
+                _remove(backend, to_remove, force)
             else:
                 _list(backend, opts, principals)
     except StoreError as e:
@@ -283,8 +299,9 @@ def acls(ctx: click.Context, /, store: str | None, bootstrap_server: str | None,
 
 @contextmanager
 def _backend(store: str | None, bootstrap_server: str | None, command_config: Path | None, *,
-             create: bool) -> Iterator[AclBackend]:
-    """The store's ACLs, or (``--bootstrap-server``) a gateway's or broker's ACL APIs."""
+             create: bool, writes: bool) -> Iterator[AclBackend]:
+    """The store's ACLs (named on stderr when the command writes to a store it was not given,
+    :func:`~quotaflow.cli.common.announce_store`), or (``--bootstrap-server``) a gateway's or broker's ACL APIs."""
     if bootstrap_server is not None:
         from quotaflow.admin.acl_wire import WireAclAdmin  # kafka-python only when talking to a server
 
@@ -298,23 +315,30 @@ def _backend(store: str | None, bootstrap_server: str | None, command_config: Pa
     with open_store(store, create=create) as st:
         if not isinstance(st, AclStore):
             raise StoreError("this store keeps no ACLs")
+        if writes:
+            announce_store(store)
         yield AclAdmin(st)
 
 
-def _add(admin: AclBackend, opts: Options) -> None:
+def _resource_to_acls(opts: Options) -> dict[ResourcePattern, set[AccessControlEntry]]:
+    """AclCommand.getResourceToAcls: what ``--add`` adds, checked before any store is opened."""
     if opts.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
         _usage(f"A '--resource-pattern-type' value of '{opts.pattern_type.name}' is not valid when adding acls.")
     resource_to_acls = {ResourcePattern(f.resource_type, f.name or "", f.pattern_type): entries
                         for f, entries in _filter_to_acls(opts).items()}
     if any(not entries for entries in resource_to_acls.values()):
         _usage("You must specify one of: --allow-principal, --deny-principal when trying to add ACLs.")
+    return resource_to_acls
+
+
+def _add(admin: AclBackend, resource_to_acls: dict[ResourcePattern, set[AccessControlEntry]]) -> None:
     for resource, entries in resource_to_acls.items():
         click.echo(resource_lines("Adding ACLs", resource, entries))
         _raise(admin.create([AclBinding(resource, e) for e in sorted(entries, key=str)]))
 
 
-def _remove(admin: AclBackend, opts: Options, force: bool) -> None:
-    for f, entries in _filter_to_acls(opts).items():
+def _remove(admin: AclBackend, filter_to_acls: Acls, force: bool) -> None:
+    for f, entries in filter_to_acls.items():
         if not entries:
             if _confirm(force, f"Are you sure you want to delete all ACLs for resource filter `{f}`? (y/n)"):
                 _raise_delete(admin, [AclBindingFilter(f, AccessControlEntryFilter())])
@@ -365,8 +389,12 @@ def _authorize(backend: AclBackend, opts: Options, principals: tuple[str, ...], 
     resources = _resource_filters(opts)
     props = parse_properties(config_path.read_text(encoding="utf-8")) if config_path is not None else {}
     supers, allow = authorizer_settings(props)
+    denied = False
     for f in resources:
         name = f.name or ""
         decision = resolve(backend, principal, host, operation, f.resource_type, name, super_users=supers,
                            allow_everyone_if_no_acl_found=allow)
         click.echo(explain(decision, principal, operation, f.resource_type, name))
+        denied |= not decision.allowed
+    if denied:
+        sys.exit(DENIED_EXIT)

@@ -152,6 +152,10 @@ def client_quotas(
             raise CommandError("Command must include exactly one action: --describe, --resolve, --alter")
         named = parse_names(names)
         default_types = _split(defaults)
+        for entity_type in (set(named) & set(default_types)) if alter else ():
+            # a name and a default of one type is no entity: said, not silently merged (describe's filter gets
+            # Kafka's own "cannot appear more than once in the filter")
+            raise CommandError(f"Entity type {entity_type} given more than once")
         if not describe and (any_types or strict):
             raise CommandError("--any and --strict can only be used with --describe")
         if not alter and (add or delete or validate_only or from_file):
@@ -166,6 +170,10 @@ def client_quotas(
             ops = [QuotaOp(k, v) for k, v in parse_add(add)] + [QuotaOp(k, None) for k in _split(delete)]
             if not ops:
                 raise CommandError("--alter needs --add and/or --delete")
+            keys = [op.key for op in ops]
+            for key in dict.fromkeys(k for k in keys if keys.count(k) > 1):
+                # Kafka's controller answers "Ignoring duplicate entity ..." for this; say which key, before sending
+                raise CommandError(f"Duplicate quota key {key}: give each key once, in --add or --delete")
         if resolve and default_types:
             raise CommandError("--resolve takes names only: a client always has a user and a client-id")
         backend = open_backend(store, bootstrap_server, create=alter)

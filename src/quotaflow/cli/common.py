@@ -21,6 +21,7 @@ from quotaflow.admin import Admin, AdminBackend
 from quotaflow.core.errors import BrokerConnectionError, CommandError, KafkaError, QuotaflowError, StoreError
 from quotaflow.core.javafmt import parse_double
 from quotaflow.store import open_store
+from quotaflow.store.factory import STORE_ENV, describe_store
 
 if TYPE_CHECKING:
     from quotaflow.admin.wire import WireAdmin
@@ -32,11 +33,15 @@ F = TypeVar("F", bound=Callable[..., object])
 _JAVA_EXCEPTIONS: Final = {
     -1: "org.apache.kafka.common.errors.UnknownServerException",
     31: "org.apache.kafka.common.errors.ClusterAuthorizationException",
+    33: "org.apache.kafka.common.errors.UnsupportedSaslMechanismException",
     35: "org.apache.kafka.common.errors.UnsupportedVersionException",
     40: "org.apache.kafka.common.errors.InvalidConfigurationException",
     42: "org.apache.kafka.common.errors.InvalidRequestException",
     58: "org.apache.kafka.common.errors.SaslAuthenticationException",
     89: "org.apache.kafka.common.errors.ThrottlingQuotaExceededException",
+    91: "org.apache.kafka.common.errors.ResourceNotFoundException",
+    92: "org.apache.kafka.common.errors.DuplicateResourceException",
+    93: "org.apache.kafka.common.errors.UnacceptableCredentialException",
 }
 
 
@@ -94,13 +99,32 @@ def open_wire_backend(bootstrap: str) -> WireAdmin:
     return from_properties(bootstrap, read_properties(path) if path else {})
 
 
+def announce_store(store: str | None) -> None:
+    """The one rule of every command that may write the store (configs, client-quotas, acls, users): when the
+    command line did not name the store, say on stderr which one it is, so a write never lands unseen in a
+    ``./quotaflow.db`` no gateway reads. Silent with ``--store``; stdout stays Kafka's lines."""
+    if store is not None:
+        return
+    where = describe_store(None)
+    if os.environ.get(STORE_ENV):
+        click.echo(f"Using the quota store {where} (from ${STORE_ENV})", err=True)
+    else:
+        click.echo(f"Using the quota store {where} (the default: no --store given and ${STORE_ENV} is not set)",
+                   err=True)
+
+
 def open_backend(store: str | None, bootstrap_server: str | None = None, *, create: bool = True) -> AdminBackend:
-    """The backend the command runs against; ``create=False`` (describe, resolve) refuses a missing store file."""
+    """The backend the command runs against; ``create=False`` (describe, resolve) refuses a missing store file,
+    ``create=True`` (a command that writes) names the store when the command line did not
+    (:func:`announce_store`)."""
     if bootstrap_server is not None:
         if store is not None:
             raise CommandError("--store and --bootstrap-server cannot be used together")
         return open_wire_backend(bootstrap_server)
-    return Admin(open_store(store, create=create))
+    backend = Admin(open_store(store, create=create))
+    if create:
+        announce_store(store)
+    return backend
 
 
 def java_exception_line(error: QuotaflowError) -> str:

@@ -1,4 +1,5 @@
-"""``quotaflow configs``: ``kafka-configs.sh`` (``ConfigCommand``) for quotas: same options, output lines, messages.
+"""``quotaflow configs``: ``kafka-configs.sh`` (``ConfigCommand``) for quotas and users' SCRAM credentials: same
+options, output lines, messages.
 
 Arguments are parsed by hand because, as in Kafka, ``--entity-name`` / ``--entity-default`` pair up with the
 ``--entity-type`` options by position, and the first entity given names the entity in the completion message.
@@ -6,6 +7,7 @@ Arguments are parsed by hand because, as in Kafka, ``--entity-name`` / ``--entit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -15,15 +17,22 @@ import click
 from quotaflow.admin import AdminBackend, Alteration, QuotaOp
 from quotaflow.cli.common import (
     RawArgsCommand,
+    java_exception_line,
     kafka_errors,
     open_backend,
     parse_java_double,
     raw_args,
     set_command_config,
 )
+from quotaflow.cli.scram import ScramClient, is_scram, parse_upsertion
 from quotaflow.core.cidr import cidr_error, is_cidr
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import CommandError, InvalidConfigurationError
+from quotaflow.core.errors import (
+    ClusterAuthorizationFailedError,
+    CommandError,
+    InvalidConfigurationError,
+    UnsupportedVersionError,
+)
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
 from quotaflow.core.keys import CLIENT_QUOTA_KEYS, IP_QUOTA_KEYS, USER_QUOTA_KEYS
@@ -50,6 +59,8 @@ Add/remove or describe client quotas, as kafka-configs.sh does.
   --user NAME | --user-defaults, --client NAME | --client-defaults, --ip NAME | --ip-defaults
   --client-id-prefix PREFIX   (beyond Kafka: a client-id prefix; an --ip may be a CIDR range, 10.1.0.0/16)
   --add-config k1=v1,k2=v2   --delete-config k1,k2
+  users: --add-config 'SCRAM-SHA-256=[iterations=8192,password=PW],SCRAM-SHA-512=[password=PW]'
+         (iterations default 4096)   --delete-config SCRAM-SHA-512   (not mixed with quota configs)
   --store PATH | --bootstrap-server HOST:PORT [--command-config FILE]
 """
 
@@ -185,40 +196,98 @@ def entity_str(entity: QuotaEntity) -> str:
 
 
 def describe_lines(backend: AdminBackend, parts: Sequence[tuple[str, str | None]]) -> list[str]:
+    """The quota lines, then (for users alone, not their defaults) the SCRAM credential lines, as
+    ``describeClientQuotaAndUserScramCredentialConfigs``."""
     lines = []
     for found in backend.describe(quota_filter(parts)):
         values = ", ".join(f"{k}={java_double_str(found.values[k])}" for k in java_map_order(found.values))
         lines.append(f"Quota configs for {entity_str(found.entity)} are {values}")
+    names = [n for _, n in parts if n is not None]
+    if {t for t, _ in parts} == {"users"} and "" not in names:
+        try:
+            lines += ScramClient(backend).describe_lines(names)
+        except (ClusterAuthorizationFailedError, UnsupportedVersionError) as e:
+            # a principal may describe quotas without DESCRIBE on the cluster for SCRAM users (a gateway without
+            # admin principals), or the server lacks KIP-554: the quota lines stand, and stderr says what is missing
+            click.echo(f"Error retrieving SCRAM credential configs: {java_exception_line(e)}", err=True)
     return lines
 
 
+# kafka-configs' split: commas and '=' outside [...] only, so a SCRAM value keeps its own commas and '='
+_OUTSIDE_BRACKETS: Final = r"(?=[^\]]*(?:\[|$))"
+_PAIR_SEPARATOR: Final = re.compile("," + _OUTSIDE_BRACKETS)
+_KEY_SEPARATOR: Final = re.compile(r"\s*=\s*" + _OUTSIDE_BRACKETS)
+_PASSWORD: Final = re.compile(r"(password=)[^\]]*")  # a SCRAM password, kept out of the error header
+
+
 def parse_add_config(items: Sequence[str]) -> dict[str, str]:
+    """``ConfigCommand.parseConfigsToBeAdded``: ``k1=v1,k2=[a=1,b=2]`` -> {k1: v1, k2: "a=1,b=2"} (brackets
+    dropped, values trimmed, a repeated key's last value kept)."""
     out: dict[str, str] = {}
     for item in items:
-        for pair in item.split(","):
-            key, eq, value = pair.partition("=")
-            if not eq or not key:
+        pairs = _PAIR_SEPARATOR.split(item)
+        while pairs and not pairs[-1]:  # Java's String.split drops trailing empty strings
+            pairs.pop()
+        for pair in pairs:
+            parts = _KEY_SEPARATOR.split(pair)
+            if len(parts) != 2:
                 raise CommandError('Invalid entity config: all configs to be added must be in the format "key=val".')
-            out[key.strip()] = value.strip()
+            out[parts[0].strip()] = parts[1].replace("[", "").replace("]", "").strip()
     return out
+
+
+def _check_config_names(types: set[str], parts: Sequence[tuple[str, str | None]], adds: Sequence[str],
+                        deletes: Sequence[str]) -> None:
+    """ConfigCommand.alterConfig's name checks for quota entities, in its order and words."""
+    if types == {"ips"}:
+        unknown = [k for k in [*adds, *deletes] if k not in IP_QUOTA_KEYS]
+        if unknown:
+            raise CommandError("Only connection quota configs can be added for 'ips' using --bootstrap-server. "
+                               f"Unexpected config names: {_names(unknown)}")
+        return
+    # a user alone may also hold a per-principal connection_creation_rate (beyond Kafka's model)
+    quota_keys = USER_QUOTA_KEYS if types == {"users"} else CLIENT_QUOTA_KEYS
+    if types != {"users"}:
+        for verb, keys in (("added", adds), ("deleted", deletes)):
+            unknown = [k for k in keys if k not in quota_keys]
+            if unknown:
+                raise CommandError(f"Only quota configs can be {verb} for 'clients' using --bootstrap-server. "
+                                   f"Unexpected config names: {_names(unknown)}")
+        return
+    for verb, keys in (("added", adds), ("deleted", deletes)):
+        unknown = [k for k in keys if k not in quota_keys and not is_scram(k)]
+        if unknown:
+            raise CommandError(f"Only quota and SCRAM credential configs can be {verb} for 'users' using "
+                               f"--bootstrap-server. Unexpected config names: {_names(unknown)}")
+    if any(is_scram(k) for k in [*adds, *deletes]):
+        if any(n == "" for _, n in parts):
+            raise CommandError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                               "Credentials using --bootstrap-server.")
+        if any(not is_scram(k) for k in [*adds, *deletes]):
+            raise CommandError("Cannot alter both quota and SCRAM credential configs simultaneously for 'users' "
+                               "using --bootstrap-server.")
+
+
+def _names(keys: Sequence[str]) -> str:
+    return ",".join(dict.fromkeys(keys))
+
+
+def _alter_scram(backend: AdminBackend, user: str, adds: dict[str, str], deletes: Sequence[str]) -> None:
+    """``alterUserScramCredentialConfigs``: every SCRAM value parsed before anything is sent, then one request."""
+    upsertions = [parse_upsertion(mechanism, value) for mechanism, value in adds.items()]
+    ScramClient(backend).alter(user, list(dict.fromkeys(deletes)), upsertions)
 
 
 def alter_entity(backend: AdminBackend, a: ConfigsArgs, parts: Sequence[tuple[str, str | None]]) -> str:
     adds = parse_add_config(a.add_config)
     deletes = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
     types = {t for t, _ in parts}
-    # a user alone may also hold a per-principal connection_creation_rate (beyond Kafka's model)
-    allowed = IP_QUOTA_KEYS if types == {"ips"} else USER_QUOTA_KEYS if types == {"users"} else CLIENT_QUOTA_KEYS
-    unexpected = [k for k in [*adds, *deletes] if k not in allowed]
-    if unexpected:
-        names = ",".join(dict.fromkeys(unexpected))
-        if types == {"ips"}:
-            what = "Only connection quota configs can be added for 'ips'"
-        elif types == {"users"}:
-            what = "Only quota and SCRAM credential configs can be added for 'users'"
-        else:
-            what = "Only quota configs can be added for 'clients'"
-        raise CommandError(f"{what} using --bootstrap-server. Unexpected config names: {names}")
+    _check_config_names(types, parts, list(adds), deletes)
+    if types == {"users"} and any(is_scram(k) for k in [*adds, *deletes]):
+        user = parts[0][1]
+        assert user  # a name, not the default: checked above
+        _alter_scram(backend, user, adds, deletes)
+        return f"Completed updating config for user {user}."
     values = {k: parse_java_double(k, v) for k, v in adds.items()}
     entity: dict[str | None, str | None] = {ENTITY_TYPES[t]: (n or None) for t, n in parts}
     strict_exact = quota_filter(parts)
@@ -245,7 +314,7 @@ def alter_entity(backend: AdminBackend, a: ConfigsArgs, parts: Sequence[tuple[st
 )
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def configs(args: tuple[str, ...]) -> None:
-    with kafka_errors(TOOL, raw_args()):
+    with kafka_errors(TOOL, [_PASSWORD.sub(r"\1[hidden]", arg) for arg in raw_args()]):
         a = parse_args(args)
         parts = check_args(a)
         backend = open_backend(a.store, a.bootstrap_server, create=a.alter)

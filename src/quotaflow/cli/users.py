@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from quotaflow.cli.common import store_option
+from quotaflow.cli.common import announce_store, store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.store import open_store
@@ -35,7 +35,7 @@ def _read_password(user: str) -> str:
               help="Store credentials for this SASL mechanism (repeatable; default: PLAIN, SCRAM-SHA-256 and "
                    "SCRAM-SHA-512).")
 @click.option("--iterations", type=int, default=DEFAULT_ITERATIONS, show_default=True,
-              help="SCRAM iterations (at least 4096, as Kafka).")
+              help="SCRAM iterations (4096 to 16384, as Kafka).")
 @store_option
 def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations: int, store: str | None) -> None:
     """Add USER, or replace USER's password."""
@@ -46,6 +46,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
         raise click.BadParameter("must not be empty", param_hint="--password")
     try:
         qs = open_store(store)
+        announce_store(store)
         try:
             scram_store = qs if isinstance(qs, ScramStore) else None
             chosen = mechanisms or (("PLAIN", *HASHES) if scram_store is not None else ("PLAIN",))
@@ -72,6 +73,7 @@ def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
         qs = open_store(store, create=False)
+        announce_store(store)
         try:
             removed = qs.delete_credential(user)
         finally:

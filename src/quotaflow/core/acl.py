@@ -319,10 +319,18 @@ def from_code(enum: type[_E], code: int, unknown: _E) -> _E:
 
 
 def binding_problem(binding: AclBinding) -> str | None:
-    """Why a binding cannot be stored, in Kafka's words (``AclControlManager.validateNewAcl``, and ``AclApis``'
-    CLUSTER name and empty-name checks); None when it can. A principal must be ``Type:name`` (Kafka stores one
-    without a colon and then fails every decision on that resource; refusing it up front keeps the set usable)."""
+    """Why a binding cannot be stored, in a broker's words and order; None when it can.
+
+    A broker's ``AclApis.handleCreateAcls`` checks the CLUSTER resource's name, then an empty name ("Invalid empty
+    resource name"), before the controller's ``AclControlManager.validateNewAcl`` sees the binding (types, then its
+    own "Resource name should not be empty", never reached through a broker). A principal must be ``Type:name``
+    (Kafka stores one without a colon and then fails every decision on that resource; refusing it up front keeps the
+    set usable)."""
     p, e = binding.pattern, binding.entry
+    if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
+        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
+    if not p.name:
+        return "Invalid empty resource name"
     if p.resource_type in (ResourceType.UNKNOWN, ResourceType.ANY):
         return f"Invalid resourceType {p.resource_type.name}"
     if p.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
@@ -331,10 +339,6 @@ def binding_problem(binding: AclBinding) -> str | None:
         return f"Invalid operation {e.operation.name}"
     if e.permission_type not in (AclPermissionType.ALLOW, AclPermissionType.DENY):
         return f"Invalid permissionType {e.permission_type.name}"
-    if not p.name:
-        return "Resource name should not be empty"
-    if p.resource_type == ResourceType.CLUSTER and p.name != CLUSTER_NAME:
-        return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
     if ":" not in e.principal:
         return (f"Could not parse principal from `{e.principal}` (no colon is present separating the principal type "
                 f"from the principal name)")

@@ -21,9 +21,12 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     │   ├── SecurityDisabledError           54  SECURITY_DISABLED (the ACL APIs without an authorizer)
     │   ├── SaslAuthenticationFailedError   58  SASL_AUTHENTICATION_FAILED
     │   │   └── SaslAuthenticationError         a PLAIN message the gateway rejects (gateway.auth.sasl)
-    │   └── ThrottlingQuotaExceededError    89  THROTTLING_QUOTA_EXCEEDED
-    │       └── MutationThrottledError          a strict controller-mutation quota, with its throttle
-    │                                           (engine.controller_mutation)
+    │   ├── ThrottlingQuotaExceededError    89  THROTTLING_QUOTA_EXCEEDED
+    │   │   └── MutationThrottledError          a strict controller-mutation quota, with its throttle
+    │   │                                       (engine.controller_mutation)
+    │   ├── ResourceNotFoundError           91  RESOURCE_NOT_FOUND (a SCRAM credential that does not exist)
+    │   ├── DuplicateResourceError          92  DUPLICATE_RESOURCE
+    │   └── UnacceptableCredentialError     93  UNACCEPTABLE_CREDENTIAL (KIP-554: too few iterations, ...)
     ├── CommandError                        a CLI argument or config file error (kafka-configs.sh's
     │                                       IllegalArgumentException)
     ├── StoreError                          the quota store cannot be opened, read or migrated
@@ -180,6 +183,30 @@ class ThrottlingQuotaExceededError(KafkaError):
     description = "The throttling quota has been exceeded."
 
 
+class ResourceNotFoundError(KafkaError):
+    """RESOURCE_NOT_FOUND: e.g. deleting or describing a SCRAM credential that does not exist (KIP-554)."""
+
+    errno = 91
+    name = "RESOURCE_NOT_FOUND"
+    description = "A request illegally referred to a resource that does not exist."
+
+
+class DuplicateResourceError(KafkaError):
+    """DUPLICATE_RESOURCE: one request names the same resource twice (KIP-554)."""
+
+    errno = 92
+    name = "DUPLICATE_RESOURCE"
+    description = "A request illegally referred to the same resource twice."
+
+
+class UnacceptableCredentialError(KafkaError):
+    """UNACCEPTABLE_CREDENTIAL: a SCRAM credential the controller refuses (too few or too many iterations)."""
+
+    errno = 93
+    name = "UNACCEPTABLE_CREDENTIAL"
+    description = "Requested credential would not meet criteria for acceptability."
+
+
 _REGISTRY: dict[int, type[KafkaError]] = {
     cls.errno: cls
     for cls in (
@@ -196,6 +223,9 @@ _REGISTRY: dict[int, type[KafkaError]] = {
         SecurityDisabledError,
         SaslAuthenticationFailedError,
         ThrottlingQuotaExceededError,
+        ResourceNotFoundError,
+        DuplicateResourceError,
+        UnacceptableCredentialError,
     )
 }
 

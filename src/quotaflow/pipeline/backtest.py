@@ -34,6 +34,9 @@ from quotaflow.events import (
     clean_by_statistics,
     dataset_files,
     load_events,
+    parquet_metadata,
+    parquet_schema,
+    reading,
     rules_for,
     schema_for,
     split_malformed,
@@ -61,10 +64,12 @@ def _check_types(files: list[Path], kind: str) -> None:
     """Columns whose stored type differs from the schema's are cast on the driver first, so a value that cannot be
     cast is the same one-line error replay gives (Spark would fail inside a task with a JVM stack trace)."""
     for path in files:
-        stored = pq.read_schema(path)
+        stored = parquet_schema(path)
         for f in schema_for(kind):
             if f.name in stored.names and stored.field(f.name).type != f.type:
-                cast_column(pq.read_table(path, columns=[f.name]).column(f.name), f, kind, path)
+                with reading(path):
+                    column = pq.read_table(path, columns=[f.name]).column(f.name)
+                cast_column(column, f, kind, path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +91,7 @@ def read_input(spark: Any, events: Path, kind: str, out: Path, columns: tuple[st
     if not files:
         return None
     quarantine = out / job.QUARANTINE / kind
-    native = all(p.suffix == ".parquet" and "seq" in pq.read_schema(p).names for p in files)
+    native = all(p.suffix == ".parquet" and "seq" in parquet_schema(p).names for p in files)
     if not native:
         read = load_events(events, kind)
         assert read is not None
@@ -98,7 +103,7 @@ def read_input(spark: Any, events: Path, kind: str, out: Path, columns: tuple[st
             good_t = good_t.select(list(columns))
         return Input(spark.createDataFrame(good_t), read.table.num_rows + read.invalid.num_rows, bad_t.num_rows)
     _check_types(files, kind)
-    total = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+    total = sum(parquet_metadata(p).num_rows for p in files)
     clean = clean_by_statistics(files, kind)
     df = spark.read.option("recursiveFileLookup", "true").parquet(*[str(p) for p in files])
     for f in schema_for(kind):

@@ -51,6 +51,7 @@ from quotaflow.events import (
     REQUEST_SCHEMA,
     REQUESTS_DIR,
     EventsInputError,
+    require_events_dir,
 )
 
 USAGE_DIR: Final = "usage"
@@ -185,8 +186,7 @@ class StreamConfig:
 
 
 def check_inputs(cfg: StreamConfig) -> None:
-    if not cfg.events.is_dir():
-        raise EventsInputError(f"events directory {cfg.events} does not exist")
+    require_events_dir(cfg.events)
     if not (cfg.events / REQUESTS_DIR).is_dir():
         raise EventsInputError(
             f"no {REQUESTS_DIR}/ directory under {cfg.events}: the stream tails EVENTS/{REQUESTS_DIR} "

@@ -3,7 +3,7 @@
 ``SaltedPassword = PBKDF2(HMAC-H, password, salt, iterations)``, ``ClientKey = HMAC(SaltedPassword, "Client Key")``,
 ``StoredKey = H(ClientKey)``, ``ServerKey = HMAC(SaltedPassword, "Server Key")``. The store keeps salt, iterations,
 StoredKey and ServerKey per user and mechanism, as Kafka's ``ScramCredential`` (``kafka-configs --alter
---add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'``); iterations below Kafka's minimum (4096) are refused.
+--add-config 'SCRAM-SHA-256=[iterations=8192,password=...]'``); iterations outside Kafka's 4096..16384 are refused.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ SCRAM_SHA_256: Final = "SCRAM-SHA-256"
 SCRAM_SHA_512: Final = "SCRAM-SHA-512"
 HASHES: Final = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MIN_ITERATIONS: Final = 4096  # Kafka's ScramMechanism minIterations
+MAX_ITERATIONS: Final = 16384  # Kafka's ScramMechanism maxIterations
 DEFAULT_ITERATIONS: Final = 8192
 SALT_BYTES: Final = 32  # a new credential's random salt
 
@@ -39,6 +40,9 @@ def scram_credential(user: str, mechanism: str, password: str, *, iterations: in
         raise CommandError(f"unknown SCRAM mechanism {mechanism} ({', '.join(HASHES)})")
     if iterations < MIN_ITERATIONS:
         raise CommandError(f"Iterations {iterations} is less than the minimum {MIN_ITERATIONS} required for "
+                           f"{mechanism}")
+    if iterations > MAX_ITERATIONS:  # a Kafka controller refuses it ("Too many iterations"), so the store does too
+        raise CommandError(f"Iterations {iterations} is more than the maximum {MAX_ITERATIONS} allowed for "
                            f"{mechanism}")
     salt = os.urandom(SALT_BYTES) if salt is None else salt
     salted = hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode("utf-8"), salt, iterations)

@@ -98,7 +98,7 @@ def test_create_describe_delete_round_trip(h: Handler) -> None:
     assert [(x.error_code, x.error_message) for x in r.results] == [
         (0, None), (0, None), (0, None),
         (42, "The only valid name for the CLUSTER resource is kafka-cluster"),
-        (42, "Resource name should not be empty")]
+        (42, "Invalid empty resource name")]
     assert h.reloads == 1 and h.authorizer is not None
     assert h.authorizer.authorize("User:bob", "10.0.0.1", AclOperation.READ, ResourceType.TOPIC, "t")
     d = h.call(ApiKey.DescribeAcls, describe())

@@ -24,9 +24,8 @@ from kafka.protocol.api_key import ApiKey
 from quotaflow.core.errors import ClusterAuthorizationFailedError
 from quotaflow.gateway.data.protocol import response_class
 from quotaflow.store.base import ScramCredential
-from quotaflow.store.scram import MIN_ITERATIONS, SCRAM_SHA_256, SCRAM_SHA_512, digest, hmac_digest
+from quotaflow.store.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_SHA_256, SCRAM_SHA_512, digest, hmac_digest
 
-MAX_ITERATIONS: Final = 16384  # Kafka's ScramMechanism maxIterations
 MECHANISMS: Final = {1: SCRAM_SHA_256, 2: SCRAM_SHA_512}
 CODES: Final = {name: code for code, name in MECHANISMS.items()}
 
