@@ -184,3 +184,20 @@ def test_the_unknown_users_shape_follows_the_store_and_has_a_default() -> None:
     assert unknown.shape("SCRAM-SHA-256") == (100, 4096)
     assert len(unknown.credential("SCRAM-SHA-256", "nobody").salt) == 100  # longer than one HMAC block too
     assert UnknownUsers(None).shape("SCRAM-SHA-512") == (SALT_BYTES, DEFAULT_ITERATIONS)
+
+
+def test_a_signing_store_gives_the_fleet_one_salt_per_unknown_name() -> None:
+    """Two gateways on one signed store answer an unknown name with the same salt (as they answer a stored user's);
+    without signing keys each process has its own secret."""
+    from types import SimpleNamespace
+
+    from quotaflow.gateway.auth.scram import UnknownUsers, unknown_user_secret
+    from quotaflow.store.signing import RecordSigner
+
+    key = b"k" * 32
+    one, two = (SimpleNamespace(signer=RecordSigner([key, b"o" * 32])) for _ in range(2))
+    other = SimpleNamespace(signer=RecordSigner([b"x" * 32]))
+    salts = [UnknownUsers(None, secret=unknown_user_secret(s)).credential("SCRAM-SHA-256", "nobody").salt
+             for s in (one, two, other, object())]
+    assert salts[0] == salts[1] and len({salts[0], salts[2], salts[3]}) == 3
+    assert unknown_user_secret(object()) == unknown_user_secret(SimpleNamespace(signer=None))

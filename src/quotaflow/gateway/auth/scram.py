@@ -10,10 +10,10 @@ An unknown user is indistinguishable from a known one with a wrong password (Kaf
 at the client-first message; the gateway does not tell): its server-first message carries the iteration count and
 salt length most of the store's credentials of that mechanism have (:class:`UnknownUsers`; a new credential's when
 there are none), so a store of users made with ``kafka-configs``' 4096 iterations answers 4096 for everyone; the
-salt is an HMAC of the user name under a secret drawn at process start (stable per name, so asking twice tells
-nothing; unrelated across processes), and the exchange fails at the proof with the same error, message and delay.
-The work is the same too: one store lookup and the same HMACs whoever asks (the server runs no PBKDF2 for SCRAM: the
-store keeps the derived keys).
+salt is an HMAC of the user name under a secret (stable per name, so asking twice tells nothing; derived from the
+store's signing key when there is one, so a fleet agrees, else drawn at process start: :func:`unknown_user_secret`),
+and the exchange fails at the proof with the same error, message and delay. The work is the same too: one store
+lookup and the same HMACs whoever asks (the server runs no PBKDF2 for SCRAM: the store keeps the derived keys).
 
 The client-final nonce must equal the server-first one (RFC 5802; Kafka 4.x's check since CVE-2024-56128).
 librdkafka before 2.6.1 repeats its own nonce in front of it (PR #4895); Kafka 3.8.1-3.9 accepted that (the
@@ -68,6 +68,17 @@ def unknown_user_credential(mechanism: str, user: str, *, salt_bytes: int = SALT
     salt = b"".join(blocks)[:salt_bytes]
     return ScramCredential(user, mechanism, salt, digest(mechanism, key), hmac_digest(mechanism, key, b"Server Key"),
                            iterations)
+
+
+def unknown_user_secret(store: object) -> bytes:
+    """The secret unknown users' salts are made under: derived from the store's signing key
+    (``quotaflow.store.signing.key.file``, its first key) when it has one, so that every gateway of a fleet answers
+    one unknown name with the same salt, as each answers a stored user with the stored salt; else the secret drawn
+    at process start (each gateway its own)."""
+    keys = getattr(getattr(store, "signer", None), "keys", None)
+    if keys:
+        return hmac.new(keys[0], b"quotaflow-scram-unknown-user-v1", "sha256").digest()
+    return _UNKNOWN_USER_SECRET
 
 
 class CredentialLister(Protocol):
