@@ -95,3 +95,39 @@ def test_legacy_handshake_v0_runs_scram_over_raw_tokens(gateway_factory: Gateway
     events = read_dataset(gw.events, REQUESTS_DIR)
     assert events is not None
     assert {r["user"] for r in events.to_pylist() if r["api_key"] == 3} == {"dan"}
+
+
+def _server_first(gw_address: tuple[str, int], user: str) -> tuple[bytes, int]:
+    """The gateway's answer to ``user``'s SCRAM-SHA-256 client-first message (salt, iterations)."""
+    import base64
+
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
+
+    wire = Wire(gw_address)
+    try:
+        wire.send(SaslHandshakeRequest[1](mechanism="SCRAM-SHA-256"), 1)
+        assert SaslHandshakeResponse.decode(wire.recv(), version=1, header=True).error_code == 0
+        wire.send(SaslAuthenticateRequest[1](auth_bytes=f"n,,n={user},r=probe-nonce".encode()), 1)
+        answer = SaslAuthenticateResponse.decode(wire.recv(), version=1, header=True)
+        assert answer.error_code == 0
+        attrs = dict(p.split("=", 1) for p in bytes(answer.auth_bytes).decode().split(","))
+        return base64.b64decode(attrs["s"]), int(attrs["i"])
+    finally:
+        wire.sock.close()
+
+
+def test_an_unknown_user_is_answered_like_the_stored_users(gateway_factory: GatewayFactory) -> None:
+    """Issue 34: users made with kafka-configs' 4096 iterations answered 4096, an unknown user 8192: the count told
+    who exists. Now an unknown user gets the stored users' iteration count and salt length, the same salt each
+    time it is asked about."""
+    config = GatewayConfig.from_properties({"listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT"})
+    gw = gateway_factory(config=config, listeners={"SASL_PLAINTEXT": "127.0.0.1:0"})
+    with open_store(gw.store_path) as store:
+        for user in ("erin", "frank", "gina"):
+            store.put_scram_credential(scram_credential(user, "SCRAM-SHA-256", f"{user}-pw", iterations=4096))
+    known_salt, known_iterations = _server_first(gw.address, "erin")
+    unknown_salt, unknown_iterations = _server_first(gw.address, "mallory")
+    assert known_iterations == 4096
+    assert (len(unknown_salt), unknown_iterations) == (len(known_salt), known_iterations)
+    assert _server_first(gw.address, "mallory")[0] == unknown_salt  # repeated probes agree
+    assert _server_first(gw.address, "erin")[0] == known_salt

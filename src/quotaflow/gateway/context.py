@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from quotaflow.gateway.auth.acl_admin import AclAdminHandler
     from quotaflow.gateway.auth.authorize import Access
     from quotaflow.gateway.auth.sasl import SaslVerifier
+    from quotaflow.gateway.auth.scram import UnknownUsers
     from quotaflow.gateway.auth.scram_admin import ScramAdmin
     from quotaflow.gateway.config import GatewayConfig
     from quotaflow.gateway.data.addresses import AddressOf
@@ -51,6 +52,9 @@ class ConnectionContext(Protocol):
     def sasl(self) -> SaslVerifier: ...
     @property
     def scram_store(self) -> ScramStore | None: ...
+    @property
+    def scram_unknown_users(self) -> UnknownUsers:
+        """How an unknown user's SCRAM client-first message is answered (shaped like the store's credentials)."""
     @property
     def quota_admin(self) -> QuotaAdminHandler: ...
     @property

@@ -38,7 +38,7 @@ from quotaflow.gateway.auth.authorize import Access
 from quotaflow.gateway.auth.authz_audit import LOG_ALLOWED, AuthzAudit
 from quotaflow.gateway.auth.hidden_topics import hidden_topics_for
 from quotaflow.gateway.auth.sasl import PLAIN, SaslVerifier
-from quotaflow.gateway.auth.scram import MECHANISMS
+from quotaflow.gateway.auth.scram import MECHANISMS, UnknownUsers, unknown_user_secret
 from quotaflow.gateway.auth.scram_admin import ScramAdmin
 from quotaflow.gateway.auth.tls import (
     HANDSHAKE_TIMEOUT_S,
@@ -126,6 +126,8 @@ class Gateway:
         # SCRAM is offered when the store keeps SCRAM credentials (the SQLite store), PLAIN always
         self.scram_store = self.store if isinstance(self.store, ScramStore) else None
         self.sasl_mechanisms = MECHANISMS if self.scram_store is not None else (PLAIN,)
+        # an unknown user answered like the store's users, under a secret the fleet shares when the store signs
+        self.scram_unknown_users = UnknownUsers(self.scram_store, secret=unknown_user_secret(self.store))
         self.admin_principals = admin_principals
         self.event_log_dir = Path(event_log) if event_log is not None else None
         self.metrics_port = metrics_port

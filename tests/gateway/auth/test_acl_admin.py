@@ -117,11 +117,13 @@ def test_create_describe_delete_round_trip(h: Handler) -> None:
 
 
 def test_non_admin_gets_cluster_authorization_failed_and_nothing_changes(h: Handler) -> None:
+    # each request's getErrorResponse: ApiError.fromThrowable sends the generic error's message as null
     r = h.call(ApiKey.CreateAcls, CreateAclsRequest(creations=[creation(), creation()]), principal="bob")
-    assert [x.error_code for x in r.results] == [31, 31]
-    assert h.call(ApiKey.DescribeAcls, describe(), principal="bob").error_code == 31
+    assert [(x.error_code, x.error_message) for x in r.results] == [(31, None), (31, None)]
+    described = h.call(ApiKey.DescribeAcls, describe(), principal="bob")
+    assert (described.error_code, described.error_message, described.resources) == (31, None, [])
     x = h.call(ApiKey.DeleteAcls, DeleteAclsRequest(filters=[delete_filter()]), principal="bob")
-    assert [f.error_code for f in x.filter_results] == [31]
+    assert [(f.error_code, f.error_message, f.matching_acls) for f in x.filter_results] == [(31, None, [])]
     assert h.store.acls().bindings == frozenset() and h.reloads == 0
 
 

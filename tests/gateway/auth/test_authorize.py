@@ -584,3 +584,37 @@ def test_listings_keep_only_what_the_principal_may_describe() -> None:
     # with DESCRIBE on the cluster, ListGroups is the upstream's as it is
     authorizer.acls.append(Acl("User:bob", Op.DESCRIBE, Rt.CLUSTER, "kafka-cluster"))
     assert _plan(_access(authorizer), ApiKey.ListGroups, 3)[0] is None
+
+
+@pytest.mark.parametrize("version", range(4, topic_names.FETCH_MAX + 1))
+def test_a_refused_fetch_partition_is_kafkas_partition_response(version: int) -> None:
+    """FetchResponse.partitionResponse: the error and high_watermark -1, the schema's defaults for the rest, and
+    empty records (issue 34: null records made librdkafka fail to parse the response and re-send it at once)."""
+    plan, header = _plan(_access(MemoryAuthorizer()), ApiKey.Fetch, version, **_fetch(version, "alice-1"))
+    assert plan is not None
+    answer = _local(plan, header)
+    [topic] = answer.responses
+    fields = [(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+               p.aborted_transactions, p.preferred_read_replica, p.records) for p in topic.partitions]
+    assert fields == [(p, 29, -1, -1, -1, [], -1, b"") for p in (0, 1)]  # b"": empty, not null (None)
+
+
+@pytest.mark.parametrize(("api", "version", "expected"), [
+    (ApiKey.JoinGroup, 6, {"generation_id": -1, "member_id": "", "leader": "", "protocol_name": "", "members": []}),
+    (ApiKey.JoinGroup, 7, {"generation_id": -1, "protocol_type": None, "protocol_name": None}),
+    (ApiKey.SyncGroup, 5, {"protocol_type": None, "protocol_name": None, "assignment": b""}),
+])
+def test_group_refusals_are_their_requests_error_responses(api: int, version: int, expected: dict[str, Any]) -> None:
+    """JoinGroupRequest / SyncGroupRequest.getErrorResponse: the protocol name null from JoinGroup v7, and null
+    protocol type and name in SyncGroup (it was given JoinGroup's empty name)."""
+    fields: dict[str, Any] = {"group_id": "g", "member_id": "", "generation_id": -1, "protocol_type": "consumer",
+                              "protocols": [], "assignments": [], "session_timeout_ms": 6000,
+                              "rebalance_timeout_ms": 6000, "group_instance_id": None, "protocol_name": "range",
+                              "reason": None}
+    cls = protocol.REQUESTS[api][version]
+    plan, header = _plan(_access(MemoryAuthorizer()), api, version,
+                         **{k: v for k, v in fields.items() if k in cls._struct.fields})
+    assert plan is not None
+    answer = _local(plan, header)
+    assert answer.error_code == 30
+    assert {k: getattr(answer, k) for k in expected} == expected

@@ -122,3 +122,82 @@ def test_the_legacy_setting_is_a_kafka_boolean() -> None:
     assert not GatewayConfig().scram_legacy_client_nonce
     with pytest.raises(CommandError, match="either true or false"):
         GatewayConfig.from_properties({SCRAM_LEGACY_CLIENT_NONCE: "yes"})
+
+
+class _Store:
+    """A credential lister over a dict: (user, mechanism) -> credential."""
+
+    def __init__(self, credentials: list[ScramCredential]) -> None:
+        self.credentials = {(c.user, c.mechanism): c for c in credentials}
+        self.reads = 0
+
+    def list_credentials(self) -> list[str]:
+        self.reads += 1
+        return sorted({user for user, _m in self.credentials})
+
+    def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.credentials.get((user, mechanism))
+
+
+def _server_first(server: ScramServer, user: str) -> tuple[bytes, int]:
+    first = server.first(f"n,,n={user},r=abc".encode())
+    attrs = dict(part.split("=", 1) for part in first.decode().split(","))
+    return base64.b64decode(attrs["s"]), int(attrs["i"])
+
+
+def test_an_unknown_user_is_answered_with_the_stored_users_iterations_and_salt_length() -> None:
+    """kafka-configs makes credentials with 4096 iterations; a fixed 8192 for unknown users told who exists."""
+    from quotaflow.gateway.auth.scram import UnknownUsers
+
+    stored = [scram_credential(u, "SCRAM-SHA-256", "pw", iterations=4096, salt=bytes(range(20)))
+              for u in ("alice", "bob")] + [scram_credential("carol", "SCRAM-SHA-256", "pw", iterations=8192),
+                                            scram_credential("alice", "SCRAM-SHA-512", "pw", iterations=5000)]
+    store = _Store(stored)
+    unknown = UnknownUsers(store)
+
+    def answer(user: str, mechanism: str = "SCRAM-SHA-256") -> tuple[bytes, int]:
+        server = ScramServer(mechanism, store.get_scram_credential, unknown=unknown.credential)
+        return _server_first(server, user)
+
+    alice_salt, alice_iterations = answer("alice")
+    nobody_salt, nobody_iterations = answer("nobody")
+    assert (len(nobody_salt), nobody_iterations) == (len(alice_salt), alice_iterations) == (20, 4096)
+    assert answer("nobody") == (nobody_salt, nobody_iterations)  # asking again tells nothing
+    assert answer("nobody2")[0] != nobody_salt
+    assert answer("nobody", "SCRAM-SHA-512")[1] == 5000  # per mechanism
+    assert (len(answer("x", "SCRAM-SHA-512")[0]), answer("alice", "SCRAM-SHA-512")[1]) == (32, 5000)
+    assert store.reads == 1  # the shape is read once per refresh interval, not per login
+
+
+def test_the_unknown_users_shape_follows_the_store_and_has_a_default() -> None:
+    from quotaflow.gateway.auth.scram import UnknownUsers
+    from quotaflow.store.scram import DEFAULT_ITERATIONS, SALT_BYTES
+
+    now = [0.0]
+    store = _Store([])
+    unknown = UnknownUsers(store, refresh_s=30.0, clock=lambda: now[0])
+    assert unknown.shape("SCRAM-SHA-256") == (SALT_BYTES, DEFAULT_ITERATIONS)  # an empty store: a new credential's
+    store.credentials[("u", "SCRAM-SHA-256")] = scram_credential("u", "SCRAM-SHA-256", "pw", iterations=4096,
+                                                                 salt=b"s" * 100)
+    assert unknown.shape("SCRAM-SHA-256") == (SALT_BYTES, DEFAULT_ITERATIONS)  # within the refresh interval
+    now[0] = 31.0
+    assert unknown.shape("SCRAM-SHA-256") == (100, 4096)
+    assert len(unknown.credential("SCRAM-SHA-256", "nobody").salt) == 100  # longer than one HMAC block too
+    assert UnknownUsers(None).shape("SCRAM-SHA-512") == (SALT_BYTES, DEFAULT_ITERATIONS)
+
+
+def test_a_signing_store_gives_the_fleet_one_salt_per_unknown_name() -> None:
+    """Two gateways on one signed store answer an unknown name with the same salt (as they answer a stored user's);
+    without signing keys each process has its own secret."""
+    from types import SimpleNamespace
+
+    from quotaflow.gateway.auth.scram import UnknownUsers, unknown_user_secret
+    from quotaflow.store.signing import RecordSigner
+
+    key = b"k" * 32
+    one, two = (SimpleNamespace(signer=RecordSigner([key, b"o" * 32])) for _ in range(2))
+    other = SimpleNamespace(signer=RecordSigner([b"x" * 32]))
+    salts = [UnknownUsers(None, secret=unknown_user_secret(s)).credential("SCRAM-SHA-256", "nobody").salt
+             for s in (one, two, other, object())]
+    assert salts[0] == salts[1] and len({salts[0], salts[2], salts[3]}) == 3
+    assert unknown_user_secret(object()) == unknown_user_secret(SimpleNamespace(signer=None))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.protocol.admin import (
@@ -103,7 +104,7 @@ def test_unauthorised_principals_are_refused(gateway: GatewayThread, store_path:
     anonymous = Wire(gateway.address("PLAINTEXT"))
     described = _describe(anonymous)
     assert (described.error_code, described.error_message, described.entries) == (
-        31, "Cluster authorization failed.", None)
+        31, None, None)  # DescribeClientQuotasRequest.getErrorResponse: ApiError's null message, null entries
     bob = Wire(gateway.address("SASL_PLAINTEXT"))
     assert _login(bob, "bob", "bob-secret").error_code == 0
     altered = _alter(bob, "bob", "producer_byte_rate", 1e9)
@@ -169,3 +170,32 @@ def test_security_protocol_map() -> None:
     assert tls.security_protocol("EXTERNAL") == "SSL" and tls.security_protocol("INT") == "SASL_SSL"
     with pytest.raises(CommandError):
         GatewayConfig.from_properties({"listener.security.protocol.map": "EXTERNAL:GSSAPI"})
+
+
+def test_a_refused_alteration_echoes_every_entry_as_sent() -> None:
+    """AlterClientQuotasRequest.getErrorResponse: one result per request entry (a repeated entity included), its
+    entity in the order sent, CLUSTER_AUTHORIZATION_FAILED with Errors.message()'s text; the store untouched."""
+    from quotaflow.gateway.data import protocol
+    from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+
+    cls = protocol.REQUESTS[49][1]
+    entry = cls._struct.fields["entries"].data_class
+    entity, op = entry._struct.fields["entity"].data_class, entry._struct.fields["ops"].data_class
+
+    def one(*pairs: tuple[str, str | None]) -> Any:
+        return entry(entity=[entity(entity_type=t, entity_name=n) for t, n in pairs],
+                     ops=[op(key="producer_byte_rate", value=1.0, remove=False)])
+
+    request = cls(entries=[one(("user", "u"), ("client-id", "c")), one(("client-id", "c"), ("user", "u")),
+                           one(("user", None))], validate_only=False)
+
+    class NoAdmin:
+        def alter(self, *_a: Any, **_k: Any) -> Any:
+            raise AssertionError("a refused alteration reached the store")
+
+    answer = QuotaAdminHandler(NoAdmin(), None).alter(1, request, allowed=False)  # type: ignore[arg-type]
+    assert [(r.error_code, r.error_message, [(e.entity_type, e.entity_name) for e in r.entity])
+            for r in answer.entries] == [
+        (31, "Cluster authorization failed.", [("user", "u"), ("client-id", "c")]),
+        (31, "Cluster authorization failed.", [("client-id", "c"), ("user", "u")]),
+        (31, "Cluster authorization failed.", [("user", None)])]

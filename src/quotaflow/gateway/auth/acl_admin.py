@@ -110,8 +110,8 @@ class AclAdminHandler:
     def answer(self, api_key: int, version: int, decoded: Sequence[Any], allowed: bool) -> Any:
         cls = response_class(api_key, version)
         if not allowed:
-            e: Any = ClusterAuthorizationFailedError()
-            return self._error(api_key, cls, decoded, e.errno, e.description)
+            e: Any = ClusterAuthorizationFailedError()  # ApiError.fromThrowable: the generic error's message null
+            return self._error(api_key, cls, decoded, e.errno, e.message)
         if self.admin is None:
             message = _NO_AUTHORIZER_DESCRIBE if api_key == ApiKey.DescribeAcls else _NO_AUTHORIZER
             return self._error(api_key, cls, decoded, SecurityDisabledError.errno, message)

@@ -45,7 +45,7 @@ from quotaflow.core.errors import (
 from quotaflow.gateway.auth import topic_names
 from quotaflow.gateway.auth.authz_audit import AuthzAudit
 from quotaflow.gateway.auth.hidden_topics import RESERVED_PREFIX, HiddenTopics
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.data import error_response, protocol
 
 if TYPE_CHECKING:
     from quotaflow.gateway.data.api_handlers import HandlerScope
@@ -59,6 +59,10 @@ GROUP_AUTHORIZATION_FAILED: Final = GroupAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED: Final = ClusterAuthorizationFailedError.errno
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = TransactionalIdAuthorizationFailedError.errno
 OPERATION_NOT_ATTEMPTED: Final = 55
+_GENERIC: Final = {e.errno: e.description for e in (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
+                                                    ClusterAuthorizationFailedError,
+                                                    TransactionalIdAuthorizationFailedError)}
+"""Kafka's ``Errors.message()`` of the refusals, for the responses whose Kafka code sends it."""
 NO_OPERATIONS: Final = None  # authorized_operations when not asked for (kafka-python's bitfield for -2^31)
 
 TOPIC_OPERATIONS: Final = (OP.READ, OP.WRITE, OP.CREATE, OP.DESCRIBE, OP.DELETE, OP.ALTER, OP.DESCRIBE_CONFIGS,
@@ -202,23 +206,17 @@ def _reencode(request: Any, header: protocol.RequestHeader) -> bytes:
 
 
 def _response(header: protocol.RequestHeader, **fields: Any) -> Any:
-    cls = protocol.response_class(header.api_key, header.api_version)
-    return cls(**fields)
+    """The response as Kafka's error path builds it: ``fields``, the schema's defaults for the rest
+    (:mod:`quotaflow.gateway.data.error_response`)."""
+    return error_response.message(header.api_key, header.api_version, **fields)
 
 
 def _local(header: protocol.RequestHeader, message: Any) -> bytes:
     return protocol.encode_response(message, header.api_version, header.correlation_id)
 
 
-def _entry_class(owner: Any, field: str) -> Any:
-    return owner._struct.fields[field].data_class
-
-
-def _new(owner: Any, field: str, **values: Any) -> Any:
-    """An element of ``owner``'s array ``field`` with ``values`` (Kafka's defaults for the rest)."""
-    cls = _entry_class(owner, field)
-    known = cls._struct.fields
-    return cls(**{k: v for k, v in values.items() if k in known})
+_entry_class: Final = error_response.element_class
+_new: Final = error_response.element  # an element with ``values``, the schema's defaults (Kafka's) for the rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +232,7 @@ class TopicShape:
     r_parts: str
     r_index: str
     r_error: str = "error_code"
-    defaults: tuple[tuple[str, Any], ...] = ()
+    defaults: tuple[tuple[str, Any], ...] = ()  # what Kafka's refusal sets besides the error (never a default)
 
 
 def _partitions(topic: Any, shape: TopicShape) -> list[int]:
@@ -359,8 +357,10 @@ def _with_acks(header: protocol.RequestHeader, frame: bytes, plan: Plan | None) 
 
 _FETCH: Final = TopicShape("topics", "topic", "partitions", "partition", "responses", "topic", "partitions",
                            "partition_index",
-                           defaults=(("high_watermark", -1), ("last_stable_offset", -1), ("log_start_offset", -1),
-                                     ("preferred_read_replica", -1), ("records", None)))
+                           defaults=(("high_watermark", -1),))
+"""A refused partition as ``FetchResponse.partitionResponse`` makes it: the error and ``high_watermark`` -1; the
+schema's defaults for the rest (last stable and log start offsets -1, no aborted transactions, preferred read
+replica -1) and empty records, as Kafka writes them (librdkafka cannot parse null records)."""
 
 
 def _fetch(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
@@ -502,8 +502,9 @@ def _create_topics_merge(check: Check) -> Merge:
 
 
 _CREATE_TOPICS_PLANNER: Final = _topic_results("topics", "topics", OP.CREATE, cluster_op=OP.CREATE,
-                                               error_message=None, num_partitions=-1, replication_factor=-1,
-                                               configs=None)
+                                               error_message="Authorization failed.")
+"""A refused topic as KRaft's controller answers it (ControllerApis): the error, "Authorization failed.", the
+schema's defaults for the rest (-1 partitions and replication factor, no configs)."""
 
 
 def _create_topics(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
@@ -757,7 +758,14 @@ _REASSIGN: Final = TopicShape("topics", "name", "partitions", "partition_index",
 
 def _list_reassignments(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
     if check.authorizer is not None and not check.cluster(OP.DESCRIBE):
-        return _error_only(header, CLUSTER_AUTHORIZATION_FAILED, error_message=None, topics=[])
+        # getErrorResponse: the topics and partitions asked about echoed (none for a listing of all)
+        asked = _decode(frame, header).topics or []
+        owner = protocol.response_class(header.api_key, header.api_version)
+        tcls = _entry_class(owner, "topics")
+        topics = [_new(owner, "topics", name=t.name, partitions=[_new(tcls, "partitions", partition_index=int(p))
+                                                                 for p in t.partition_indexes or []])
+                  for t in asked]
+        return _error_only(header, CLUSTER_AUTHORIZATION_FAILED, error_message=None, topics=topics)
     if not check.hidden.may_name(frame):
         return None
     request = _decode(frame, header)
@@ -807,18 +815,17 @@ def _configs(op: AclOperation, resp_field: str, **defaults: Any) -> Planner:
 
 # -- groups and transactions ------------------------------------------------------------------------------------
 
-def _group_api(op: AclOperation, **refused_fields: Any) -> Planner:
-    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: one group, READ (30 for the request)."""
+def _group_api(op: AclOperation, refused: Callable[[int], dict[str, Any]] | None = None) -> Planner:
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: one group, READ (30 for the request, with what the request's
+    ``getErrorResponse`` sets at this version)."""
     def planner(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
         if check.authorizer is None:
             return None
         request = _decode(frame, header)
         if check.group(op, request.group_id):
             return None
-        owner = protocol.response_class(header.api_key, header.api_version)
-        known = owner._struct.fields
-        return Plan(None, _local(header, owner(error_code=GROUP_AUTHORIZATION_FAILED,
-                                               **{k: v for k, v in refused_fields.items() if k in known})))
+        fields = refused(header.api_version) if refused is not None else {}
+        return _error_only(header, GROUP_AUTHORIZATION_FAILED, **fields)
     return planner
 
 
@@ -838,15 +845,14 @@ def _find_coordinator(check: Check, header: protocol.RequestHeader, frame: bytes
     if header.api_version < 4:
         c = code(request.key)
         if not c:
-            return None
-        return _error_only(header, c, error_message=None, node_id=-1, host="", port=-1)
+            return None  # KafkaApis: the error's generic message (Errors.message()) and Node.noNode()
+        return _error_only(header, c, error_message=_GENERIC[c], node_id=-1, host="", port=-1)
     owner = protocol.response_class(header.api_key, header.api_version)
     kept, refused = [], []
     for key in request.coordinator_keys or []:
         c = code(key)
         if c:
-            refused.append(_new(owner, "coordinators", key=key, node_id=-1, host="", port=-1, error_code=c,
-                                error_message=None))
+            refused.append(_new(owner, "coordinators", key=key, node_id=-1, host="", port=-1, error_code=c))
         else:
             kept.append(key)
     if not refused:
@@ -944,7 +950,7 @@ def _end_txn(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan
     request = _decode(frame, header)
     if check.txn(OP.WRITE, request.transactional_id):
         return None
-    return _error_only(header, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
+    return _error_only(header, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
 
 def _describe_transactions(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
@@ -953,8 +959,7 @@ def _describe_transactions(check: Check, header: protocol.RequestHeader, frame: 
     ids = request.transactional_ids or []
     kept = [i for i in ids if check.txn(OP.DESCRIBE, i)]
     refused = [_new(owner, "transaction_states", error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    transactional_id=i, transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
-                    producer_id=-1, producer_epoch=-1, topics=[]) for i in ids if i not in kept]
+                    transactional_id=i) for i in ids if i not in kept]  # KafkaApis sets these two only
 
     def merge(message: Any) -> None:
         _strip_transactions(check, message)
@@ -979,11 +984,9 @@ def _list_transactions(check: Check, header: protocol.RequestHeader, frame: byte
     return Plan(frame, merge=merge)
 
 
-def _update_features_refused(header: protocol.RequestHeader, request: Any) -> Any:
-    owner = protocol.response_class(header.api_key, header.api_version)
-    results = [_new(owner, "results", feature=u.feature, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None)
-               for u in request.feature_updates or []] if header.api_version < 2 else []
-    return owner(error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=results)
+def _update_features_refused(header: protocol.RequestHeader, _request: Any) -> Any:
+    """UpdateFeaturesResponse.createWithErrors with a top-level error: no per-feature results, at any version."""
+    return _response(header, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=[])
 
 
 def _no_check(_check: Check, _header: protocol.RequestHeader, _frame: bytes) -> Plan | None:
@@ -1003,8 +1006,16 @@ def nameable_topics(access: Access, principal: str, host: str, api: int, names: 
     return [n for n in names if _quiet_topic(check, op, n)]
 
 
-_GROUP_REFUSED: Final = {"generation_id": -1, "member_id": "", "leader": "", "protocol_name": "", "members": [],
-                         "assignment": b""}
+def _join_group_refused(version: int) -> dict[str, Any]:
+    """JoinGroupRequest.getErrorResponse: no generation, member or leader; the protocol name null from v7 (where it
+    became nullable), empty before."""
+    return {"generation_id": -1, "member_id": "", "leader": "", "members": [],
+            "protocol_name": None if version >= 7 else ""}
+
+
+def _sync_group_refused(_version: int) -> dict[str, Any]:
+    """SyncGroupRequest.getErrorResponse: an empty assignment (protocol type and name keep their null default)."""
+    return {"assignment": b""}
 
 PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.Produce: _produce,
@@ -1014,15 +1025,14 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.OffsetCommit: _offset_commit,
     ApiKey.OffsetFetch: _offset_fetch,
     ApiKey.FindCoordinator: _find_coordinator,
-    ApiKey.JoinGroup: _group_api(OP.READ, **_GROUP_REFUSED),
+    ApiKey.JoinGroup: _group_api(OP.READ, _join_group_refused),
     ApiKey.Heartbeat: _group_api(OP.READ),
-    ApiKey.LeaveGroup: _group_api(OP.READ, members=[]),
-    ApiKey.SyncGroup: _group_api(OP.READ, **_GROUP_REFUSED),
+    ApiKey.LeaveGroup: _group_api(OP.READ),
+    ApiKey.SyncGroup: _group_api(OP.READ, _sync_group_refused),
     ApiKey.DescribeGroups: _describe_groups,
     ApiKey.ListGroups: _list_groups,
     ApiKey.CreateTopics: _create_topics,
-    ApiKey.DeleteTopics: _topic_results("topic_names", "responses", TOPIC_MUTATIONS[ApiKey.DeleteTopics],
-                                        error_message=None),
+    ApiKey.DeleteTopics: _topic_results("topic_names", "responses", TOPIC_MUTATIONS[ApiKey.DeleteTopics]),
     ApiKey.DeleteRecords: _by_topic(_DELETE_RECORDS, OP.DELETE),
     ApiKey.InitProducerId: _init_producer_id,
     ApiKey.OffsetForLeaderEpoch: _by_topic(_EPOCHS, OP.DESCRIBE),
@@ -1038,8 +1048,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.AlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
     ApiKey.IncrementalAlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
     ApiKey.DescribeLogDirs: _hidden_listing(_strip_log_dirs)(_cluster_only(OP.DESCRIBE, _describe_log_dirs_refused)),
-    ApiKey.CreatePartitions: _topic_results("topics", "results", TOPIC_MUTATIONS[ApiKey.CreatePartitions],
-                                            error_message=None),
+    ApiKey.CreatePartitions: _topic_results("topics", "results", TOPIC_MUTATIONS[ApiKey.CreatePartitions]),
     ApiKey.DeleteGroups: _delete_groups,
     ApiKey.ElectLeaders: _partitions_by_topic(_ELECT, OP.ALTER, top_error=True),
     ApiKey.AlterPartitionReassignments: _partitions_by_topic(_REASSIGN, OP.ALTER, top_error=True),

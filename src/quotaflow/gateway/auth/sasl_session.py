@@ -115,7 +115,8 @@ class SaslSession:
             self._set_state(HANDSHAKEN_V0 if version == 0 else HANDSHAKEN)
             if request.mechanism != PLAIN and gateway.scram_store is not None:
                 self._scram = ScramServer(request.mechanism, gateway.scram_store.get_scram_credential,
-                                          legacy_client_nonce=gateway.config.scram_legacy_client_nonce)
+                                          legacy_client_nonce=gateway.config.scram_legacy_client_nonce,
+                                          unknown=gateway.scram_unknown_users.credential)
         mechanisms = list(gateway.sasl_mechanisms)
         pending.local = protocol.encode_response(cls(error_code=error, mechanisms=mechanisms), version,
                                                  pending.header.correlation_id)

@@ -7,11 +7,13 @@ and answered with the server signature ``v=HMAC(ServerKey, AuthMessage)``. Only 
 (``quotaflow.store.scram``). An authorization id other than the user is refused, as Kafka does.
 
 An unknown user is indistinguishable from a known one with a wrong password (Kafka itself refuses an unknown user
-at the client-first message; the gateway does not tell): its server-first message carries a salt as long as a new
-credential's and the store's default iteration count, the salt an HMAC of the user name under a secret drawn
-at process start (stable per name, so asking twice tells nothing; unrelated across processes), and the exchange
-fails at the proof with the same error, message and delay. The work is the same too: one store lookup and the same
-HMACs whoever asks (the server runs no PBKDF2 for SCRAM: the store keeps the derived keys).
+at the client-first message; the gateway does not tell): its server-first message carries the iteration count and
+salt length most of the store's credentials of that mechanism have (:class:`UnknownUsers`; a new credential's when
+there are none), so a store of users made with ``kafka-configs``' 4096 iterations answers 4096 for everyone; the
+salt is an HMAC of the user name under a secret (stable per name, so asking twice tells nothing; derived from the
+store's signing key when there is one, so a fleet agrees, else drawn at process start: :func:`unknown_user_secret`),
+and the exchange fails at the proof with the same error, message and delay. The work is the same too: one store
+lookup and the same HMACs whoever asks (the server runs no PBKDF2 for SCRAM: the store keeps the derived keys).
 
 The client-final nonce must equal the server-first one (RFC 5802; Kafka 4.x's check since CVE-2024-56128).
 librdkafka before 2.6.1 repeats its own nonce in front of it (PR #4895); Kafka 3.8.1-3.9 accepted that (the
@@ -27,8 +29,11 @@ import hashlib
 import hmac
 import logging
 import os
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from quotaflow.gateway.auth.sasl import SaslAuthenticationError
 from quotaflow.gateway.config import SCRAM_LEGACY_CLIENT_NONCE
@@ -52,13 +57,84 @@ def _attributes(message: str) -> dict[str, str]:
     return out
 
 
-def unknown_user_credential(mechanism: str, user: str) -> ScramCredential:
-    """What an unknown user is answered with: a salt as long as a new credential's, an HMAC of the name under the
-    process's secret; the store's default iterations; keys no proof can match (and never checked: see ``final``)."""
-    key = hmac.new(_UNKNOWN_USER_SECRET, f"{mechanism}\0{user}".encode(), "sha512").digest()
-    salt, stored = key[:SALT_BYTES], digest(mechanism, key)
-    return ScramCredential(user, mechanism, salt, stored, hmac_digest(mechanism, key, b"Server Key"),
-                           DEFAULT_ITERATIONS)
+def unknown_user_credential(mechanism: str, user: str, *, salt_bytes: int = SALT_BYTES,
+                            iterations: int = DEFAULT_ITERATIONS, secret: bytes = _UNKNOWN_USER_SECRET
+                            ) -> ScramCredential:
+    """What an unknown user is answered with: a salt of ``salt_bytes``, an HMAC of the name under ``secret`` (the
+    process's by default); ``iterations``; keys no proof can match (and never checked: see ``final``)."""
+    key = hmac.new(secret, f"{mechanism}\0{user}".encode(), "sha512").digest()
+    blocks = [key] + [hmac.new(secret, f"{i}\0{mechanism}\0{user}".encode(), "sha512").digest()
+                      for i in range(1, -(-salt_bytes // len(key)))]
+    salt = b"".join(blocks)[:salt_bytes]
+    return ScramCredential(user, mechanism, salt, digest(mechanism, key), hmac_digest(mechanism, key, b"Server Key"),
+                           iterations)
+
+
+def unknown_user_secret(store: object) -> bytes:
+    """The secret unknown users' salts are made under: derived from the store's signing key
+    (``quotaflow.store.signing.key.file``, its first key) when it has one, so that every gateway of a fleet answers
+    one unknown name with the same salt, as each answers a stored user with the stored salt; else the secret drawn
+    at process start (each gateway its own)."""
+    keys = getattr(getattr(store, "signer", None), "keys", None)
+    if keys:
+        return hmac.new(keys[0], b"quotaflow-scram-unknown-user-v1", "sha256").digest()
+    return _UNKNOWN_USER_SECRET
+
+
+class CredentialLister(Protocol):
+    def list_credentials(self) -> list[str]: ...
+    def get_scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+
+SHAPE_REFRESH_S: Final = 30.0  # how long the store's credential shape is reused before it is read again
+SHAPE_SAMPLE: Final = 1024  # users read to find it (the most common shape shows in any sample of this size)
+
+
+class UnknownUsers:
+    """The answer to an unknown user's client-first message, shaped like the store's users: per mechanism, the
+    (salt length, iteration count) most of the store's credentials of that mechanism have, so that neither tells
+    a stored user from an unknown one (``kafka-configs`` creates credentials with 4096 iterations, quotaflow's CLI
+    with 8192: a fixed answer would give one of them away). Read from the store at most every
+    :data:`SHAPE_REFRESH_S` seconds, over at most :data:`SHAPE_SAMPLE` users; a new credential's shape while the
+    store has none of that mechanism."""
+
+    def __init__(self, store: CredentialLister | None, *, secret: bytes = _UNKNOWN_USER_SECRET,
+                 refresh_s: float = SHAPE_REFRESH_S, sample: int = SHAPE_SAMPLE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._secret = secret
+        self._refresh_s = refresh_s
+        self._sample = sample
+        self._clock = clock
+        self._shapes: dict[str, tuple[int, int]] = {}
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+
+    def shape(self, mechanism: str) -> tuple[int, int]:
+        """(salt length, iterations) of ``mechanism``'s most common stored credential."""
+        now = self._clock()
+        with self._lock:
+            if self._read_at is None or now - self._read_at >= self._refresh_s:
+                self._shapes = self._read()
+                self._read_at = now
+            return self._shapes.get(mechanism, (SALT_BYTES, DEFAULT_ITERATIONS))
+
+    def _read(self) -> dict[str, tuple[int, int]]:
+        if self._store is None:
+            return {}
+        counts: dict[str, Counter[tuple[int, int]]] = {m: Counter() for m in HASHES}
+        for user in self._store.list_credentials()[:self._sample]:
+            for mechanism, seen in counts.items():
+                credential = self._store.get_scram_credential(user, mechanism)
+                if credential is not None:
+                    seen[(len(credential.salt), credential.iterations)] += 1
+        # ties: the larger count, then the longer salt (a stable choice whatever the listing order)
+        return {m: max(seen.items(), key=lambda item: (item[1], item[0]))[0] for m, seen in counts.items() if seen}
+
+    def credential(self, mechanism: str, user: str) -> ScramCredential:
+        salt_bytes, iterations = self.shape(mechanism)
+        return unknown_user_credential(mechanism, user, salt_bytes=salt_bytes, iterations=iterations,
+                                       secret=self._secret)
 
 
 def _username(value: str) -> str:
@@ -71,10 +147,12 @@ class ScramServer:
     """One client's SCRAM exchange: :meth:`first` then :meth:`final`; ``SaslAuthenticationError`` on failure."""
 
     def __init__(self, mechanism: str, lookup: Lookup, nonce: Callable[[], str] | None = None, *,
-                 legacy_client_nonce: bool = False) -> None:
+                 legacy_client_nonce: bool = False, unknown: Callable[[str, str], ScramCredential] | None = None
+                 ) -> None:
         if mechanism not in HASHES:
             raise ValueError(mechanism)
         self.mechanism = mechanism
+        self._unknown = unknown or unknown_user_credential  # (mechanism, user): an unknown user's answer
         self.legacy_client_nonce = legacy_client_nonce  # quotaflow.sasl.scram.legacy.client.nonce
         self._lookup = lookup
         self._nonce = nonce or (lambda: base64.b64encode(os.urandom(24)).decode("ascii"))
@@ -105,7 +183,7 @@ class ScramServer:
         credential = self._lookup(user, self.mechanism)
         # an unknown user gets a made-up (stable) salt and keys, and fails at the proof like a wrong password; made
         # for everyone, so both paths do the same work
-        fake = unknown_user_credential(self.mechanism, user)
+        fake = self._unknown(self.mechanism, user)
         self._credential = credential or fake
         self._known = credential is not None
         self._nonce_value = attrs["r"] + self._nonce()

@@ -61,11 +61,12 @@ class ScramAdmin:
         cls = response_class(ApiKey.DescribeUserScramCredentials, version)
         result = cls.DescribeUserScramCredentialsResult
         if not allowed:
-            # Kafka's getErrorResponse: the error at the top and once per named user (with no user name)
+            # Kafka's getErrorResponse: the error at the top and once per named user (the user name left at its
+            # default, ""), the messages ApiError.fromThrowable's: null for the generic error. librdkafka (up to
+            # 2.16 at least) aborts on any top-level error here: see docs/security.md
             e = ClusterAuthorizationFailedError()
-            return cls(error_code=e.errno, error_message=e.description, results=[
-                result(user="", error_code=e.errno, error_message=e.description, credential_infos=[])
-                for _ in request.users or []])
+            return cls(error_code=e.errno, error_message=e.message, results=[
+                result(error_code=e.errno, error_message=e.message) for _ in request.users or []])
         info = result.CredentialInfo
         results = []
         if not request.users:  # null or empty: every user with a SCRAM credential
@@ -97,8 +98,9 @@ class ScramAdmin:
         users = list(dict.fromkeys([d.name for d in request.deletions or []] +
                                    [u.name for u in request.upsertions or []]))
         if not allowed:
+            # getErrorResponse: every user named once, sorted, with ApiError.fromThrowable's (null) message
             e = ClusterAuthorizationFailedError()
-            return cls(results=[result(user=u, error_code=e.errno, error_message=e.description) for u in users])
+            return cls(results=[result(user=u, error_code=e.errno, error_message=e.message) for u in sorted(users)])
         errors: dict[str, tuple[int, str]] = {}
         seen: dict[tuple[str, int], int] = {}
         for item in [*(request.deletions or []), *(request.upsertions or [])]:

@@ -57,9 +57,10 @@ class QuotaAdminHandler:
     def describe(self, version: int, request: Any, allowed: bool) -> Any:
         cls = response_class(ApiKey.DescribeClientQuotas, version)
         if not allowed:
-            # getErrorResponse(Errors.CLUSTER_AUTHORIZATION_FAILED.exception): the error's default message
+            # getErrorResponse(Errors.CLUSTER_AUTHORIZATION_FAILED.exception): ApiError.fromThrowable's message,
+            # null for the generic error, and null entries
             e = ClusterAuthorizationFailedError()
-            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.description, entries=None)
+            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.message, entries=None)
         quota_filter = QuotaFilter(
             tuple(FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components),
             bool(request.strict),
@@ -84,19 +85,20 @@ class QuotaAdminHandler:
 
     def alter(self, version: int, request: Any, allowed: bool) -> Any:
         cls = response_class(ApiKey.AlterClientQuotas, version)
+        if not allowed:
+            # getErrorResponse: every entry of the request echoed, its entity as sent, with code 31 and
+            # Errors.message() (the generic text: this one is not ApiError's)
+            error = ClusterAuthorizationFailedError()
+            entry = cls.EntryData
+            return cls(throttle_time_ms=0, entries=[
+                entry(error_code=error.errno, error_message=error.description,
+                      entity=[entry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                              for e in requested.entity]) for requested in request.entries])
         alterations = [
             Alteration(_raw_entity(e.entity), tuple(QuotaOp(op.key, None if op.remove else float(op.value))
                                                     for op in e.ops))
             for e in request.entries
         ]
-        if not allowed:
-            # every distinct entity echoed with code 31 and the generic message (``KafkaApis``)
-            error = ClusterAuthorizationFailedError()
-            seen: dict[frozenset[tuple[str | None, str | None]], RawEntity] = {}
-            for a in alterations:
-                seen.setdefault(frozenset(a.entity.items()), a.entity)
-            entries = [self._result(cls, e, error.errno, error.description) for e in seen.values()]
-            return cls(throttle_time_ms=0, entries=entries)
         results: list[AlterResult] = self.admin.alter(alterations, validate_only=bool(request.validate_only))
         return cls(throttle_time_ms=0,
                    entries=[self._result(cls, r.entity, r.error.code, r.error.message) for r in results])
