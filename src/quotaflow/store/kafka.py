@@ -66,6 +66,7 @@ DEFAULT_TOPIC: Final = "__quotaflow_quotas"
 DEFAULT_TIMEOUT_MS: Final = 30_000
 FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
 POLL_MS: Final = 100
+PLACEMENT_ATTEMPTS: Final = 20  # a signed write re-signed this often for a later offset before giving up
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 # Kafka client property -> kafka-python keyword (librdkafka's spelling accepted too where it differs)
@@ -177,6 +178,8 @@ class KafkaStore:
         self.signer = RecordSigner.from_file(key_file) if key_file else None
         self._view = StoreView(str(self.spec), signer=self.signer, topic=self.spec.topic)  # guarded by _cond
         self._error: str | None = None
+        self._write_lock = threading.Lock()  # one append at a time per process: they would race for offsets
+        self._next_offset = 0  # right after this store's own last write (guarded by _write_lock)
         self._stop = threading.Event()
         self._timeout_s = self.spec.timeout_ms / 1000
         self._producer: Any = None
@@ -295,26 +298,55 @@ class KafkaStore:
                 self._cond.wait(min(remaining, 0.5))
 
     def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
-        """Produce ``records`` to the one partition, wait until this store's view has applied them; their
-        offsets."""
+        """Produce ``records`` to the one partition in order, wait until this store's view has applied them; their
+        offsets.
+
+        Signed, each record is valid only at the offset it was signed for (:mod:`quotaflow.store.records`). The
+        offset is predicted from what this store has read (its view's position, or right after its own last
+        write); another writer's record landing first shifts ours, so what landed elsewhere (and is therefore
+        refused by every reader) is signed again for the offset after the last one acknowledged and re-sent,
+        until every record sits where it was signed for (bounded by ``PLACEMENT_ATTEMPTS``)."""
         from kafka.errors import KafkaError as ClientError
 
-        try:
-            futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0, headers=self._sign(k, v))
-                       for k, v in records]
-            self._producer.flush(timeout=self._timeout_s)
-            offsets = [int(f.get(timeout=self._timeout_s).offset) for f in futures]
-        except ClientError as e:
-            raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
+        with self._write_lock:
+            try:
+                if self.signer is None:
+                    offsets = self._send([(k, v, None) for k, v in records])
+                else:
+                    offsets = self._send_placed(records)
+            except ClientError as e:
+                raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
         self._wait_for(max(offsets) + 1, "apply")
         return offsets
 
-    def _sign(self, key: bytes, value: bytes | None) -> list[tuple[str, bytes]] | None:
-        if self.signer is None:
-            return None
+    def _send(self, records: Sequence[tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]]) -> list[int]:
+        futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0, headers=h)
+                   for k, v, h in records]
+        self._producer.flush(timeout=self._timeout_s)
+        return [int(f.get(timeout=self._timeout_s).offset) for f in futures]
+
+    def _send_placed(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
+        assert self.signer is not None
+        placed: list[int] = []
+        pending = list(records)
         with self._cond:
-            ts = self._view.replays.stamp(self._clock_ms())
-        return self.signer.sign(self.spec.topic, key, value, ts)
+            at = max(self._view.position, self._next_offset)
+        for _attempt in range(PLACEMENT_ATTEMPTS):
+            with self._cond:
+                ts = max(self._clock_ms(), self._view.newest_ms + 1)
+            signed = [(k, v, self.signer.sign(self.spec.topic, k, v, ts, at + i)) for i, (k, v) in enumerate(pending)]
+            offsets = self._send(signed)
+            # offsets only grow: once one record landed past its offset, every later one did too
+            landed = next((i for i, o in enumerate(offsets) if o != at + i), len(offsets))
+            placed.extend(offsets[:landed])
+            self._next_offset = max(offsets) + 1
+            if landed == len(pending):
+                return placed
+            log.info("quota store %s: %d record(s) lost a race with another writer; signing them again for "
+                     "offset %d", self, len(pending) - landed, self._next_offset)
+            pending, at = pending[landed:], self._next_offset
+        raise StoreError(f"quota store {self}: cannot write: other writers took the offsets of {len(pending)} "
+                         f"record(s) {PLACEMENT_ATTEMPTS} times in a row")
 
     @property
     def signed(self) -> bool:

@@ -10,6 +10,14 @@ holds derived key material only; a null value (a tombstone) deletes it.
 
 A record's change-log ``seq`` is its offset + 1, the position after it (as Kafka commits offsets), so seq 0 means
 "nothing yet" and ``changes_since(0)`` is everything, as with the SQLite store.
+
+With a signer, every record is signed for the offset it is written at (:mod:`quotaflow.store.signing`) and a
+reader applies it only there. That is what makes a record never replayable, whatever its age and however quiet
+the store: an offset is used once, so the copy of a quota, an ACL or a credential written again, after a newer
+record of its key or after that key's tombstone, lands at another offset and is refused by every reader. The rule
+reads nothing but the record itself, so it gives the same answer on the whole log, on a compacted log (compaction
+keeps offsets) and after a restart (no state outside the topic). Writers learn the offset from their view's
+position and re-sign what lost a race with another writer (:meth:`quotaflow.store.kafka.KafkaStore._append`).
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from quotaflow.core.validation import config_keys_for_entity, validate_quota_key
 from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
 from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.scram import HASHES
-from quotaflow.store.signing import RecordSigner, ReplayGuard
+from quotaflow.store.signing import RecordSigner, Verified
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +175,30 @@ def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], i
     return entity, ops, int(doc["ts"])
 
 
+def _placement_problem(verified: Verified, offset: int) -> str | None:
+    """Why a signed record does not apply at ``offset``, or None when it does."""
+    if verified.error is not None:
+        return verified.error
+    if verified.offset is None:
+        return ("signed without its offset (by a quotaflow that did not bind records to offsets, or a record of "
+                "another kind): refused, it could be a replay; `quotaflow store copy` re-signs a store")
+    if verified.offset != offset:
+        return (f"signed for offset {verified.offset}, found at {offset}: a replayed record, or a write that lost a "
+                f"race with another writer (its writer signs it again for its new offset)")
+    return None
+
+
 class StoreView:
     """Entities, credentials and the change log as of ``position`` (the next offset to apply). Not thread-safe:
     the owner serializes access."""
 
     def __init__(self, name: str = "store", *, signer: RecordSigner | None = None, topic: str = "") -> None:
         self.name = name
-        # with a signer, only records signed with one of its keys (and not replayed) apply: the topic's writers
-        # without the fleet key can forge nothing (quotaflow.store.signing)
+        # with a signer, only records signed with one of its keys, at the offset they were signed for, apply: the
+        # topic's writers without the fleet key can forge nothing, with it they cannot replay (quotaflow.store.signing)
         self.signer = signer
         self.topic = topic
-        self.replays = ReplayGuard()
+        self.newest_ms = 0  # the newest signed time applied: writers sign after it (times move forward in the log)
         self.entities: dict[QuotaEntity, Values] = {}
         self.credentials: dict[str, Credential] = {}
         self.scram: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism)
@@ -199,15 +220,16 @@ class StoreView:
     def apply(self, offset: int, key: bytes | None, value: bytes | None,
               headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
         """Apply one record; one that does not decode or validate, or (with a signer) is not signed with the fleet
-        key or replays an old record, is skipped whole (and counted)."""
+        key for this very offset (a forgery, a replay), is skipped whole (and counted)."""
         self.position = max(self.position, offset + 1)
         if self.signer is not None:
             verified = self.signer.verify(self.topic, key, value, headers)
-            error = verified.error if verified.ts_ms is None else self.replays.admit(verified.ts_ms)
+            error = _placement_problem(verified, offset)
             if error is not None:
                 self.rejected += 1
                 self._rejections.skipped(offset, error)
                 return
+            self.newest_ms = max(self.newest_ms, verified.ts_ms or 0)
         try:
             kind = json.loads(key or b"null")
             if not isinstance(kind, list) or len(kind) < 2:
