@@ -26,7 +26,7 @@ from click.core import ParameterSource
 
 from quotaflow.admin.acl_listing import grouped_lines, listing, parse_listing, resource_lines
 from quotaflow.admin.acls import AclAdmin, AclBackend, explain, resolve
-from quotaflow.cli.common import java_exception_line, store_failure, store_option
+from quotaflow.cli.common import java_exception_line, store_failure, store_notice, store_option
 from quotaflow.core.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -295,7 +295,7 @@ def _backend(store: str | None, bootstrap_server: str | None, command_config: Pa
         finally:
             wire.close()
         return
-    with open_store(store, create=create) as st:
+    with open_store(store, create=create, notice=store_notice) as st:
         if not isinstance(st, AclStore):
             raise StoreError("this store keeps no ACLs")
         yield AclAdmin(st)

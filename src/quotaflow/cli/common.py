@@ -100,7 +100,12 @@ def open_backend(store: str | None, bootstrap_server: str | None = None, *, crea
         if store is not None:
             raise CommandError("--store and --bootstrap-server cannot be used together")
         return open_wire_backend(bootstrap_server)
-    return Admin(open_store(store, create=create))
+    return Admin(open_store(store, create=create, notice=store_notice))
+
+
+def store_notice(message: str) -> None:
+    """What a slow store connection is waiting for, on stderr (stdout stays the command's output)."""
+    click.echo(message, err=True)
 
 
 def java_exception_line(error: QuotaflowError) -> str:

@@ -66,6 +66,7 @@ DEFAULT_TOPIC: Final = "__quotaflow_quotas"
 DEFAULT_TIMEOUT_MS: Final = 30_000
 FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
 POLL_MS: Final = 100
+NOTICE_AFTER_S: Final = 0.5  # a CLI says what it is connecting to once opening takes longer than this
 PLACEMENT_ATTEMPTS: Final = 20  # a signed write re-signed this often for a later offset before giving up
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -169,7 +170,10 @@ def _now_ms() -> int:
 class KafkaStore:
     """:class:`~quotaflow.store.base.QuotaStore` over one compacted single-partition topic. Thread-safe."""
 
-    def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms,
+                 notice: Callable[[str], None] | None = None) -> None:
+        """Connect and catch up. ``notice`` (a CLI's stderr) is told what is being tried when that takes longer
+        than ``NOTICE_AFTER_S``, so an unreachable cluster is never a silent wait."""
         self.spec = KafkaStoreSpec.parse(spec) if isinstance(spec, str) else spec
         self.path = str(self.spec)  # for messages, like SqliteStore.path
         self._clock_ms = clock_ms
@@ -184,18 +188,30 @@ class KafkaStore:
         self._timeout_s = self.spec.timeout_ms / 1000
         self._producer: Any = None
         self._consumer: Any = None
+        timer = None
+        if notice is not None:
+            timer = threading.Timer(NOTICE_AFTER_S, notice, args=[
+                f"Connecting to the quota store {self.spec} (bootstrap {','.join(self.spec.bootstrap)}); waiting up "
+                f"to {self._timeout_s:g} s (request.timeout.ms={self.spec.timeout_ms})..."])
+            timer.daemon = True
+            timer.start()
         try:
-            self._connect()
-        except BaseException:
-            self.close()
-            raise
-        self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}", daemon=True)
-        self._thread.start()
-        try:
-            self._wait_for(self._end_offset, "catch up with")
-        except BaseException:
-            self.close()
-            raise
+            try:
+                self._connect()
+            except BaseException:
+                self.close()
+                raise
+            self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}",
+                                            daemon=True)
+            self._thread.start()
+            try:
+                self._wait_for(self._end_offset, "catch up with")
+            except BaseException:
+                self.close()
+                raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     # -- connection --------------------------------------------------------------------------------------
 
@@ -219,6 +235,10 @@ class KafkaStore:
             self._consumer.seek_to_beginning(self._tp)
             self._end_offset = int(self._consumer.end_offsets([self._tp])[self._tp])
         except ClientError as e:
+            if _unreachable(e):
+                raise StoreError(f"quota store {self}: no broker reachable at {','.join(self.spec.bootstrap)} "
+                                 f"within {self._timeout_s:g} s (request.timeout.ms={self.spec.timeout_ms}, "
+                                 f"the store URL's setting that bounds the wait)") from e
             raise StoreError(f"quota store {self}: {_client_reason(e)}") from e
 
     def _ensure_topic(self, common: Mapping[str, Any]) -> None:
@@ -468,6 +488,12 @@ class KafkaStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unreachable(error: BaseException) -> bool:
+    """kafka-python's ways of saying that no bootstrap server answered."""
+    name = type(error).__name__
+    return name == "NoBrokersAvailable" or (name == "KafkaTimeoutError" and "bootstrap" in str(error).lower())
 
 
 def _client_reason(error: BaseException) -> str:
