@@ -26,7 +26,7 @@ from click.core import ParameterSource
 
 from quotaflow.admin.acl_listing import grouped_lines, listing, parse_listing, resource_lines
 from quotaflow.admin.acls import AclAdmin, AclBackend, explain, resolve
-from quotaflow.cli.common import java_exception_line, store_failure, store_notice, store_option
+from quotaflow.cli.common import java_exception_line, open_cli_store, store_failure, store_option
 from quotaflow.core.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -48,7 +48,6 @@ from quotaflow.core.acl import (
 from quotaflow.core.authorizer import authorizer_settings
 from quotaflow.core.errors import ApiError, BrokerConnectionError, CommandError, KafkaError, StoreError, for_code
 from quotaflow.core.properties import parse_properties
-from quotaflow.store import open_store
 from quotaflow.store.base import AclStore
 
 Acls = dict[ResourcePatternFilter, set[AccessControlEntry]]
@@ -295,7 +294,7 @@ def _backend(store: str | None, bootstrap_server: str | None, command_config: Pa
         finally:
             wire.close()
         return
-    with open_store(store, create=create, notice=store_notice) as st:
+    with open_cli_store(store, create=create) as st:
         if not isinstance(st, AclStore):
             raise StoreError("this store keeps no ACLs")
         yield AclAdmin(st)

@@ -24,6 +24,8 @@ from quotaflow.store import open_store
 
 if TYPE_CHECKING:
     from quotaflow.admin.wire import WireAdmin
+    from quotaflow.store.kafka import KafkaStore
+    from quotaflow.store.sqlite import SqliteStore
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -100,7 +102,13 @@ def open_backend(store: str | None, bootstrap_server: str | None = None, *, crea
         if store is not None:
             raise CommandError("--store and --bootstrap-server cannot be used together")
         return open_wire_backend(bootstrap_server)
-    return Admin(open_store(store, create=create, notice=store_notice))
+    return Admin(open_cli_store(store, create=create))
+
+
+def open_cli_store(store: str | None, *, create: bool = True) -> SqliteStore | KafkaStore:
+    """A command's ``--store``: a slow Kafka store says what it waits for on stderr, and a Kafka store's reader
+    starts from its newest checkpoint (a command needs the current state, not the history)."""
+    return open_store(store, create=create, notice=store_notice, from_checkpoint=True)
 
 
 def store_notice(message: str) -> None:

@@ -7,10 +7,9 @@ import sys
 
 import click
 
-from quotaflow.cli.common import store_notice, store_option
+from quotaflow.cli.common import open_cli_store, store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.auth.sasl import hash_password
-from quotaflow.store import open_store
 from quotaflow.store.base import ScramStore
 from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, scram_credential
 
@@ -45,7 +44,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
     if not secret:
         raise click.BadParameter("must not be empty", param_hint="--password")
     try:
-        qs = open_store(store, notice=store_notice)
+        qs = open_cli_store(store)
         try:
             scram_store = qs if isinstance(qs, ScramStore) else None
             chosen = mechanisms or (("PLAIN", *HASHES) if scram_store is not None else ("PLAIN",))
@@ -71,7 +70,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
 def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
-        qs = open_store(store, create=False, notice=store_notice)
+        qs = open_cli_store(store, create=False)
         try:
             removed = qs.delete_credential(user)
         finally:
@@ -88,7 +87,7 @@ def remove(user: str, store: str | None) -> None:
 def list_users(store: str | None) -> None:
     """Print the user names, one per line, sorted."""
     try:
-        qs = open_store(store, create=False, notice=store_notice)
+        qs = open_cli_store(store, create=False)
         try:
             names = qs.list_credentials()
         finally:

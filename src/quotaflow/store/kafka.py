@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaflow.core.acl import AclBinding
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import StoreError
+from quotaflow.core.errors import QuotaflowError, StoreError
 from quotaflow.core.properties import parse_properties
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import (
@@ -50,6 +50,8 @@ from quotaflow.store.base import (
     Values,
 )
 from quotaflow.store.records import (
+    MANIFEST_KEY,
+    Manifest,
     StoreView,
     acl_record,
     credential_record,
@@ -67,6 +69,8 @@ DEFAULT_TIMEOUT_MS: Final = 30_000
 FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
 POLL_MS: Final = 100
 NOTICE_AFTER_S: Final = 0.5  # a CLI says what it is connecting to once opening takes longer than this
+CHECKPOINT_INTERVAL: Final = 10_000  # records written since the newest checkpoint before a writer adds one
+SCAN_RECORDS: Final = 256  # the first window read back from the end looking for a checkpoint (then doubled)
 PLACEMENT_ATTEMPTS: Final = 20  # a signed write re-signed this often for a later offset before giving up
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -171,9 +175,11 @@ class KafkaStore:
     """:class:`~quotaflow.store.base.QuotaStore` over one compacted single-partition topic. Thread-safe."""
 
     def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms,
-                 notice: Callable[[str], None] | None = None) -> None:
+                 notice: Callable[[str], None] | None = None, from_checkpoint: bool = False) -> None:
         """Connect and catch up. ``notice`` (a CLI's stderr) is told what is being tried when that takes longer
-        than ``NOTICE_AFTER_S``, so an unreachable cluster is never a silent wait."""
+        than ``NOTICE_AFTER_S``, so an unreachable cluster is never a silent wait. ``from_checkpoint`` (a CLI
+        command) starts from the newest checkpoint near the end of the log instead of offset 0: the same state,
+        read from a few chunk records and the tail, and a change log that starts there."""
         self.spec = KafkaStoreSpec.parse(spec) if isinstance(spec, str) else spec
         self.path = str(self.spec)  # for messages, like SqliteStore.path
         self._clock_ms = clock_ms
@@ -182,6 +188,9 @@ class KafkaStore:
         self.signer = RecordSigner.from_file(key_file) if key_file else None
         self._view = StoreView(str(self.spec), signer=self.signer, topic=self.spec.topic)  # guarded by _cond
         self._error: str | None = None
+        self._from_checkpoint = from_checkpoint
+        self._scanned = 0  # records read while looking for a checkpoint
+        self._loaded = 0  # of the view's records_read, those already in _scanned
         self._write_lock = threading.Lock()  # one append at a time per process: they would race for offsets
         self._next_offset = 0  # right after this store's own last write (guarded by _write_lock)
         self._stop = threading.Event()
@@ -234,6 +243,8 @@ class KafkaStore:
             self._consumer.assign([self._tp])
             self._consumer.seek_to_beginning(self._tp)
             self._end_offset = int(self._consumer.end_offsets([self._tp])[self._tp])
+            if self._from_checkpoint:
+                self._load_checkpoint()
         except ClientError as e:
             if _unreachable(e):
                 raise StoreError(f"quota store {self}: no broker reachable at {','.join(self.spec.bootstrap)} "
@@ -274,6 +285,105 @@ class KafkaStore:
 
     def __str__(self) -> str:
         return str(self.spec)
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+
+    def _load_checkpoint(self) -> None:
+        """Find the newest checkpoint, reading back from the end in doubling windows (``SCAN_RECORDS`` first) but
+        no further than ``2 * CHECKPOINT_INTERVAL`` records (writers add one whenever the log has grown by
+        ``CHECKPOINT_INTERVAL`` since the last); load its chunks (each verified at its offset, as every record
+        is), apply what follows it and continue from the end. Without a usable one, read from offset 0."""
+        end = self._end_offset
+        if end <= CHECKPOINT_INTERVAL:
+            return  # reading it all costs no more than looking for a checkpoint
+        limit = max(0, end - 2 * CHECKPOINT_INTERVAL)
+        found: dict[int, Any] = {}
+        lo, window, tried = end, SCAN_RECORDS, set()
+        while lo > limit:
+            hi, lo = lo, max(limit, lo - window)
+            window *= 2
+            found.update(self._read_range(lo, hi))
+            manifests = sorted((o for o, r in found.items() if r.key == MANIFEST_KEY and o not in tried), reverse=True)
+            for offset in manifests:
+                tried.add(offset)
+                view = self._from_manifest(found[offset], found, lo)
+                if view is None:
+                    continue
+                position = view.position
+                if position < lo:
+                    found.update(self._read_range(position, lo))
+                for at in sorted(o for o in found if o >= position):
+                    record = found[at]
+                    view.apply(at, record.key, record.value, record.headers)
+                view.advance(end)
+                self._view, self._loaded = view, view.records_read  # counted in _scanned already
+                self._consumer.seek(self._tp, end)
+                log.debug("quota store %s: started from the checkpoint at offset %d (position %d)", self, offset,
+                          position)
+                return
+        self._consumer.seek_to_beginning(self._tp)
+
+    def _from_manifest(self, record: Any, found: dict[int, Any], lo: int) -> StoreView | None:
+        """A view loaded from the checkpoint ``record`` names (reading its chunks below ``lo`` into ``found``),
+        or None (logged) when it does not verify or a chunk is gone."""
+        try:
+            if (problem := self._view.placement_problem(record.offset, record.key, record.value,
+                                                        record.headers)) is not None:
+                raise ValueError(problem)
+            manifest = Manifest.decode(record.value)
+            if manifest.position > record.offset or max(manifest.chunks) >= record.offset:
+                raise ValueError("a manifest naming records after itself")
+            if min(manifest.chunks) < lo:
+                found.update(self._read_range(min(manifest.chunks), lo))
+            chunks = []
+            for offset in manifest.chunks:
+                chunk = found.get(offset)
+                if chunk is None or not chunk.key or not chunk.key.startswith(b'["checkpoint-chunk"'):
+                    raise ValueError(f"its chunk at offset {offset} is gone")
+                if (problem := self._view.placement_problem(offset, chunk.key, chunk.value,
+                                                            chunk.headers)) is not None:
+                    raise ValueError(f"its chunk at offset {offset}: {problem}")
+                chunks.append(chunk.value)
+            view = StoreView(str(self.spec), signer=self.signer, topic=self.spec.topic)
+            view.load_checkpoint(manifest, chunks)
+            return view
+        except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
+            log.warning("quota store %s: the checkpoint at offset %d is not usable (%s)", self, record.offset, e)
+            return None
+
+    def _read_range(self, lo: int, hi: int) -> dict[int, Any]:
+        """The records at offsets ``[lo, hi)`` (before the background reader starts: the consumer is ours)."""
+        self._consumer.seek(self._tp, lo)
+        out: dict[int, Any] = {}
+        deadline = time.monotonic() + self._timeout_s
+        while int(self._consumer.position(self._tp)) < hi:
+            if time.monotonic() > deadline:
+                raise StoreError(f"quota store {self}: could not read offsets {lo}..{hi} within "
+                                 f"{self._timeout_s:g} s")
+            for records in self._consumer.poll(timeout_ms=POLL_MS).values():
+                for record in records:
+                    self._scanned += 1
+                    if lo <= record.offset < hi:
+                        out[record.offset] = record
+        return out
+
+    def _maybe_checkpoint(self) -> None:
+        """Once the log has grown by ``CHECKPOINT_INTERVAL`` records since the newest checkpoint, write one: the
+        chunks, then the manifest naming their offsets (both signed at their offsets like every record). A
+        crash between the two leaves chunks no manifest names, which readers ignore. Caller holds _write_lock."""
+        with self._cond:
+            if self._view.position - self._view.checkpoint_at <= CHECKPOINT_INTERVAL:
+                return
+            position, acl_version = self._view.position, self._view.acl_version
+            chunks = self._view.checkpoint_chunks()
+        offsets = self._write(chunks)
+        self._wait_for(self._write([Manifest(position, acl_version, tuple(offsets)).record()])[0] + 1, "apply")
+
+    @property
+    def records_read(self) -> int:
+        """Records this store has read from the topic (looking for a checkpoint included) since it was opened."""
+        with self._cond:
+            return self._scanned + self._view.records_read - self._loaded
 
     # -- the view ---------------------------------------------------------------------------------------
 
@@ -326,18 +436,24 @@ class KafkaStore:
         write); another writer's record landing first shifts ours, so what landed elsewhere (and is therefore
         refused by every reader) is signed again for the offset after the last one acknowledged and re-sent,
         until every record sits where it was signed for (bounded by ``PLACEMENT_ATTEMPTS``)."""
+        with self._write_lock:
+            offsets = self._write(records)
+            self._wait_for(max(offsets) + 1, "apply")
+            try:
+                self._maybe_checkpoint()
+            except StoreError as e:  # the write itself stands; the next one tries the checkpoint again
+                log.warning("%s (writing a checkpoint)", e)
+        return offsets
+
+    def _write(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
         from kafka.errors import KafkaError as ClientError
 
-        with self._write_lock:
-            try:
-                if self.signer is None:
-                    offsets = self._send([(k, v, None) for k, v in records])
-                else:
-                    offsets = self._send_placed(records)
-            except ClientError as e:
-                raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
-        self._wait_for(max(offsets) + 1, "apply")
-        return offsets
+        try:
+            if self.signer is None:
+                return self._send([(k, v, None) for k, v in records])
+            return self._send_placed(records)
+        except ClientError as e:
+            raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
 
     def _send(self, records: Sequence[tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]]) -> list[int]:
         futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0, headers=h)

@@ -57,6 +57,10 @@ QUOTA_KIND: Final = "quota"
 CREDENTIAL_KIND: Final = "credential"
 SCRAM_KIND: Final = "scram"
 ACL_KIND: Final = "acl"
+CHECKPOINT_KIND: Final = "checkpoint"  # a manifest: the state as of a position is in the chunks it lists
+CHUNK_KIND: Final = "checkpoint-chunk"
+CHUNK_RECORDS: Final = 2_000  # state records per chunk: ~200 KB, well under the 1 MB of max.message.bytes
+MANIFEST_KEY: Final = b'["checkpoint",0]'
 _NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
 _SCRAM_TYPES: Final = typing.get_type_hints(ScramCredential)
@@ -188,6 +192,35 @@ def _placement_problem(verified: Verified, offset: int) -> str | None:
     return None
 
 
+def _pair(record: tuple[bytes, bytes | None]) -> list[Any]:
+    return [json.loads(record[0]), None if record[1] is None else json.loads(record[1])]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Manifest:
+    """A checkpoint: the state as of ``position`` (every record below it applied) is in the chunk records at
+    ``chunks`` (offsets); ``acl_version`` is the view's at that position."""
+
+    position: int
+    acl_version: int
+    chunks: tuple[int, ...]
+
+    def record(self) -> tuple[bytes, bytes]:
+        return MANIFEST_KEY, _compact_json({"position": self.position, "acl_version": self.acl_version,
+                                            "chunks": list(self.chunks)})
+
+    @classmethod
+    def decode(cls, value: bytes | None) -> Manifest:
+        if value is None:
+            raise ValueError("a checkpoint without a manifest")
+        doc = json.loads(value)
+        chunks = tuple(int(o) for o in doc["chunks"])
+        position, acl_version = int(doc["position"]), int(doc["acl_version"])
+        if not chunks or position < 0 or not 0 <= acl_version <= position or min(chunks) < 0:
+            raise ValueError("a malformed checkpoint manifest")
+        return cls(position, acl_version, chunks)
+
+
 class StoreView:
     """Entities, credentials and the change log as of ``position`` (the next offset to apply). Not thread-safe:
     the owner serializes access."""
@@ -212,6 +245,15 @@ class StoreView:
         # (offset, removed something) of the latest credential tombstones: a delete learns whether the user
         # existed right before its own record, whatever other writers did
         self.tombstones: deque[tuple[int, bool]] = deque(maxlen=1024)
+        self.checkpoint_at = 0  # the position the newest checkpoint read reflects (writers add one when far behind)
+        self.records_read = 0  # records passed to apply or load: what a reader had to read
+
+    def placement_problem(self, offset: int, key: bytes | None, value: bytes | None,
+                          headers: Sequence[tuple[str, bytes | None]]) -> str | None:
+        """Why a record cannot be trusted at ``offset`` (None: it can; always None without a signer)."""
+        if self.signer is None:
+            return None
+        return _placement_problem(self.signer.verify(self.topic, key, value, headers), offset)
 
     def advance(self, position: int) -> None:
         """Offsets below ``position`` hold nothing more (compacted away, or transaction markers)."""
@@ -222,6 +264,7 @@ class StoreView:
         """Apply one record; one that does not decode or validate, or (with a signer) is not signed with the fleet
         key for this very offset (a forgery, a replay), is skipped whole (and counted)."""
         self.position = max(self.position, offset + 1)
+        self.records_read += 1
         if self.signer is not None:
             verified = self.signer.verify(self.topic, key, value, headers)
             error = _placement_problem(verified, offset)
@@ -242,6 +285,11 @@ class StoreView:
                 return
             if kind[0] == ACL_KIND:
                 self._apply_acl(offset, _decode_acl_key(kind), value)
+                return
+            if kind[0] == CHUNK_KIND:
+                return  # a checkpoint's state: what a reader starting from it loads; the log already applied
+            if kind[0] == CHECKPOINT_KIND:
+                self.checkpoint_at = max(self.checkpoint_at, Manifest.decode(value).position)
                 return
             if kind[0] != QUOTA_KIND or value is None:
                 raise ValueError("not a quotaflow store record")
@@ -314,6 +362,48 @@ class StoreView:
         if self._ordered is None:
             self._ordered = sorted(self.entities.items(), key=lambda item: item[0].path)
         return Snapshot(self.position, {e: dict(v) for e, v in self._ordered})
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def checkpoint_chunks(self) -> list[tuple[bytes, bytes]]:
+        """The whole state (quotas, credentials, ACLs) as chunk records: each holds up to ``CHUNK_RECORDS`` of the
+        records that would rebuild it, in the store's own record format, so loading one validates exactly as
+        applying the log does."""
+        state: list[list[Any]] = []
+        for entity, values in self.entities.items():
+            state.append(_pair(quota_record(entity, values, 0)))
+        state.extend(_pair(credential_record(c)) for c in self.credentials.values())
+        state.extend(_pair(scram_record(c)) for c in self.scram.values())
+        state.extend(_pair(acl_record(b, 0)) for b in self.acls)
+        return [(_compact_json([CHUNK_KIND, i // CHUNK_RECORDS]), _compact_json(state[i:i + CHUNK_RECORDS]))
+                for i in range(0, len(state), CHUNK_RECORDS)] or [(_compact_json([CHUNK_KIND, 0]), b"[]")]
+
+    def load_checkpoint(self, manifest: Manifest, chunks: Sequence[bytes]) -> None:
+        """Start this (empty) view from a checkpoint: the state as of ``manifest.position``. Its change log starts
+        there: changes before the checkpoint are not in it (the fleet's gateways read the whole log)."""
+        if self.position or self.records_read:
+            raise ValueError("a checkpoint loads into an empty view only")
+        for chunk in chunks:
+            self.records_read += 1
+            for key, value in json.loads(chunk):
+                kind = list(key)
+                raw = _compact_json(value)
+                if kind[0] == QUOTA_KIND:
+                    entity, ops, _ts = _decode_quota(raw)
+                    if any(v is None for v in ops.values()):
+                        raise ValueError("a checkpoint's quota with a removal")
+                    self.entities[entity] = typing.cast(Values, ops)
+                elif kind[0] == CREDENTIAL_KIND:
+                    self._apply_credential(-1, str(kind[1]), raw)
+                elif kind[0] == SCRAM_KIND:
+                    self._apply_scram(-1, str(kind[1]), str(kind[2]), raw)
+                elif kind[0] == ACL_KIND:
+                    self.acls.add(_decode_acl_key(kind))
+                else:
+                    raise ValueError(f"a checkpoint holding a {kind[0]!r} record")
+        self._ordered = None
+        self.position = self.checkpoint_at = manifest.position
+        self.acl_version = manifest.acl_version
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         lo, hi = 0, len(self.changes)
