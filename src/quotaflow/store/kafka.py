@@ -289,39 +289,38 @@ class KafkaStore:
     # -- checkpoints -----------------------------------------------------------------------------------------
 
     def _load_checkpoint(self) -> None:
-        """Find the newest checkpoint, reading back from the end in doubling windows (``SCAN_RECORDS`` first) but
-        no further than ``2 * CHECKPOINT_INTERVAL`` records (writers add one whenever the log has grown by
-        ``CHECKPOINT_INTERVAL`` since the last); load its chunks (each verified at its offset, as every record
-        is), apply what follows it and continue from the end. Without a usable one, read from offset 0."""
+        """Find the newest checkpoint, reading back from the end in doubling windows (``SCAN_RECORDS`` first;
+        writers add one whenever the log has grown enough since the last, so it is near the end); load its chunks
+        (each verified at its offset, as every record is), apply what follows it and continue from the end.
+        Without a usable one, what was read back is the whole log, applied from offset 0: never read twice."""
         end = self._end_offset
         if end <= CHECKPOINT_INTERVAL:
             return  # reading it all costs no more than looking for a checkpoint
-        limit = max(0, end - 2 * CHECKPOINT_INTERVAL)
         found: dict[int, Any] = {}
         lo, window, tried = end, SCAN_RECORDS, set()
-        while lo > limit:
-            hi, lo = lo, max(limit, lo - window)
+        view: StoreView | None = None
+        while lo > 0 and view is None:
+            hi, lo = lo, max(0, lo - window)
             window *= 2
             found.update(self._read_range(lo, hi))
-            manifests = sorted((o for o, r in found.items() if r.key == MANIFEST_KEY and o not in tried), reverse=True)
-            for offset in manifests:
+            for offset in sorted((o for o, r in found.items() if r.key == MANIFEST_KEY and o not in tried),
+                                 reverse=True):
                 tried.add(offset)
                 view = self._from_manifest(found[offset], found, lo)
-                if view is None:
-                    continue
-                position = view.position
-                if position < lo:
-                    found.update(self._read_range(position, lo))
-                for at in sorted(o for o in found if o >= position):
-                    record = found[at]
-                    view.apply(at, record.key, record.value, record.headers)
-                view.advance(end)
-                self._view, self._loaded = view, view.records_read  # counted in _scanned already
-                self._consumer.seek(self._tp, end)
-                log.debug("quota store %s: started from the checkpoint at offset %d (position %d)", self, offset,
-                          position)
-                return
-        self._consumer.seek_to_beginning(self._tp)
+                if view is not None:
+                    log.debug("quota store %s: starting from the checkpoint at offset %d (position %d)", self,
+                              offset, view.position)
+                    break
+        if view is None:
+            view = self._view
+        elif view.position < lo:
+            found.update(self._read_range(view.position, lo))
+        for at in sorted(o for o in found if o >= view.position):
+            record = found[at]
+            view.apply(at, record.key, record.value, record.headers)
+        view.advance(end)
+        self._view, self._loaded = view, view.records_read  # counted in _scanned already
+        self._consumer.seek(self._tp, end)
 
     def _from_manifest(self, record: Any, found: dict[int, Any], lo: int) -> StoreView | None:
         """A view loaded from the checkpoint ``record`` names (reading its chunks below ``lo`` into ``found``),
@@ -368,11 +367,16 @@ class KafkaStore:
         return out
 
     def _maybe_checkpoint(self) -> None:
-        """Once the log has grown by ``CHECKPOINT_INTERVAL`` records since the newest checkpoint, write one: the
-        chunks, then the manifest naming their offsets (both signed at their offsets like every record). A
+        """Once the log has grown by ``CHECKPOINT_INTERVAL`` records and by half the state's size since the newest
+        checkpoint, write one: the chunks, then the manifest naming their offsets (both signed at their offsets like
+        every record). A checkpoint holds about as much as the state's records, so checkpoints add at most about
+        twice what the records written hold, and a reader starting from one reads the state and at most that
+        much tail. A
         crash between the two leaves chunks no manifest names, which readers ignore. Caller holds _write_lock."""
         with self._cond:
-            if self._view.position - self._view.checkpoint_at <= CHECKPOINT_INTERVAL:
+            live = len(self._view.entities) + len(self._view.credentials) + len(self._view.scram) + len(
+                self._view.acls)
+            if self._view.position - self._view.checkpoint_at <= max(CHECKPOINT_INTERVAL, live // 2):
                 return
             position, acl_version = self._view.position, self._view.acl_version
             chunks = self._view.checkpoint_chunks()

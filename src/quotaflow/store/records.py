@@ -387,18 +387,17 @@ class StoreView:
             self.records_read += 1
             for key, value in json.loads(chunk):
                 kind = list(key)
-                raw = _compact_json(value)
-                if kind[0] == QUOTA_KIND:
-                    entity, ops, _ts = _decode_quota(raw)
+                if kind[0] == ACL_KIND:  # the bulk of a large store: decoded from the parsed key, no re-encoding
+                    self.acls.add(_decode_acl_key(kind))
+                elif kind[0] == QUOTA_KIND:
+                    entity, ops, _ts = _decode_quota(_compact_json(value))
                     if any(v is None for v in ops.values()):
                         raise ValueError("a checkpoint's quota with a removal")
                     self.entities[entity] = typing.cast(Values, ops)
                 elif kind[0] == CREDENTIAL_KIND:
-                    self._apply_credential(-1, str(kind[1]), raw)
+                    self._apply_credential(-1, str(kind[1]), _compact_json(value))
                 elif kind[0] == SCRAM_KIND:
-                    self._apply_scram(-1, str(kind[1]), str(kind[2]), raw)
-                elif kind[0] == ACL_KIND:
-                    self.acls.add(_decode_acl_key(kind))
+                    self._apply_scram(-1, str(kind[1]), str(kind[2]), _compact_json(value))
                 else:
                     raise ValueError(f"a checkpoint holding a {kind[0]!r} record")
         self._ordered = None
