@@ -355,11 +355,12 @@ class KafkaStore:
         self._consumer.seek(self._tp, lo)
         out: dict[int, Any] = {}
         deadline = time.monotonic() + self._timeout_s
-        while int(self._consumer.position(self._tp)) < hi:
+        while (position := int(self._consumer.position(self._tp))) < hi:
             if time.monotonic() > deadline:
                 raise StoreError(f"quota store {self}: could not read offsets {lo}..{hi} within "
                                  f"{self._timeout_s:g} s")
-            for records in self._consumer.poll(timeout_ms=POLL_MS).values():
+            # never past hi: what lies there was read already (a later window) or is the background reader's
+            for records in self._consumer.poll(timeout_ms=POLL_MS, max_records=hi - position).values():
                 for record in records:
                     self._scanned += 1
                     if lo <= record.offset < hi:
