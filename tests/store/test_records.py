@@ -165,7 +165,7 @@ def test_a_checkpoint_loads_into_the_view_it_was_taken_from(operations: list[obj
     full = _view(list(enumerate(log_)))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(records_module, "CHUNK_RECORDS", chunk)
-        chunks = full.checkpoint_chunks()
+        chunks = full.state().chunks()
     loaded = StoreView()
     loaded.load_checkpoint(Manifest(full.position, full.acl_version, tuple(range(len(chunks)))),
                            [value for _key, value in chunks])

@@ -374,14 +374,14 @@ class KafkaStore:
         twice what the records written hold, and a reader starting from one reads the state and at most that
         much tail. A
         crash between the two leaves chunks no manifest names, which readers ignore. Caller holds _write_lock."""
-        with self._cond:
-            live = len(self._view.entities) + len(self._view.credentials) + len(self._view.scram) + len(
-                self._view.acls)
-            if self._view.position - self._view.checkpoint_at <= max(CHECKPOINT_INTERVAL, live // 2):
+        with self._cond:  # readers (the gateway's loop) wait for this lock: copy, encode outside it
+            view = self._view
+            live = len(view.entities) + len(view.credentials) + len(view.scram) + len(view.acls)
+            if view.position - view.checkpoint_at <= max(CHECKPOINT_INTERVAL, live // 2):
                 return
+            state = view.state()
             position, acl_version = self._view.position, self._view.acl_version
-            chunks = self._view.checkpoint_chunks()
-        offsets = self._write(chunks)
+        offsets = self._write(state.chunks())
         self._wait_for(self._write([Manifest(position, acl_version, tuple(offsets)).record()])[0] + 1, "apply")
 
     @property

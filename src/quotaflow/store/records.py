@@ -192,6 +192,29 @@ def _placement_problem(verified: Verified, offset: int) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreState:
+    """What a checkpoint holds: every quota entity, credential and ACL binding."""
+
+    entities: dict[QuotaEntity, Values]
+    credentials: dict[str, Credential]
+    scram: dict[tuple[str, str], ScramCredential]
+    acls: set[AclBinding]
+
+    def __len__(self) -> int:
+        return len(self.entities) + len(self.credentials) + len(self.scram) + len(self.acls)
+
+    def chunks(self) -> list[tuple[bytes, bytes]]:
+        """The state as chunk records: each holds up to ``CHUNK_RECORDS`` of the records that would rebuild it, in
+        the store's own record format, so loading one validates exactly as applying the log does."""
+        state: list[list[Any]] = [_pair(quota_record(entity, values, 0)) for entity, values in self.entities.items()]
+        state.extend(_pair(credential_record(c)) for c in self.credentials.values())
+        state.extend(_pair(scram_record(c)) for c in self.scram.values())
+        state.extend(_pair(acl_record(b, 0)) for b in self.acls)
+        return [(_compact_json([CHUNK_KIND, i // CHUNK_RECORDS]), _compact_json(state[i:i + CHUNK_RECORDS]))
+                for i in range(0, len(state), CHUNK_RECORDS)] or [(_compact_json([CHUNK_KIND, 0]), b"[]")]
+
+
 def _pair(record: tuple[bytes, bytes | None]) -> list[Any]:
     return [json.loads(record[0]), None if record[1] is None else json.loads(record[1])]
 
@@ -365,18 +388,10 @@ class StoreView:
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
-    def checkpoint_chunks(self) -> list[tuple[bytes, bytes]]:
-        """The whole state (quotas, credentials, ACLs) as chunk records: each holds up to ``CHUNK_RECORDS`` of the
-        records that would rebuild it, in the store's own record format, so loading one validates exactly as
-        applying the log does."""
-        state: list[list[Any]] = []
-        for entity, values in self.entities.items():
-            state.append(_pair(quota_record(entity, values, 0)))
-        state.extend(_pair(credential_record(c)) for c in self.credentials.values())
-        state.extend(_pair(scram_record(c)) for c in self.scram.values())
-        state.extend(_pair(acl_record(b, 0)) for b in self.acls)
-        return [(_compact_json([CHUNK_KIND, i // CHUNK_RECORDS]), _compact_json(state[i:i + CHUNK_RECORDS]))
-                for i in range(0, len(state), CHUNK_RECORDS)] or [(_compact_json([CHUNK_KIND, 0]), b"[]")]
+    def state(self) -> StoreState:
+        """Copies of the state (cheap: the containers, not their immutable items), for a checkpoint built outside
+        the owner's lock."""
+        return StoreState(dict(self.entities), dict(self.credentials), dict(self.scram), set(self.acls))
 
     def load_checkpoint(self, manifest: Manifest, chunks: Sequence[bytes]) -> None:
         """Start this (empty) view from a checkpoint: the state as of ``manifest.position``. Its change log starts
