@@ -16,8 +16,13 @@ Client settings follow Kafka's client property names (``security.protocol``, ``s
 ``config=FILE``: ``kafka://b1:9093/__quotaflow_quotas?config=/etc/quotaflow/store.properties``.
 
 ``quotaflow.store.signing.key.file=FILE`` (a query parameter or in that file) signs every record written and
-applies only records signed with one of the file's keys (:mod:`quotaflow.store.signing`): without it, anyone who
-can write the topic can write quotas, credentials and ACLs.
+applies only records signed with one of the file's keys, each at the offset it was signed for
+(:mod:`quotaflow.store.signing`, :mod:`quotaflow.store.records`): without it, anyone who can write the topic can
+write quotas, credentials and ACLs; with it, nobody without the key can, and nobody can replay a record.
+
+Writers add a checkpoint (the state in chunk records, then a manifest) whenever the log has grown enough since the
+last; a command opens the store ``from_checkpoint`` and reads the newest one and the records after it instead of
+the whole log (gateways read the whole log: their change log starts at 0).
 """
 
 from __future__ import annotations

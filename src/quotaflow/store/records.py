@@ -18,6 +18,10 @@ record of its key or after that key's tombstone, lands at another offset and is 
 reads nothing but the record itself, so it gives the same answer on the whole log, on a compacted log (compaction
 keeps offsets) and after a restart (no state outside the topic). Writers learn the offset from their view's
 position and re-sign what lost a race with another writer (:meth:`quotaflow.store.kafka.KafkaStore._append`).
+
+A checkpoint is the state as of a position (:class:`StoreState`) in chunk records holding the store's own records,
+named by a :class:`Manifest`; the log's readers skip both, a reader starting from one loads it
+(:meth:`StoreView.load_checkpoint`) with the same validation as the records.
 """
 
 from __future__ import annotations
