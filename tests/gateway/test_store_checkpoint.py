@@ -130,3 +130,34 @@ def test_without_a_checkpoint_what_was_read_back_is_applied_once(tansu: Tansu,
         _caught_up(cli, total)
         assert len(cli.acls().bindings) == 2 * INTERVAL
         assert cli.records_read == total
+
+
+def test_the_cli_describes_from_the_checkpoint(tansu: Tansu, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quotaflow acls --list`` and ``configs --describe`` open the store from its checkpoint (counted through the
+    store the CLI opened) and print what a reader of the whole log holds."""
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    url = f"kafka://{tansu.bootstrap}/quotas-{uuid.uuid4().hex[:8]}"
+    with KafkaStore(url) as writer:
+        writer.add_acls([_acl(i) for i in range(3 * INTERVAL)])
+        writer.alter([(QuotaEntity(user="alice"), {"producer_byte_rate": 1000.0})])
+        total = writer.last_seq()
+    opened: list[KafkaStore] = []
+    real_init = KafkaStore.__init__
+
+    def spy(self: KafkaStore, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        opened.append(self)
+
+    monkeypatch.setattr(KafkaStore, "__init__", spy)
+    listed = CliRunner().invoke(cli, ["acls", "--list", "--topic", "t7", "--store", url])
+    assert listed.exit_code == 0, listed.output
+    assert "principal=User:u7" in listed.output and "User:u8" not in listed.output
+    described = CliRunner().invoke(cli, ["configs", "--describe", "--entity-type", "users", "--entity-name",
+                                         "alice", "--store", url])
+    assert described.exit_code == 0, described.output
+    assert "producer_byte_rate=1000.0" in described.output
+    assert len(opened) == 2 and all(0 < store.records_read < total / 2 for store in opened), [
+        store.records_read for store in opened]
