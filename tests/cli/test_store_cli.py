@@ -68,13 +68,25 @@ def test_unsupported_store_url(tmp_path: Path, events: Path, url: str, monkeypat
     assert set(tmp_path.rglob("*")) == before  # no file, no directory made out of the URL
 
 
-def test_unreachable_cluster_store_is_one_line_within_its_timeout() -> None:
+@pytest.mark.parametrize("command", [["users", "list"], ["configs", "--describe", "--entity-type", "users"],
+                                     ["acls", "--list"], ["client-quotas", "--describe"]])
+def test_unreachable_cluster_store_says_what_it_tries_then_fails_in_one_line(command: list[str]) -> None:
+    """Issue 35: a closed port was 30 s of silence, then ``KafkaTimeoutError``. Now a line on stderr says which
+    bootstrap is being tried and for how long, and the failure names the address and the setting bounding it."""
     started = time.monotonic()
-    result = run("users", "list", "--store", "kafka://127.0.0.1:1/q?request.timeout.ms=1000")
-    _one_line_failure(result, "kafka://127.0.0.1:1/q: KafkaTimeoutError: Unable to bootstrap")
-    # 1 s of request.timeout.ms plus a CLI's start-up, which alone takes seconds on a loaded machine; a CLI that
+    result = CliRunner().invoke(cli, [*command, "--store", "kafka://127.0.0.1:1/q?request.timeout.ms=1500"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "KafkaTimeoutError" not in result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 2, result.output
+    assert lines[0] == ("Connecting to the quota store kafka://127.0.0.1:1/q (bootstrap 127.0.0.1:1); waiting up "
+                        "to 1.5 s (request.timeout.ms=1500)..."), lines
+    assert lines[1] == ("Error: quota store kafka://127.0.0.1:1/q: no broker reachable at 127.0.0.1:1 within 1.5 s "
+                        "(request.timeout.ms=1500, the store URL's setting that bounds the wait)"), lines
+    # 1.5 s of request.timeout.ms plus a CLI's start-up, which alone takes seconds on a loaded machine; a CLI that
     # ignored the setting would wait for the store's default (30 s) and fail this
     assert time.monotonic() - started < 25
+    assert result.stdout == ""  # both lines on stderr: a script reading stdout gets nothing
 
 
 def test_missing_store_for_reading_commands(tmp_path: Path, events: Path) -> None:

@@ -136,3 +136,40 @@ def test_scram_credentials_and_deleting_every_credential_of_a_user() -> None:
         view.apply(offset, *record)
     assert view.users() == ["v"] and view.credentials == {}
     assert [removed for _at, removed in view.tombstones] == [True, True, True]
+
+
+@settings(max_examples=100, deadline=None)
+@given(_operations, st.integers(1, 5))
+def test_a_checkpoint_loads_into_the_view_it_was_taken_from(operations: list[object], chunk: int) -> None:
+    """A reader starting from a checkpoint (issue 37.3) holds exactly the state of a reader of the whole log, with
+    SCRAM credentials, NaN values and ACLs as well, however the state is split into chunks."""
+    import pytest
+
+    from quotaflow.core.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+    )
+    from quotaflow.store import records as records_module
+    from quotaflow.store.records import Manifest, acl_record
+
+    grant = AclBinding(ResourcePattern(ResourceType.TOPIC, "t", PatternType.PREFIXED),
+                       AccessControlEntry("User:a", "10.0.0.1", AclOperation.WRITE, AclPermissionType.DENY))
+    log_ = [*_records(operations), quota_record(ENTITIES[0], {"request_percentage": math.nan}, 0),
+            scram_record(ScramCredential("u3", "SCRAM-SHA-256", b"s", b"k" * 32, b"v" * 32, 4096)),
+            acl_record(grant, 1)]
+    full = _view(list(enumerate(log_)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(records_module, "CHUNK_RECORDS", chunk)
+        chunks = full.state().chunks()
+    loaded = StoreView()
+    loaded.load_checkpoint(Manifest(full.position, full.acl_version, tuple(range(len(chunks)))),
+                           [value for _key, value in chunks])
+    assert str(loaded.snapshot()) == str(full.snapshot())  # NaN != NaN: compared as text
+    assert (loaded.credentials, loaded.scram, loaded.acls) == (full.credentials, full.scram, full.acls)
+    assert (loaded.position, loaded.acl_version, loaded.records_read) == (full.position, full.acl_version,
+                                                                          len(chunks))

@@ -30,6 +30,7 @@ from quotaflow.cli.common import (
     RawArgsCommand,
     announce_store,
     java_exception_line,
+    open_cli_store,
     raw_args,
     store_failure,
     store_option,
@@ -54,7 +55,6 @@ from quotaflow.core.acl import (
 from quotaflow.core.authorizer import authorizer_settings
 from quotaflow.core.errors import ApiError, BrokerConnectionError, CommandError, KafkaError, StoreError, for_code
 from quotaflow.core.properties import parse_properties
-from quotaflow.store import open_store
 from quotaflow.store.base import AclStore
 
 Acls = dict[ResourcePatternFilter, set[AccessControlEntry]]
@@ -312,7 +312,7 @@ def _backend(store: str | None, bootstrap_server: str | None, command_config: Pa
         finally:
             wire.close()
         return
-    with open_store(store, create=create) as st:
+    with open_cli_store(store, create=create) as st:
         if not isinstance(st, AclStore):
             raise StoreError("this store keeps no ACLs")
         if writes:

@@ -25,6 +25,8 @@ from quotaflow.store.factory import STORE_ENV, describe_store
 
 if TYPE_CHECKING:
     from quotaflow.admin.wire import WireAdmin
+    from quotaflow.store.kafka import KafkaStore
+    from quotaflow.store.sqlite import SqliteStore
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -121,10 +123,21 @@ def open_backend(store: str | None, bootstrap_server: str | None = None, *, crea
         if store is not None:
             raise CommandError("--store and --bootstrap-server cannot be used together")
         return open_wire_backend(bootstrap_server)
-    backend = Admin(open_store(store, create=create))
+    backend = Admin(open_cli_store(store, create=create))
     if create:
         announce_store(store)
     return backend
+
+
+def open_cli_store(store: str | None, *, create: bool = True) -> SqliteStore | KafkaStore:
+    """A command's ``--store``: a slow Kafka store says what it waits for on stderr, and a Kafka store's reader
+    starts from its newest checkpoint (a command needs the current state, not the history)."""
+    return open_store(store, create=create, notice=store_notice, from_checkpoint=True)
+
+
+def store_notice(message: str) -> None:
+    """What a slow store connection is waiting for, on stderr (stdout stays the command's output)."""
+    click.echo(message, err=True)
 
 
 def java_exception_line(error: QuotaflowError) -> str:

@@ -6,7 +6,7 @@ from contextlib import closing
 
 import click
 
-from quotaflow.cli.common import store_failure
+from quotaflow.cli.common import open_cli_store, store_failure, store_notice
 from quotaflow.core.errors import StoreError
 from quotaflow.store import open_store
 from quotaflow.store.copy import copy_store
@@ -32,7 +32,8 @@ def copy(src: str, dst: str, overwrite: bool) -> None:
         src_name, dst_name = describe_store(src), describe_store(dst)
         if src_name == dst_name:
             raise StoreError("SRC and DST are the same store")
-        with closing(open_store(src, create=False)) as source, closing(open_store(dst)) as target:
+        with closing(open_cli_store(src, create=False)) as source, \
+                closing(open_store(dst, notice=store_notice)) as target:
             result = copy_store(source, target, overwrite=overwrite, dst_name=dst_name)
     except StoreError as e:
         store_failure(e)

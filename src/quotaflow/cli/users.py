@@ -7,10 +7,9 @@ import sys
 
 import click
 
-from quotaflow.cli.common import announce_store, store_option
+from quotaflow.cli.common import announce_store, open_cli_store, store_option
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.auth.sasl import hash_password
-from quotaflow.store import open_store
 from quotaflow.store.base import ScramStore
 from quotaflow.store.scram import DEFAULT_ITERATIONS, HASHES, scram_credential
 
@@ -45,7 +44,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
     if not secret:
         raise click.BadParameter("must not be empty", param_hint="--password")
     try:
-        qs = open_store(store)
+        qs = open_cli_store(store)
         announce_store(store)
         try:
             scram_store = qs if isinstance(qs, ScramStore) else None
@@ -72,7 +71,7 @@ def add(user: str, password: str | None, mechanisms: tuple[str, ...], iterations
 def remove(user: str, store: str | None) -> None:
     """Remove USER; later SASL logins as USER fail. Exit status 1 when USER does not exist."""
     try:
-        qs = open_store(store, create=False)
+        qs = open_cli_store(store, create=False)
         announce_store(store)
         try:
             removed = qs.delete_credential(user)
@@ -90,7 +89,7 @@ def remove(user: str, store: str | None) -> None:
 def list_users(store: str | None) -> None:
     """Print the user names, one per line, sorted."""
     try:
-        qs = open_store(store, create=False)
+        qs = open_cli_store(store, create=False)
         try:
             names = qs.list_credentials()
         finally:

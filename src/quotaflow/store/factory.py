@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -68,9 +69,13 @@ def parse_store(value: str | os.PathLike[str] | None = None) -> SqliteLocation |
     raise StoreError(f"unsupported quota store URL scheme {scheme!r} in {text!r}; expected {SUPPORTED}")
 
 
-def open_store(value: str | os.PathLike[str] | None = None, *, create: bool = True) -> SqliteStore | KafkaStore:
+def open_store(value: str | os.PathLike[str] | None = None, *, create: bool = True,
+               notice: Callable[[str], None] | None = None, from_checkpoint: bool = False
+               ) -> SqliteStore | KafkaStore:
     """Open the store a ``--store`` value names. ``create=False`` (read-only commands) refuses a missing SQLite
-    file instead of creating an empty one; a Kafka store's topic is created on first use either way."""
+    file instead of creating an empty one; a Kafka store's topic is created on first use either way. ``notice``
+    (a CLI's stderr) hears what a slow connection to a Kafka store is waiting for; ``from_checkpoint`` (a command
+    that needs the current state, not the history) starts a Kafka store's reader from its newest checkpoint."""
     location = parse_store(value)
     if isinstance(location, SqliteLocation):
         from quotaflow.store.sqlite import SqliteStore
@@ -80,7 +85,7 @@ def open_store(value: str | os.PathLike[str] | None = None, *, create: bool = Tr
         return SqliteStore(location.path)
     from quotaflow.store.kafka import KafkaStore
 
-    return KafkaStore(location)
+    return KafkaStore(location, notice=notice, from_checkpoint=from_checkpoint)
 
 
 def describe_store(value: str | os.PathLike[str] | None = None) -> str:

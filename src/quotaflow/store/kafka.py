@@ -16,8 +16,13 @@ Client settings follow Kafka's client property names (``security.protocol``, ``s
 ``config=FILE``: ``kafka://b1:9093/__quotaflow_quotas?config=/etc/quotaflow/store.properties``.
 
 ``quotaflow.store.signing.key.file=FILE`` (a query parameter or in that file) signs every record written and
-applies only records signed with one of the file's keys (:mod:`quotaflow.store.signing`): without it, anyone who
-can write the topic can write quotas, credentials and ACLs.
+applies only records signed with one of the file's keys, each at the offset it was signed for
+(:mod:`quotaflow.store.signing`, :mod:`quotaflow.store.records`): without it, anyone who can write the topic can
+write quotas, credentials and ACLs; with it, nobody without the key can, and nobody can replay a record.
+
+Writers add a checkpoint (the state in chunk records, then a manifest) whenever the log has grown enough since the
+last; a command opens the store ``from_checkpoint`` and reads the newest one and the records after it instead of
+the whole log (gateways read the whole log: their change log starts at 0).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaflow.core.acl import AclBinding
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import StoreError
+from quotaflow.core.errors import QuotaflowError, StoreError
 from quotaflow.core.properties import parse_properties
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import (
@@ -50,6 +55,8 @@ from quotaflow.store.base import (
     Values,
 )
 from quotaflow.store.records import (
+    MANIFEST_KEY,
+    Manifest,
     StoreView,
     acl_record,
     credential_record,
@@ -66,6 +73,10 @@ DEFAULT_TOPIC: Final = "__quotaflow_quotas"
 DEFAULT_TIMEOUT_MS: Final = 30_000
 FETCH_MAX_WAIT_MS: Final = 100  # how stale a reader's view can get, plus one poll: well inside the 2 s promise
 POLL_MS: Final = 100
+NOTICE_AFTER_S: Final = 0.5  # a CLI says what it is connecting to once opening takes longer than this
+CHECKPOINT_INTERVAL: Final = 10_000  # records written since the newest checkpoint before a writer adds one
+SCAN_RECORDS: Final = 256  # the first window read back from the end looking for a checkpoint (then doubled)
+PLACEMENT_ATTEMPTS: Final = 20  # a signed write re-signed this often for a later offset before giving up
 _JAAS_OPTION: Final = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 # Kafka client property -> kafka-python keyword (librdkafka's spelling accepted too where it differs)
@@ -168,7 +179,12 @@ def _now_ms() -> int:
 class KafkaStore:
     """:class:`~quotaflow.store.base.QuotaStore` over one compacted single-partition topic. Thread-safe."""
 
-    def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, spec: KafkaStoreSpec | str, *, clock_ms: Callable[[], int] = _now_ms,
+                 notice: Callable[[str], None] | None = None, from_checkpoint: bool = False) -> None:
+        """Connect and catch up. ``notice`` (a CLI's stderr) is told what is being tried when that takes longer
+        than ``NOTICE_AFTER_S``, so an unreachable cluster is never a silent wait. ``from_checkpoint`` (a CLI
+        command) starts from the newest checkpoint near the end of the log instead of offset 0: the same state,
+        read from a few chunk records and the tail, and a change log that starts there."""
         self.spec = KafkaStoreSpec.parse(spec) if isinstance(spec, str) else spec
         self.path = str(self.spec)  # for messages, like SqliteStore.path
         self._clock_ms = clock_ms
@@ -177,22 +193,39 @@ class KafkaStore:
         self.signer = RecordSigner.from_file(key_file) if key_file else None
         self._view = StoreView(str(self.spec), signer=self.signer, topic=self.spec.topic)  # guarded by _cond
         self._error: str | None = None
+        self._from_checkpoint = from_checkpoint
+        self._scanned = 0  # records read while looking for a checkpoint
+        self._loaded = 0  # of the view's records_read, those already in _scanned
+        self._write_lock = threading.Lock()  # one append at a time per process: they would race for offsets
+        self._next_offset = 0  # right after this store's own last write (guarded by _write_lock)
         self._stop = threading.Event()
         self._timeout_s = self.spec.timeout_ms / 1000
         self._producer: Any = None
         self._consumer: Any = None
+        timer = None
+        if notice is not None:
+            timer = threading.Timer(NOTICE_AFTER_S, notice, args=[
+                f"Connecting to the quota store {self.spec} (bootstrap {','.join(self.spec.bootstrap)}); waiting up "
+                f"to {self._timeout_s:g} s (request.timeout.ms={self.spec.timeout_ms})..."])
+            timer.daemon = True
+            timer.start()
         try:
-            self._connect()
-        except BaseException:
-            self.close()
-            raise
-        self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}", daemon=True)
-        self._thread.start()
-        try:
-            self._wait_for(self._end_offset, "catch up with")
-        except BaseException:
-            self.close()
-            raise
+            try:
+                self._connect()
+            except BaseException:
+                self.close()
+                raise
+            self._thread = threading.Thread(target=self._run, name=f"quotaflow-store-{self.spec.topic}",
+                                            daemon=True)
+            self._thread.start()
+            try:
+                self._wait_for(self._end_offset, "catch up with")
+            except BaseException:
+                self.close()
+                raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     # -- connection --------------------------------------------------------------------------------------
 
@@ -215,7 +248,13 @@ class KafkaStore:
             self._consumer.assign([self._tp])
             self._consumer.seek_to_beginning(self._tp)
             self._end_offset = int(self._consumer.end_offsets([self._tp])[self._tp])
+            if self._from_checkpoint:
+                self._load_checkpoint()
         except ClientError as e:
+            if _unreachable(e):
+                raise StoreError(f"quota store {self}: no broker reachable at {','.join(self.spec.bootstrap)} "
+                                 f"within {self._timeout_s:g} s (request.timeout.ms={self.spec.timeout_ms}, "
+                                 f"the store URL's setting that bounds the wait)") from e
             raise StoreError(f"quota store {self}: {_client_reason(e)}") from e
 
     def _ensure_topic(self, common: Mapping[str, Any]) -> None:
@@ -251,6 +290,110 @@ class KafkaStore:
 
     def __str__(self) -> str:
         return str(self.spec)
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+
+    def _load_checkpoint(self) -> None:
+        """Find the newest checkpoint, reading back from the end in doubling windows (``SCAN_RECORDS`` first;
+        writers add one whenever the log has grown enough since the last, so it is near the end); load its chunks
+        (each verified at its offset, as every record is), apply what follows it and continue from the end.
+        Without a usable one, what was read back is the whole log, applied from offset 0: never read twice."""
+        end = self._end_offset
+        if end <= CHECKPOINT_INTERVAL:
+            return  # reading it all costs no more than looking for a checkpoint
+        found: dict[int, Any] = {}
+        lo, window, tried = end, SCAN_RECORDS, set()
+        view: StoreView | None = None
+        while lo > 0 and view is None:
+            hi, lo = lo, max(0, lo - window)
+            window *= 2
+            found.update(self._read_range(lo, hi))
+            for offset in sorted((o for o, r in found.items() if r.key == MANIFEST_KEY and o not in tried),
+                                 reverse=True):
+                tried.add(offset)
+                view = self._from_manifest(found[offset], found, lo)
+                if view is not None:
+                    log.debug("quota store %s: starting from the checkpoint at offset %d (position %d)", self,
+                              offset, view.position)
+                    break
+        if view is None:
+            view = self._view
+        elif view.position < lo:
+            found.update(self._read_range(view.position, lo))
+        for at in sorted(o for o in found if o >= view.position):
+            record = found[at]
+            view.apply(at, record.key, record.value, record.headers)
+        view.advance(end)
+        self._view, self._loaded = view, view.records_read  # counted in _scanned already
+        self._consumer.seek(self._tp, end)
+
+    def _from_manifest(self, record: Any, found: dict[int, Any], lo: int) -> StoreView | None:
+        """A view loaded from the checkpoint ``record`` names (reading its chunks below ``lo`` into ``found``),
+        or None (logged) when it does not verify or a chunk is gone."""
+        try:
+            if (problem := self._view.placement_problem(record.offset, record.key, record.value,
+                                                        record.headers)) is not None:
+                raise ValueError(problem)
+            manifest = Manifest.decode(record.value)
+            if manifest.position > record.offset or max(manifest.chunks) >= record.offset:
+                raise ValueError("a manifest naming records after itself")
+            if min(manifest.chunks) < lo:
+                found.update(self._read_range(min(manifest.chunks), lo))
+            chunks = []
+            for offset in manifest.chunks:
+                chunk = found.get(offset)
+                if chunk is None or not chunk.key or not chunk.key.startswith(b'["checkpoint-chunk"'):
+                    raise ValueError(f"its chunk at offset {offset} is gone")
+                if (problem := self._view.placement_problem(offset, chunk.key, chunk.value,
+                                                            chunk.headers)) is not None:
+                    raise ValueError(f"its chunk at offset {offset}: {problem}")
+                chunks.append(chunk.value)
+            view = StoreView(str(self.spec), signer=self.signer, topic=self.spec.topic)
+            view.load_checkpoint(manifest, chunks)
+            return view
+        except (ValueError, TypeError, KeyError, IndexError, QuotaflowError) as e:
+            log.warning("quota store %s: the checkpoint at offset %d is not usable (%s)", self, record.offset, e)
+            return None
+
+    def _read_range(self, lo: int, hi: int) -> dict[int, Any]:
+        """The records at offsets ``[lo, hi)`` (before the background reader starts: the consumer is ours)."""
+        self._consumer.seek(self._tp, lo)
+        out: dict[int, Any] = {}
+        deadline = time.monotonic() + self._timeout_s
+        while (position := int(self._consumer.position(self._tp))) < hi:
+            if time.monotonic() > deadline:
+                raise StoreError(f"quota store {self}: could not read offsets {lo}..{hi} within "
+                                 f"{self._timeout_s:g} s")
+            # never past hi: what lies there was read already (a later window) or is the background reader's
+            for records in self._consumer.poll(timeout_ms=POLL_MS, max_records=hi - position).values():
+                for record in records:
+                    self._scanned += 1
+                    if lo <= record.offset < hi:
+                        out[record.offset] = record
+        return out
+
+    def _maybe_checkpoint(self) -> None:
+        """Once the log has grown by ``CHECKPOINT_INTERVAL`` records and by half the state's size since the newest
+        checkpoint, write one: the chunks, then the manifest naming their offsets (both signed at their offsets like
+        every record). A checkpoint holds about as much as the state's records, so checkpoints add at most about
+        twice what the records written hold, and a reader starting from one reads the state and at most that
+        much tail. A
+        crash between the two leaves chunks no manifest names, which readers ignore. Caller holds _write_lock."""
+        with self._cond:  # readers (the gateway's loop) wait for this lock: copy, encode outside it
+            view = self._view
+            live = len(view.entities) + len(view.credentials) + len(view.scram) + len(view.acls)
+            if view.position - view.checkpoint_at <= max(CHECKPOINT_INTERVAL, live // 2):
+                return
+            state = view.state()
+            position, acl_version = self._view.position, self._view.acl_version
+        offsets = self._write(state.chunks())
+        self._wait_for(self._write([Manifest(position, acl_version, tuple(offsets)).record()])[0] + 1, "apply")
+
+    @property
+    def records_read(self) -> int:
+        """Records this store has read from the topic (looking for a checkpoint included) since it was opened."""
+        with self._cond:
+            return self._scanned + self._view.records_read - self._loaded
 
     # -- the view ---------------------------------------------------------------------------------------
 
@@ -295,26 +438,61 @@ class KafkaStore:
                 self._cond.wait(min(remaining, 0.5))
 
     def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
-        """Produce ``records`` to the one partition, wait until this store's view has applied them; their
-        offsets."""
+        """Produce ``records`` to the one partition in order, wait until this store's view has applied them; their
+        offsets.
+
+        Signed, each record is valid only at the offset it was signed for (:mod:`quotaflow.store.records`). The
+        offset is predicted from what this store has read (its view's position, or right after its own last
+        write); another writer's record landing first shifts ours, so what landed elsewhere (and is therefore
+        refused by every reader) is signed again for the offset after the last one acknowledged and re-sent,
+        until every record sits where it was signed for (bounded by ``PLACEMENT_ATTEMPTS``)."""
+        with self._write_lock:
+            offsets = self._write(records)
+            self._wait_for(max(offsets) + 1, "apply")
+            try:
+                self._maybe_checkpoint()
+            except StoreError as e:  # the write itself stands; the next one tries the checkpoint again
+                log.warning("%s (writing a checkpoint)", e)
+        return offsets
+
+    def _write(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
         from kafka.errors import KafkaError as ClientError
 
         try:
-            futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0, headers=self._sign(k, v))
-                       for k, v in records]
-            self._producer.flush(timeout=self._timeout_s)
-            offsets = [int(f.get(timeout=self._timeout_s).offset) for f in futures]
+            if self.signer is None:
+                return self._send([(k, v, None) for k, v in records])
+            return self._send_placed(records)
         except ClientError as e:
             raise StoreError(f"quota store {self}: cannot write: {_client_reason(e)}") from e
-        self._wait_for(max(offsets) + 1, "apply")
-        return offsets
 
-    def _sign(self, key: bytes, value: bytes | None) -> list[tuple[str, bytes]] | None:
-        if self.signer is None:
-            return None
+    def _send(self, records: Sequence[tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]]) -> list[int]:
+        futures = [self._producer.send(self.spec.topic, key=k, value=v, partition=0, headers=h)
+                   for k, v, h in records]
+        self._producer.flush(timeout=self._timeout_s)
+        return [int(f.get(timeout=self._timeout_s).offset) for f in futures]
+
+    def _send_placed(self, records: Sequence[tuple[bytes, bytes | None]]) -> list[int]:
+        assert self.signer is not None
+        placed: list[int] = []
+        pending = list(records)
         with self._cond:
-            ts = self._view.replays.stamp(self._clock_ms())
-        return self.signer.sign(self.spec.topic, key, value, ts)
+            at = max(self._view.position, self._next_offset)
+        for _attempt in range(PLACEMENT_ATTEMPTS):
+            with self._cond:
+                ts = max(self._clock_ms(), self._view.newest_ms + 1)
+            signed = [(k, v, self.signer.sign(self.spec.topic, k, v, ts, at + i)) for i, (k, v) in enumerate(pending)]
+            offsets = self._send(signed)
+            # offsets only grow: once one record landed past its offset, every later one did too
+            landed = next((i for i, o in enumerate(offsets) if o != at + i), len(offsets))
+            placed.extend(offsets[:landed])
+            self._next_offset = max(offsets) + 1
+            if landed == len(pending):
+                return placed
+            log.info("quota store %s: %d record(s) lost a race with another writer; signing them again for "
+                     "offset %d", self, len(pending) - landed, self._next_offset)
+            pending, at = pending[landed:], self._next_offset
+        raise StoreError(f"quota store {self}: cannot write: other writers took the offsets of {len(pending)} "
+                         f"record(s) {PLACEMENT_ATTEMPTS} times in a row")
 
     @property
     def signed(self) -> bool:
@@ -436,6 +614,12 @@ class KafkaStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unreachable(error: BaseException) -> bool:
+    """kafka-python's ways of saying that no bootstrap server answered."""
+    name = type(error).__name__
+    return name == "NoBrokersAvailable" or (name == "KafkaTimeoutError" and "bootstrap" in str(error).lower())
 
 
 def _client_reason(error: BaseException) -> str:

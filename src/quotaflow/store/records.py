@@ -10,6 +10,18 @@ holds derived key material only; a null value (a tombstone) deletes it.
 
 A record's change-log ``seq`` is its offset + 1, the position after it (as Kafka commits offsets), so seq 0 means
 "nothing yet" and ``changes_since(0)`` is everything, as with the SQLite store.
+
+With a signer, every record is signed for the offset it is written at (:mod:`quotaflow.store.signing`) and a
+reader applies it only there. That is what makes a record never replayable, whatever its age and however quiet
+the store: an offset is used once, so the copy of a quota, an ACL or a credential written again, after a newer
+record of its key or after that key's tombstone, lands at another offset and is refused by every reader. The rule
+reads nothing but the record itself, so it gives the same answer on the whole log, on a compacted log (compaction
+keeps offsets) and after a restart (no state outside the topic). Writers learn the offset from their view's
+position and re-sign what lost a race with another writer (:meth:`quotaflow.store.kafka.KafkaStore._append`).
+
+A checkpoint is the state as of a position (:class:`StoreState`) in chunk records holding the store's own records,
+named by a :class:`Manifest`; the log's readers skip both, a reader starting from one loads it
+(:meth:`StoreView.load_checkpoint`) with the same validation as the records.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ from quotaflow.core.validation import config_keys_for_entity, validate_quota_key
 from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
 from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.scram import HASHES
-from quotaflow.store.signing import RecordSigner, ReplayGuard
+from quotaflow.store.signing import RecordSigner, Verified
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,10 @@ QUOTA_KIND: Final = "quota"
 CREDENTIAL_KIND: Final = "credential"
 SCRAM_KIND: Final = "scram"
 ACL_KIND: Final = "acl"
+CHECKPOINT_KIND: Final = "checkpoint"  # a manifest: the state as of a position is in the chunks it lists
+CHUNK_KIND: Final = "checkpoint-chunk"
+CHUNK_RECORDS: Final = 2_000  # state records per chunk: ~200 KB, well under the 1 MB of max.message.bytes
+MANIFEST_KEY: Final = b'["checkpoint",0]'
 _NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
 _SCRAM_TYPES: Final = typing.get_type_hints(ScramCredential)
@@ -167,17 +183,82 @@ def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], i
     return entity, ops, int(doc["ts"])
 
 
+def _placement_problem(verified: Verified, offset: int) -> str | None:
+    """Why a signed record does not apply at ``offset``, or None when it does."""
+    if verified.error is not None:
+        return verified.error
+    if verified.offset is None:
+        return ("signed without its offset (by a quotaflow that did not bind records to offsets, or a record of "
+                "another kind): refused, it could be a replay; `quotaflow store copy` re-signs a store")
+    if verified.offset != offset:
+        return (f"signed for offset {verified.offset}, found at {offset}: a replayed record, or a write that lost a "
+                f"race with another writer (its writer signs it again for its new offset)")
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreState:
+    """What a checkpoint holds: every quota entity, credential and ACL binding."""
+
+    entities: dict[QuotaEntity, Values]
+    credentials: dict[str, Credential]
+    scram: dict[tuple[str, str], ScramCredential]
+    acls: set[AclBinding]
+
+    def __len__(self) -> int:
+        return len(self.entities) + len(self.credentials) + len(self.scram) + len(self.acls)
+
+    def chunks(self) -> list[tuple[bytes, bytes]]:
+        """The state as chunk records: each holds up to ``CHUNK_RECORDS`` of the records that would rebuild it, in
+        the store's own record format, so loading one validates exactly as applying the log does."""
+        state: list[list[Any]] = [_pair(quota_record(entity, values, 0)) for entity, values in self.entities.items()]
+        state.extend(_pair(credential_record(c)) for c in self.credentials.values())
+        state.extend(_pair(scram_record(c)) for c in self.scram.values())
+        state.extend(_pair(acl_record(b, 0)) for b in self.acls)
+        return [(_compact_json([CHUNK_KIND, i // CHUNK_RECORDS]), _compact_json(state[i:i + CHUNK_RECORDS]))
+                for i in range(0, len(state), CHUNK_RECORDS)] or [(_compact_json([CHUNK_KIND, 0]), b"[]")]
+
+
+def _pair(record: tuple[bytes, bytes | None]) -> list[Any]:
+    return [json.loads(record[0]), None if record[1] is None else json.loads(record[1])]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Manifest:
+    """A checkpoint: the state as of ``position`` (every record below it applied) is in the chunk records at
+    ``chunks`` (offsets); ``acl_version`` is the view's at that position."""
+
+    position: int
+    acl_version: int
+    chunks: tuple[int, ...]
+
+    def record(self) -> tuple[bytes, bytes]:
+        return MANIFEST_KEY, _compact_json({"position": self.position, "acl_version": self.acl_version,
+                                            "chunks": list(self.chunks)})
+
+    @classmethod
+    def decode(cls, value: bytes | None) -> Manifest:
+        if value is None:
+            raise ValueError("a checkpoint without a manifest")
+        doc = json.loads(value)
+        chunks = tuple(int(o) for o in doc["chunks"])
+        position, acl_version = int(doc["position"]), int(doc["acl_version"])
+        if not chunks or position < 0 or not 0 <= acl_version <= position or min(chunks) < 0:
+            raise ValueError("a malformed checkpoint manifest")
+        return cls(position, acl_version, chunks)
+
+
 class StoreView:
     """Entities, credentials and the change log as of ``position`` (the next offset to apply). Not thread-safe:
     the owner serializes access."""
 
     def __init__(self, name: str = "store", *, signer: RecordSigner | None = None, topic: str = "") -> None:
         self.name = name
-        # with a signer, only records signed with one of its keys (and not replayed) apply: the topic's writers
-        # without the fleet key can forge nothing (quotaflow.store.signing)
+        # with a signer, only records signed with one of its keys, at the offset they were signed for, apply: the
+        # topic's writers without the fleet key can forge nothing, with it they cannot replay (quotaflow.store.signing)
         self.signer = signer
         self.topic = topic
-        self.replays = ReplayGuard()
+        self.newest_ms = 0  # the newest signed time applied: writers sign after it (times move forward in the log)
         self.entities: dict[QuotaEntity, Values] = {}
         self.credentials: dict[str, Credential] = {}
         self.scram: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism)
@@ -191,6 +272,15 @@ class StoreView:
         # (offset, removed something) of the latest credential tombstones: a delete learns whether the user
         # existed right before its own record, whatever other writers did
         self.tombstones: deque[tuple[int, bool]] = deque(maxlen=1024)
+        self.checkpoint_at = 0  # the position the newest checkpoint read reflects (writers add one when far behind)
+        self.records_read = 0  # records passed to apply or load: what a reader had to read
+
+    def placement_problem(self, offset: int, key: bytes | None, value: bytes | None,
+                          headers: Sequence[tuple[str, bytes | None]]) -> str | None:
+        """Why a record cannot be trusted at ``offset`` (None: it can; always None without a signer)."""
+        if self.signer is None:
+            return None
+        return _placement_problem(self.signer.verify(self.topic, key, value, headers), offset)
 
     def advance(self, position: int) -> None:
         """Offsets below ``position`` hold nothing more (compacted away, or transaction markers)."""
@@ -199,15 +289,17 @@ class StoreView:
     def apply(self, offset: int, key: bytes | None, value: bytes | None,
               headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
         """Apply one record; one that does not decode or validate, or (with a signer) is not signed with the fleet
-        key or replays an old record, is skipped whole (and counted)."""
+        key for this very offset (a forgery, a replay), is skipped whole (and counted)."""
         self.position = max(self.position, offset + 1)
+        self.records_read += 1
         if self.signer is not None:
             verified = self.signer.verify(self.topic, key, value, headers)
-            error = verified.error if verified.ts_ms is None else self.replays.admit(verified.ts_ms)
+            error = _placement_problem(verified, offset)
             if error is not None:
                 self.rejected += 1
                 self._rejections.skipped(offset, error)
                 return
+            self.newest_ms = max(self.newest_ms, verified.ts_ms or 0)
         try:
             kind = json.loads(key or b"null")
             if not isinstance(kind, list) or len(kind) < 2:
@@ -220,6 +312,11 @@ class StoreView:
                 return
             if kind[0] == ACL_KIND:
                 self._apply_acl(offset, _decode_acl_key(kind), value)
+                return
+            if kind[0] == CHUNK_KIND:
+                return  # a checkpoint's state: what a reader starting from it loads; the log already applied
+            if kind[0] == CHECKPOINT_KIND:
+                self.checkpoint_at = max(self.checkpoint_at, Manifest.decode(value).position)
                 return
             if kind[0] != QUOTA_KIND or value is None:
                 raise ValueError("not a quotaflow store record")
@@ -292,6 +389,39 @@ class StoreView:
         if self._ordered is None:
             self._ordered = sorted(self.entities.items(), key=lambda item: item[0].path)
         return Snapshot(self.position, {e: dict(v) for e, v in self._ordered})
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def state(self) -> StoreState:
+        """Copies of the state (cheap: the containers, not their immutable items), for a checkpoint built outside
+        the owner's lock."""
+        return StoreState(dict(self.entities), dict(self.credentials), dict(self.scram), set(self.acls))
+
+    def load_checkpoint(self, manifest: Manifest, chunks: Sequence[bytes]) -> None:
+        """Start this (empty) view from a checkpoint: the state as of ``manifest.position``. Its change log starts
+        there: changes before the checkpoint are not in it (the fleet's gateways read the whole log)."""
+        if self.position or self.records_read:
+            raise ValueError("a checkpoint loads into an empty view only")
+        for chunk in chunks:
+            self.records_read += 1
+            for key, value in json.loads(chunk):
+                kind = list(key)
+                if kind[0] == ACL_KIND:  # the bulk of a large store: decoded from the parsed key, no re-encoding
+                    self.acls.add(_decode_acl_key(kind))
+                elif kind[0] == QUOTA_KIND:
+                    entity, ops, _ts = _decode_quota(_compact_json(value))
+                    if any(v is None for v in ops.values()):
+                        raise ValueError("a checkpoint's quota with a removal")
+                    self.entities[entity] = typing.cast(Values, ops)
+                elif kind[0] == CREDENTIAL_KIND:
+                    self._apply_credential(-1, str(kind[1]), _compact_json(value))
+                elif kind[0] == SCRAM_KIND:
+                    self._apply_scram(-1, str(kind[1]), str(kind[2]), _compact_json(value))
+                else:
+                    raise ValueError(f"a checkpoint holding a {kind[0]!r} record")
+        self._ordered = None
+        self.position = self.checkpoint_at = manifest.position
+        self.acl_version = manifest.acl_version
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         lo, hi = 0, len(self.changes)

@@ -9,10 +9,13 @@ the old one), then remove the old line once every record signed with it has been
 fresh topic re-signs everything with the destination's key).
 
 A signature travels in record headers, so the record's key and value keep their format: ``quotaflow.signature``
-(32 bytes of HMAC) and ``quotaflow.timestamp`` (the writer's clock, ms, 8 bytes big-endian). The MAC covers a
-version tag, the topic, the key, the value (null and empty told apart: a tombstone is signed too) and that
-timestamp, so a record cannot be moved to another topic or re-dated. Readers use the signed timestamp to refuse
-replays of old records (:class:`ReplayGuard`).
+(32 bytes of HMAC), ``quotaflow.timestamp`` (the writer's clock, ms, 8 bytes big-endian) and, for the store topic,
+``quotaflow.offset`` (the offset the record was written for, 8 bytes big-endian). The MAC covers a version tag,
+the topic, the key, the value (null and empty told apart: a tombstone is signed too), that timestamp and that
+offset, so a record can be neither moved to another topic, re-dated, nor written again anywhere else in the log: an
+offset is used once, so a copy of a record lands at another offset and every reader refuses it, at any age
+(:mod:`quotaflow.store.records`). Records without an offset (the usage topic's reports, which are only ever fresh)
+are bound to their time instead (:class:`ReplayGuard`).
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from quotaflow.core.errors import StoreError
 
 SIGNATURE_HEADER: Final = "quotaflow.signature"
 TIMESTAMP_HEADER: Final = "quotaflow.timestamp"
+OFFSET_HEADER: Final = "quotaflow.offset"
 MIN_KEY_CHARS: Final = 32
 REPLAY_WINDOW_MS: Final = 5 * 60_000  # how far a record's signed time may lie behind the newest one seen
 _DOMAIN: Final = b"quotaflow-record-v1"
+_DOMAIN_AT: Final = b"quotaflow-record-v2"  # bound to an offset as well
 _TS: Final = struct.Struct(">q")
 _NULL: Final = _TS.pack(-1)
 
@@ -42,16 +47,22 @@ def _field(data: bytes | None) -> bytes:
     return _NULL if data is None else _TS.pack(len(data)) + data
 
 
-def _message(topic: str, key: bytes | None, value: bytes | None, ts_ms: int) -> bytes:
-    return b"".join([_DOMAIN, _field(topic.encode()), _field(key), _field(value), _TS.pack(ts_ms)])
+def _message(topic: str, key: bytes | None, value: bytes | None, ts_ms: int, offset: int | None) -> bytes:
+    parts = [_DOMAIN if offset is None else _DOMAIN_AT, _field(topic.encode()), _field(key), _field(value),
+             _TS.pack(ts_ms)]
+    if offset is not None:
+        parts.append(_TS.pack(offset))
+    return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
 class Verified:
-    """A record's signature check: ``ts_ms`` (its signed timestamp) when good, else ``error``."""
+    """A record's signature check: ``ts_ms`` (its signed timestamp) and ``offset`` (the offset it was signed for,
+    None when it was signed without one) when good, else ``error``."""
 
     ts_ms: int | None
     error: str | None = None
+    offset: int | None = None
 
 
 class RecordSigner:
@@ -77,10 +88,14 @@ class RecordSigner:
                 if line.strip() and not line.lstrip().startswith("#")]
         return cls(keys, str(path))
 
-    def sign(self, topic: str, key: bytes | None, value: bytes | None, ts_ms: int) -> list[tuple[str, bytes]]:
-        """The headers that make the record verifiable."""
-        mac = hmac.new(self.keys[0], _message(topic, key, value, ts_ms), hashlib.sha256).digest()
-        return [(SIGNATURE_HEADER, mac), (TIMESTAMP_HEADER, _TS.pack(ts_ms))]
+    def sign(self, topic: str, key: bytes | None, value: bytes | None, ts_ms: int, offset: int | None = None
+             ) -> list[tuple[str, bytes]]:
+        """The headers that make the record verifiable; with ``offset``, valid only at that offset."""
+        mac = hmac.new(self.keys[0], _message(topic, key, value, ts_ms, offset), hashlib.sha256).digest()
+        headers = [(SIGNATURE_HEADER, mac), (TIMESTAMP_HEADER, _TS.pack(ts_ms))]
+        if offset is not None:
+            headers.append((OFFSET_HEADER, _TS.pack(offset)))
+        return headers
 
     def verify(self, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]]
                ) -> Verified:
@@ -90,16 +105,23 @@ class RecordSigner:
             return Verified(None, "unsigned record")
         if len(stamp) != _TS.size:
             return Verified(None, "malformed signature timestamp")
+        at = found.get(OFFSET_HEADER)
+        if at is not None and len(at) != _TS.size:
+            return Verified(None, "malformed signature offset")
         ts_ms = int(_TS.unpack(stamp)[0])
-        message = _message(topic, key, value, ts_ms)
+        offset = None if at is None else int(_TS.unpack(at)[0])
+        message = _message(topic, key, value, ts_ms, offset)
         # every key is tried, whichever matches, so the time taken does not tell which key (or none) matched
         good = [hmac.compare_digest(hmac.new(k, message, hashlib.sha256).digest(), signature) for k in self.keys]
-        return Verified(ts_ms) if any(good) else Verified(None, "bad signature (not signed with a configured key)")
+        if not any(good):
+            return Verified(None, "bad signature (not signed with a configured key)")
+        return Verified(ts_ms, offset=offset)
 
 
 class ReplayGuard:
-    """Refuses a validly signed record that is an old one written again (a replay of, say, a credential since
-    changed): its signed time must not lie more than ``window_ms`` behind the newest signed time accepted so far.
+    """For records signed without an offset (usage reports, fresh by nature; the store topic binds every record to
+    its offset instead): refuses a validly signed record that is an old one written again: its signed time must
+    not lie more than ``window_ms`` behind the newest signed time accepted so far.
     Writers stamp ``max(their clock, the newest time they have read)``, so the times only move forward along the log
     (concurrent writers differ by their clock skew, which the window absorbs) and one writer's fast clock cannot
     lock the others out. Deterministic over the log: every reader accepts the same records; compaction keeps the
