@@ -15,11 +15,11 @@ def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or
     merged = {k: (lo, hi) for k, lo, hi in versions.merge(upstream)}
     assert merged[0] == (3, 9)  # Produce v10+ names brokers (KIP-951), v13+ topic ids; v3+ read for authorization
     assert merged[1] == (5, 12)  # Fetch v13+ names topics by id: the gateway authorizes names
-    assert merged[20] == (0, 5)  # DeleteTopics v6+ may name topics by id
+    assert merged[20] == (1, 5)  # DeleteTopics v6+ may name topics by id; v0 is not in Kafka's definition
     assert merged[3] == (1, protocol.max_known_version(3))  # rewritten: capped to what kafka-python decodes
     assert merged[18] == (0, versions.APIVERSIONS_MAX)
-    assert merged[19] == (0, protocol.max_known_version(19))  # CreateTopics is decoded for the mutation quota
-    assert merged[32] == (0, min(9, protocol.max_known_version(32) or 0))  # decoded when authorized
+    assert merged[19] == (2, protocol.max_known_version(19))  # decoded for the mutation quota; v2+ defined
+    assert merged[32] == (1, min(9, protocol.max_known_version(32) or 0))  # decoded when authorized
     assert merged[55] == (0, 1)  # DescribeQuorum v2 names the controllers
     assert merged[48] == (0, 1) and merged[49] == (0, 1)  # the gateway's own, whatever the upstream says
     assert merged[50] == (0, 0) and merged[51] == (0, 0)  # KIP-554 from the gateway's own credentials
@@ -112,5 +112,5 @@ def test_acl_apis_are_the_gateways_unless_the_cluster_authenticates() -> None:
     assert own[29] == own[30] == own[31] == (1, 3)  # answered from the store, what kafka-python encodes
     assert {k: (lo, hi) for k, lo, hi in versions.merge([(18, 0, 3)])}[30] == (1, 3)  # whatever the upstream offers
     passthrough = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, sasl_passthrough=True)}
-    assert passthrough[29] == passthrough[30] == passthrough[31] == (0, 3)  # the cluster's own, forwarded as bytes
+    assert passthrough[29] == passthrough[30] == passthrough[31] == (1, 3)  # the cluster's (v1+ defined)
     assert 30 not in {k for k, _lo, _hi in versions.merge([(18, 0, 3)], sasl_passthrough=True)}
