@@ -1,13 +1,17 @@
-"""ApiVersions at the gateway: what the client is told it may send.
+"""ApiVersions at the gateway: what the client is told it may send, and the gate that holds every request to it.
 
-The advertised set is every API the upstream offers (forwarded as bytes, whether or not kafka-python models it),
-with the gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota
-store, DescribeAcls / CreateAcls / DeleteAcls (29–31) v1–3, answered from the store's ACLs, and SaslHandshake (17) /
-SaslAuthenticate (36), terminated here. Version ranges are cut only where the gateway must decode: the
-address-bearing APIs it rewrites and the APIs whose requests or responses it changes (Fetch's ``max_bytes`` cap and
-empty throttled response, CreateTopics' mutation quota, ApiVersions itself) are capped to what kafka-python 3.0.12
-decodes; address-bearing versions it does not rewrite are capped below them
-(``addresses.ADDRESS_VERSION_CAPS``); an API with no version free of broker addresses is not offered.
+The advertised set is every API the upstream offers that the gateway reads and authorizes completely
+(``authorize.forwardable``: a planner and a row in the rule table, ``auth.rules``, over the resource-bearing fields
+of Kafka's own message definitions, ``auth.resources``), at the versions whose fields the rule table covers, with the
+gateway's own APIs added: DescribeClientQuotas (48) and AlterClientQuotas (49) v0–1, answered from the quota store,
+DescribeAcls / CreateAcls / DeleteAcls (29–31) v1–3, answered from the store's ACLs, and SaslHandshake (17) /
+SaslAuthenticate (36), terminated here. An API without a message definition in kafka-python 3.0.12 is not offered;
+address-bearing versions the gateway does not rewrite are capped below them (``addresses.ADDRESS_VERSION_CAPS``); an
+API with no version free of broker addresses is not offered.
+
+One rule (:func:`offered`) gives both the advertised ranges (:func:`merge`, cut to the upstream's) and the gate's
+table (:func:`gate_table`), which the connection core checks every request header against before anything reads
+the request: what is not advertised is never forwarded.
 
 KIP-511: a client asking for a newer ApiVersions than the gateway knows gets UNSUPPORTED_VERSION with a v0 body
 listing the ApiVersions range, and retries with a version from it.
