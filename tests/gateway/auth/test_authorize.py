@@ -584,3 +584,45 @@ def test_listings_keep_only_what_the_principal_may_describe() -> None:
     # with DESCRIBE on the cluster, ListGroups is the upstream's as it is
     authorizer.acls.append(Acl("User:bob", Op.DESCRIBE, Rt.CLUSTER, "kafka-cluster"))
     assert _plan(_access(authorizer), ApiKey.ListGroups, 3)[0] is None
+
+
+# -- issue 34: fields the rule table covers by refusing -------------------------------------------------------------
+
+def _epochs(replica_id: int, *names: str) -> dict[str, Any]:
+    cls = protocol.REQUESTS[ApiKey.OffsetForLeaderEpoch]
+    topic = cls.OffsetForLeaderTopic
+    return {"replica_id": replica_id, "topics": [topic(topic=n, partitions=[topic.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=-1, leader_epoch=1)]) for n in names]}
+
+
+def test_a_followers_offset_for_leader_epoch_needs_cluster_action() -> None:
+    authorizer = MemoryAuthorizer([Acl("User:bob", Op.DESCRIBE, Rt.TOPIC, "bob-", prefixed=True)])
+    plan, header = _plan(_access(authorizer), ApiKey.OffsetForLeaderEpoch, 4, **_epochs(1, "bob-1"))
+    assert plan is not None
+    assert [(t.topic, [p.error_code for p in t.partitions]) for t in _local(plan, header).topics] == \
+        [("bob-1", [31])]
+    plan, _ = _plan(_access(authorizer), ApiKey.OffsetForLeaderEpoch, 4, **_epochs(-1, "bob-1"))
+    assert plan is None  # a consumer's: DESCRIBE on the topic, allowed
+    authorizer.acls.append(Acl("User:bob", Op.CLUSTER_ACTION, Rt.CLUSTER, "kafka-cluster"))
+    plan, _ = _plan(_access(authorizer), ApiKey.OffsetForLeaderEpoch, 4, **_epochs(1, "bob-1"))
+    assert plan is None
+
+
+@pytest.mark.parametrize("authorized", [False, True])
+def test_a_metadata_entry_with_a_topic_id_is_refused_whatever_its_name(authorized: bool) -> None:
+    import uuid
+
+    authorizer = MemoryAuthorizer([Acl("User:bob", Op.DESCRIBE, Rt.TOPIC, "bob-", prefixed=True)]) \
+        if authorized else None
+    cls = protocol.REQUESTS[ApiKey.Metadata]
+    topic = cls.MetadataRequestTopic
+    plan, header = _plan(_access(authorizer), ApiKey.Metadata, 12, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False,
+                         topics=[topic(name="bob-1", topic_id=uuid.uuid4()), topic(name="bob-2", topic_id=None)])
+    assert plan is not None and plan.forward is not None
+    forwarded = _forwarded(plan, header)
+    assert [(t.name, t.topic_id) for t in forwarded.topics] == [("bob-2", None)]  # no id reaches the upstream
+    upstream = _response(ApiKey.Metadata, 12, brokers=[], cluster_id=None, controller_id=-1, topics=[])
+    assert plan.merge is not None
+    plan.merge(upstream)
+    assert [t.error_code for t in upstream.topics] == [29]
