@@ -390,10 +390,10 @@ def test_an_api_the_gateway_cannot_authorize_is_refused() -> None:
     header = protocol.RequestHeader(ApiKey.ConsumerGroupHeartbeat, 0, 1, "c", 0)
     with pytest.raises(PermissionError):
         authorize.plan(_access(None), Scope("bob"), header, b"", "10.0.0.9")  # type: ignore[arg-type]
-    header = protocol.RequestHeader(40, 0, 1, "c", 0)  # RenewDelegationToken: only in SASL passthrough
-    with pytest.raises(PermissionError):
-        authorize.plan(_access(None), Scope("bob"), header, b"", "10.0.0.9")  # type: ignore[arg-type]
-    assert authorize.plan(_access(None), Scope("bob"), header, b"", "h", passthrough=True) is None  # type: ignore[arg-type]
+    header = protocol.RequestHeader(40, 0, 1, "c", 0)  # RenewDelegationToken: no message definition, no rule
+    for passthrough in (False, True):
+        with pytest.raises(PermissionError):
+            authorize.plan(_access(None), Scope("bob"), header, b"", "h", passthrough=passthrough)  # type: ignore[arg-type]
     for key in (ApiKey.Fetch, ApiKey.Produce, ApiKey.DeleteTopics, ApiKey.OffsetCommit, ApiKey.OffsetFetch):
         _lo, hi = authorize.version_range(key, 0, 99)
         assert hi <= {ApiKey.Fetch: 12, ApiKey.Produce: 9, ApiKey.DeleteTopics: 5}.get(key, 9)  # names, not ids
@@ -618,3 +618,45 @@ def test_group_refusals_are_their_requests_error_responses(api: int, version: in
     answer = _local(plan, header)
     assert answer.error_code == 30
     assert {k: getattr(answer, k) for k in expected} == expected
+
+
+# -- issue 34: fields the rule table covers by refusing -------------------------------------------------------------
+
+def _epochs(replica_id: int, *names: str) -> dict[str, Any]:
+    cls = protocol.REQUESTS[ApiKey.OffsetForLeaderEpoch]
+    topic = cls.OffsetForLeaderTopic
+    return {"replica_id": replica_id, "topics": [topic(topic=n, partitions=[topic.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=-1, leader_epoch=1)]) for n in names]}
+
+
+def test_a_followers_offset_for_leader_epoch_needs_cluster_action() -> None:
+    authorizer = MemoryAuthorizer([Acl("User:bob", Op.DESCRIBE, Rt.TOPIC, "bob-", prefixed=True)])
+    plan, header = _plan(_access(authorizer), ApiKey.OffsetForLeaderEpoch, 4, **_epochs(1, "bob-1"))
+    assert plan is not None
+    assert [(t.topic, [p.error_code for p in t.partitions]) for t in _local(plan, header).topics] == \
+        [("bob-1", [31])]
+    plan, _ = _plan(_access(authorizer), ApiKey.OffsetForLeaderEpoch, 4, **_epochs(-1, "bob-1"))
+    assert plan is None  # a consumer's: DESCRIBE on the topic, allowed
+    authorizer.acls.append(Acl("User:bob", Op.CLUSTER_ACTION, Rt.CLUSTER, "kafka-cluster"))
+    plan, _ = _plan(_access(authorizer), ApiKey.OffsetForLeaderEpoch, 4, **_epochs(1, "bob-1"))
+    assert plan is None
+
+
+@pytest.mark.parametrize("authorized", [False, True])
+def test_a_metadata_entry_with_a_topic_id_is_refused_whatever_its_name(authorized: bool) -> None:
+    import uuid
+
+    authorizer = MemoryAuthorizer([Acl("User:bob", Op.DESCRIBE, Rt.TOPIC, "bob-", prefixed=True)]) \
+        if authorized else None
+    cls = protocol.REQUESTS[ApiKey.Metadata]
+    topic = cls.MetadataRequestTopic
+    plan, header = _plan(_access(authorizer), ApiKey.Metadata, 12, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False,
+                         topics=[topic(name="bob-1", topic_id=uuid.uuid4()), topic(name="bob-2", topic_id=None)])
+    assert plan is not None and plan.forward is not None
+    forwarded = _forwarded(plan, header)
+    assert [(t.name, t.topic_id) for t in forwarded.topics] == [("bob-2", None)]  # no id reaches the upstream
+    upstream = _response(ApiKey.Metadata, 12, brokers=[], cluster_id=None, controller_id=-1, topics=[])
+    assert plan.merge is not None
+    plan.merge(upstream)
+    assert [t.error_code for t in upstream.topics] == [29]

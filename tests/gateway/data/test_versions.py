@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import pytest
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data.connection import _supported
 
 
 def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or_names_brokers() -> None:
@@ -13,25 +15,49 @@ def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or
     merged = {k: (lo, hi) for k, lo, hi in versions.merge(upstream)}
     assert merged[0] == (3, 9)  # Produce v10+ names brokers (KIP-951), v13+ topic ids; v3+ read for authorization
     assert merged[1] == (5, 12)  # Fetch v13+ names topics by id: the gateway authorizes names
-    assert merged[20] == (0, 5)  # DeleteTopics v6+ may name topics by id
+    assert merged[20] == (1, 5)  # DeleteTopics v6+ may name topics by id; v0 is not in Kafka's definition
     assert merged[3] == (1, protocol.max_known_version(3))  # rewritten: capped to what kafka-python decodes
     assert merged[18] == (0, versions.APIVERSIONS_MAX)
-    assert merged[19] == (0, protocol.max_known_version(19))  # CreateTopics is decoded for the mutation quota
-    assert merged[32] == (0, min(9, protocol.max_known_version(32) or 0))  # decoded when authorized
+    assert merged[19] == (2, protocol.max_known_version(19))  # decoded for the mutation quota; v2+ defined
+    assert merged[32] == (1, min(9, protocol.max_known_version(32) or 0))  # decoded when authorized
     assert merged[55] == (0, 1)  # DescribeQuorum v2 names the controllers
     assert merged[48] == (0, 1) and merged[49] == (0, 1)  # the gateway's own, whatever the upstream says
     assert merged[50] == (0, 0) and merged[51] == (0, 0)  # KIP-554 from the gateway's own credentials
     assert merged[17] == (0, 1) and merged[36] == (0, 2)
-    assert merged[71] == (0, 0)  # telemetry: no resource to authorize, forwarded as bytes
     # the gateway cannot authorize these exactly: not offered (KIP-848 heartbeats carry topic ids and server-side
     # regexes, delegation tokens would be the gateway's own, unknown APIs may name anything)
     for key in (38, 68, 76, 9999):
         assert key not in merged
     assert 78 not in merged and 79 not in merged  # NodeEndpoints in every version: never offered
-    assert merged[69] == (0, 0)  # ConsumerGroupDescribe names no topic: forwarded while no authorizer is on
-    assert 69 not in {k for k, _lo, _hi in versions.merge(upstream, authorizer=True)}  # it could not be checked
+    # no message definition in kafka-python 3.0.12 (telemetry, ConsumerGroupDescribe, delegation tokens): the
+    # gateway cannot read them, so it offers them in no mode
     passthrough = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, sasl_passthrough=True)}
-    assert passthrough[38] == (0, 3)  # delegation tokens: the upstream issues them to the client's own principal
+    for key in (38, 69, 71):
+        assert key not in merged and key not in passthrough
+        assert key not in {k for k, _lo, _hi in versions.merge(upstream, authorizer=True)}
+
+
+MODES = [dict(sasl_passthrough=p, authorizer=a) for p in (False, True) for a in (False, True)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_gate_takes_exactly_what_api_versions_advertises(mode: dict[str, bool]) -> None:
+    # an upstream that speaks every version of every API: what is advertised is the gateway's ceiling
+    upstream = [(k, 0, 200) for k in range(versions.GATE_KEYS + 5)]
+    advertised = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, **mode)}
+    table = versions.gate_table(**mode)
+    for key in range(-1, versions.GATE_KEYS + 5):
+        for version in range(-1, 40):
+            lo, hi = advertised.get(key, (1, 0))
+            assert _supported(table, key, version) == (lo <= version <= hi), (key, version)
+
+
+def test_the_gate_refuses_the_attacks_of_issue_34() -> None:
+    for mode in MODES:
+        table = versions.gate_table(**mode)
+        assert not _supported(table, ApiKey.DeleteTopics, 6)  # by id, and its v0-5 name field is empty
+        assert not _supported(table, ApiKey.Fetch, 13) and not _supported(table, ApiKey.Produce, 13)  # by id
+        assert _supported(table, ApiKey.DeleteTopics, 5) and _supported(table, ApiKey.Fetch, 12)
 
 
 def _api_versions_frame(version: int, keys: list[tuple[int, int, int]]) -> bytes:
@@ -86,5 +112,5 @@ def test_acl_apis_are_the_gateways_unless_the_cluster_authenticates() -> None:
     assert own[29] == own[30] == own[31] == (1, 3)  # answered from the store, what kafka-python encodes
     assert {k: (lo, hi) for k, lo, hi in versions.merge([(18, 0, 3)])}[30] == (1, 3)  # whatever the upstream offers
     passthrough = {k: (lo, hi) for k, lo, hi in versions.merge(upstream, sasl_passthrough=True)}
-    assert passthrough[29] == passthrough[30] == passthrough[31] == (0, 3)  # the cluster's own, forwarded as bytes
+    assert passthrough[29] == passthrough[30] == passthrough[31] == (1, 3)  # the cluster's (v1+ defined)
     assert 30 not in {k for k, _lo, _hi in versions.merge([(18, 0, 3)], sasl_passthrough=True)}

@@ -17,8 +17,9 @@ Two layers, one pass:
 
 Only APIs in :data:`PLANNERS` (plus the ones the gateway answers itself) are forwarded: any other API is neither
 advertised in ApiVersions nor accepted (the connection is closed, as Kafka closes on an API it does not know),
-because the gateway cannot say what it would touch. Versions that name topics by id or that the gateway cannot
-read are not offered either (:data:`VERSION_CAPS`).
+because the gateway cannot say what it would touch. Nor is a version whose request carries a resource-bearing field
+(found in Kafka's message definitions, :mod:`quotaflow.gateway.auth.resources`) that the rule table
+(:mod:`quotaflow.gateway.auth.rules`) does not cover: topic ids, brokers' batched forms (:func:`version_range`).
 
 Cost: without an authorizer a request is looked at only when its bytes contain a hidden name (one substring search;
 Produce and Fetch read their topic names from the frame instead, :mod:`quotaflow.gateway.auth.topic_names`). With one,
@@ -29,6 +30,7 @@ the hot path), and only a refusal re-encodes anything.
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -42,7 +44,7 @@ from quotaflow.core.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from quotaflow.gateway.auth import topic_names
+from quotaflow.gateway.auth import rules, topic_names
 from quotaflow.gateway.auth.authz_audit import AuthzAudit
 from quotaflow.gateway.auth.hidden_topics import RESERVED_PREFIX, HiddenTopics
 from quotaflow.gateway.data import error_response, protocol
@@ -1017,11 +1019,44 @@ def _sync_group_refused(_version: int) -> dict[str, Any]:
     """SyncGroupRequest.getErrorResponse: an empty assignment (protocol type and name keep their null default)."""
     return {"assignment": b""}
 
+
+_NO_ID: Final = uuid.UUID(int=0)
+
+
+def _names_only(inner: Planner) -> Planner:
+    """Metadata v10+: an entry that carries a topic id is authorized as an entry without a name (refused, 29): the
+    gateway authorizes topics by name and does not offer topic ids (a name beside the id of another topic, which
+    the broker might resolve by id, is refused as well)."""
+    def planner(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+        if header.api_version < 10:
+            return inner(check, header, frame)
+        request = _decode(frame, header)
+        by_id = [t for t in request.topics or [] if t.topic_id is not None and t.topic_id != _NO_ID]
+        if not by_id:
+            return inner(check, header, frame)
+        for t in by_id:
+            t.name = None
+        return inner(check, header, _reencode(request, header))
+    return planner
+
+
+def _follower_epochs(inner: Planner) -> Planner:
+    """OffsetForLeaderEpoch v3+: a ``replica_id`` of a broker (>= 0) is a follower's request, which Kafka allows
+    only with CLUSTER_ACTION (31 for every partition); a consumer's (-1 / -2) is authorized per topic."""
+    def planner(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+        if header.api_version >= 3 and check.authorizer is not None:
+            request = _decode(frame, header)
+            if int(request.replica_id) >= 0 and not check.cluster(OP.CLUSTER_ACTION):
+                return _all_topics(header, request, _EPOCHS, CLUSTER_AUTHORIZATION_FAILED)
+        return inner(check, header, frame)
+    return planner
+
+
 PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.Produce: _produce,
     ApiKey.Fetch: _fetch,
     ApiKey.ListOffsets: _by_topic(_LIST_OFFSETS, OP.DESCRIBE),
-    ApiKey.Metadata: _metadata,
+    ApiKey.Metadata: _names_only(_metadata),
     ApiKey.OffsetCommit: _offset_commit,
     ApiKey.OffsetFetch: _offset_fetch,
     ApiKey.FindCoordinator: _find_coordinator,
@@ -1035,7 +1070,7 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.DeleteTopics: _topic_results("topic_names", "responses", TOPIC_MUTATIONS[ApiKey.DeleteTopics]),
     ApiKey.DeleteRecords: _by_topic(_DELETE_RECORDS, OP.DELETE),
     ApiKey.InitProducerId: _init_producer_id,
-    ApiKey.OffsetForLeaderEpoch: _by_topic(_EPOCHS, OP.DESCRIBE),
+    ApiKey.OffsetForLeaderEpoch: _follower_epochs(_by_topic(_EPOCHS, OP.DESCRIBE)),
     ApiKey.AddPartitionsToTxn: _add_partitions_to_txn,
     ApiKey.AddOffsetsToTxn: _add_offsets_to_txn,
     ApiKey.EndTxn: _end_txn,
@@ -1062,27 +1097,23 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.ListTransactions: _list_transactions,
     ApiKey.ListConfigResources: _cluster_only(OP.DESCRIBE_CONFIGS),
     ApiKey.DescribeTopicPartitions: _describe_topic_partitions,
-    71: _no_check,  # GetTelemetrySubscriptions (KIP-714): no resource
-    72: _no_check,  # PushTelemetry
 }
-"""Every API the gateway forwards, with what it checks. Anything else is refused (not offered, connection closed
-if sent anyway): inter-broker APIs, delegation tokens in terminate mode (the token would be the gateway's own),
-KIP-848/KIP-932 group heartbeats (topic ids and server-side regex subscriptions the gateway cannot check)."""
+"""Every API the gateway forwards, with what it checks (``rules.RULES`` says which request fields each reads).
+Anything else is refused (not offered, connection closed if sent anyway): inter-broker APIs, delegation tokens (the
+token would be the gateway's own; kafka-python has no definition of them either), KIP-848/KIP-932 group heartbeats
+(topic ids and server-side regex subscriptions the gateway cannot check), APIs without a message definition
+(KIP-714 telemetry, ConsumerGroupDescribe)."""
 
 GATEWAY_ANSWERED: Final = frozenset({ApiKey.ApiVersions, ApiKey.SaslHandshake, ApiKey.SaslAuthenticate,
                                      ApiKey.DescribeClientQuotas, ApiKey.AlterClientQuotas,
                                      ApiKey.DescribeUserScramCredentials, ApiKey.AlterUserScramCredentials})
-PASSTHROUGH_ONLY: Final = frozenset({38, 39, 40, 41})
-"""Delegation tokens: forwarded only in SASL passthrough, where the upstream issues them to the client's own
-principal (in terminate mode they would be the gateway's)."""
 
 VERSION_CAPS: Final[dict[int, int]] = {
-    ApiKey.Produce: topic_names.PRODUCE_MAX,  # v13+ names topics by id
-    ApiKey.Fetch: topic_names.FETCH_MAX,  # v13+ names topics by id
-    ApiKey.DeleteTopics: 5,  # v6+ may name topics by id
-    ApiKey.OffsetCommit: 9,  # v10+ names topics by id
-    ApiKey.OffsetFetch: 9,  # v10+ names topics by id
-    ApiKey.AddPartitionsToTxn: 3,  # v4+ is the brokers' batched form (CLUSTER_ACTION)
+    # caps whose reason is not a resource field (those follow from rules.RULES: topic ids in Produce/Fetch v13+,
+    # OffsetCommit/OffsetFetch v10+ and DeleteTopics v6+, AddPartitionsToTxn v4+'s batched form, are fields no
+    # rule covers): the compiled name walk of the data path reads Produce and Fetch up to these versions
+    ApiKey.Produce: topic_names.PRODUCE_MAX,
+    ApiKey.Fetch: topic_names.FETCH_MAX,
 }
 VERSION_MINS: Final[dict[int, int]] = {
     ApiKey.Produce: 3,  # the fast name walk reads v3+ (transactional_id)
@@ -1091,24 +1122,24 @@ VERSION_MINS: Final[dict[int, int]] = {
 }
 
 
-UNCHECKED_WITHOUT_AUTHORIZER: Final = frozenset({ApiKey.ConsumerGroupDescribe})
-"""APIs forwarded as bytes only while no authorizer is on: they name no topic (quotaflow's own topics cannot be
-reached through them) but the gateway cannot read them to check ACLs."""
-
-
 def forwardable(api_key: int, *, passthrough: bool, authorizer: bool = False) -> bool:
-    """Whether the gateway offers and forwards ``api_key``."""
-    return (api_key in PLANNERS or api_key in GATEWAY_ANSWERED or (passthrough and api_key in PASSTHROUGH_ONLY)
-            or ((passthrough or not authorizer) and api_key in UNCHECKED_WITHOUT_AUTHORIZER))
+    """Whether the gateway offers and forwards ``api_key``: one it has a planner for or answers itself, with a row
+    in the rule table (``rules.RULES``) and a message definition (``rules.covered_range``). ``passthrough`` and
+    ``authorizer`` (the mode) no longer widen it: every API the gateway forwards is read and authorized in every
+    mode."""
+    del passthrough, authorizer
+    return (api_key in PLANNERS or api_key in GATEWAY_ANSWERED) and rules.covered_range(api_key) is not None
 
 
 def version_range(api_key: int, lo: int, hi: int) -> tuple[int, int]:
-    """The versions of ``api_key`` the gateway offers, within the upstream's ``lo..hi``."""
-    lo = max(lo, VERSION_MINS.get(api_key, lo))
-    hi = min(hi, VERSION_CAPS.get(api_key, hi))
-    if api_key in PLANNERS and api_key not in (71, 72):  # decoded on the refusal path: kafka-python must read them
-        known = protocol.max_known_version(api_key)
-        hi = min(hi, -1 if known is None else known)
+    """The versions of ``api_key`` the gateway offers, within ``lo..hi``: those Kafka's message definition
+    describes whose resource-bearing fields the rule table covers (``rules.covered_range``), cut by
+    :data:`VERSION_MINS` and :data:`VERSION_CAPS`. An empty range (lo > hi) when there are none."""
+    covered = rules.covered_range(api_key)
+    if covered is None:
+        return max(lo, 1), min(hi, 0)
+    lo = max(lo, VERSION_MINS.get(api_key, lo), covered[0])
+    hi = min(hi, VERSION_CAPS.get(api_key, hi), covered[1])
     return lo, hi
 
 

@@ -24,6 +24,7 @@ cdef class UpstreamCore
 
 
 cdef class ConnectionCore:
+    cdef public bytes _offered
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public FrameBuffer _frames
     cdef public UpstreamCore _upstream
@@ -66,4 +67,4 @@ cdef class UpstreamCore:
     cdef public FrameBuffer frames
 
 
-cpdef bint _supported(long api_key, long version) except -1
+cpdef bint _supported(bytes table, long api_key, long version) except -1

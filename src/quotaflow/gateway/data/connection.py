@@ -191,6 +191,9 @@ class ConnectionCore:
                                "sasl.server.max.receive.size")
         self.sasl = SaslSession(gateway, client_ip, required=config.security_protocol(listener) in SASL_PROTOCOLS,
                                 on_authenticated=self._authenticated)
+        # the gate's table: what ApiVersions advertises in this connection's mode, and all it accepts
+        self._offered = versions.gate_table(sasl_passthrough=self.sasl.passthrough is not None,
+                                            authorizer=access.authorizer is not None)
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._frames = FrameBuffer()
@@ -555,7 +558,7 @@ class ConnectionCore:
         key, version = header.api_key, header.api_version
         if key == ApiKey.ApiVersions:
             return 0 <= version <= versions.APIVERSIONS_MAX
-        return key not in LOCAL_APIS and _supported(key, version)
+        return key not in LOCAL_APIS and _supported(self._offered, key, version)
 
     def _on_request(self, frame: bytes) -> Pending:
         now_ms = time_ns() // 1_000_000
@@ -577,9 +580,10 @@ class ConnectionCore:
         if key == _API_VERSIONS and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
             pending.local = versions.unsupported_version_response(header.correlation_id)  # KIP-511
             return pending
-        if not _supported(key, header.api_version):
-            # Kafka closes a connection whose request header names an API or version it cannot parse; the gateway
-            # cannot frame a response for it either (its header version depends on the API version)
+        if not _supported(self._offered, key, header.api_version):
+            # the gate: an API or version the gateway does not advertise is never forwarded. Kafka closes a
+            # connection whose request names an API or version it does not support; the gateway cannot frame a
+            # response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         passthrough = self.sasl.passthrough is not None
         if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
@@ -926,17 +930,13 @@ def _read(transport: asyncio.Transport, on: bool) -> None:
         transport.pause_reading()
 
 
-def _supported(api_key: int, version: int) -> bool:
-    """Whether the gateway can take this request header: never a negative version; for the APIs it decodes or
-    answers itself, only versions kafka-python models (it could not frame their responses otherwise). Other APIs
-    are forwarded as bytes and the upstream judges their versions."""
-    if version < 0:
+def _supported(table: bytes, api_key: int, version: int) -> bool:
+    """The gate: whether the gateway takes this request header, by its mode's table (``versions.gate_table``: per
+    API key the lowest and highest version it advertises). Everything else (an API it does not offer, a version
+    above what it advertises, whatever the upstream speaks) is never read further nor forwarded."""
+    if api_key < 0 or version < 0 or 2 * api_key + 1 >= len(table):
         return False
-    if api_key not in versions.DECODED_APIS and api_key not in LOCAL_APIS:
-        return True
-    cls = protocol.REQUESTS.get(api_key)
-    known = protocol.max_known_version(api_key)
-    return cls is not None and known is not None and int(cls.min_version) <= version <= known
+    return table[2 * api_key] <= version <= table[2 * api_key + 1]
 
 
 _API_VERSIONS: Final = int(ApiKey.ApiVersions)  # a plain int: an IntEnum member is a slower lookup, twice a request
