@@ -155,7 +155,9 @@ class Gateway:
         self.acl_admin = AclAdminHandler(AclAdmin(self.acl_store) if self.acl_store is not None else None,
                                          authorizer, admin_principals, reload=self.reload_acls)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
-                                 failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
+                                 failed_rate_per_ip=self.config.sasl_failed_rate_per_ip,
+                                 queue_size=self.config.sasl_verify_queue_size,
+                                 queue_timeout_ms=self.config.sasl_verify_queue_timeout_ms)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
         # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage, per-IP
         # connection rates included (None: Kafka's per broker)
