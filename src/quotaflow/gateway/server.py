@@ -79,6 +79,7 @@ log = logging.getLogger(__name__)
 
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
 API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
+BUFFER_RELEASE_S: Final = 1.0  # a connection idle this long has its receive buffers shrunk (housekeeping)
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
 EVENT_LOG_BUFFER_MAX_BYTES: Final = "quotaflow.event.log.buffer.max.bytes"  # rows waiting for a refusing disk
 
@@ -508,6 +509,7 @@ class Gateway:
             await asyncio.sleep(period)
             now = time.monotonic()
             cutoff = now - idle_s
+            release_cutoff = now - BUFFER_RELEASE_S
             neediest = {pool: pool.neediest() for pool in (self.request_memory, self.preauth_memory)
                         if pool.contended}
             stall_s = min(STALLED_S, body_s)
@@ -524,6 +526,8 @@ class Gateway:
                              conn.client_ip, conn.client_port, self.config.request_body_timeout_ms,
                              REQUEST_BODY_TIMEOUT_MS)
                     conn.close(abort=True)
+                elif conn.last_active < release_cutoff:
+                    conn.release_buffers()  # idle: its receive buffers back to their initial size
             if now - last_tick >= 1.0:
                 self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now
