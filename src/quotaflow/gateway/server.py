@@ -32,6 +32,7 @@ from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
+from quotaflow.engine.connection import ConnectionQuotaConfig
 from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway.auth.acl_admin import AclAdminHandler
 from quotaflow.gateway.auth.authorize import Access
@@ -65,6 +66,7 @@ from quotaflow.gateway.data.connection import ClientConnection, DecisionClock
 from quotaflow.gateway.data.partition_counts import PartitionCounts
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.data.request_memory import STALLED_S, RequestMemory
+from quotaflow.gateway.descriptors import bounded_by_descriptors, connection_budget, raise_nofile_limit
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
@@ -112,7 +114,10 @@ class Gateway:
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
         self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
-        conn_config = connection_quota_config(props)
+        # max.connections within what the descriptors allow (the soft limit raised to the hard one first), so too
+        # many clients meet Kafka's clean refusal, not EMFILE (gateway.descriptors)
+        self.connection_budget = connection_budget(raise_nofile_limit())
+        conn_config = bounded_by_descriptors(connection_quota_config(props), self.connection_budget)
         # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
                              if self.config.security_protocol(name) in TLS_PROTOCOLS}
@@ -226,7 +231,7 @@ class Gateway:
             await loop.run_in_executor(None, self._event_log.wait_ready)
             self.request_rows = self._event_log.request_rows
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
-                                                 config_path=self.config_path)
+                                                 config_path=self.config_path, on_reconfigure=self._reconfigure)
         await self._reloader.start(poll=False)  # fed by _poll_store: one read of the change log per poll
         self._listener = QuotaListener(self.listen, self.connection_quotas, None, socket_handler=self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
@@ -244,6 +249,10 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._poll_acls()))
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         log.info("gateway up: %s -> upstream %s", self.addresses, self.brokers.describe())
+
+    def _reconfigure(self, config: ConnectionQuotaConfig) -> None:
+        """An edited server.properties: its connection settings, max.connections still within the descriptors."""
+        self.connection_quotas.reconfigure(bounded_by_descriptors(config, self.connection_budget))
 
     async def _start_metrics(self) -> None:
         from quotaflow.gateway.observation.metrics_http import MetricsServer

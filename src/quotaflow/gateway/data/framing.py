@@ -3,12 +3,13 @@
 The socket is read into one receive buffer; every frame that fits in it is cut out as ``bytes`` (one copy, as a
 stream's ``readexactly`` made). The buffer starts small (``INITIAL_BUFFER``), grows on demand (doubling, to fit the
 frame that arrives) up to its capacity, and is shrunk back by :meth:`FrameBuffer.release` once it is empty (the
-gateway's housekeeping calls it for idle connections): an idle connection holds 1 KiB per socket, not its capacity. A frame larger than the receive buffer is read
-straight into chunks of its own, which the protocol grants one at a time (:meth:`FrameBuffer.wants` /
-:meth:`FrameBuffer.grant`), so that a client pool (``gateway.data.request_memory``) can reserve the memory as the body
-arrives instead of trusting the size the frame announces. Chunks double from ``FIRST_CHUNK``: a frame holds at most
-about twice what it has received. Nothing is ever read past the frame being assembled into a chunk, so bytes that
-follow it stay in the receive buffer (or in the kernel, while the connection is paused).
+gateway's housekeeping calls it for idle connections): an idle connection holds 1 KiB per socket, not its capacity. A
+frame larger than the capacity is read straight into chunks of its own, which the protocol grants one at a time
+(:meth:`FrameBuffer.wants` / :meth:`FrameBuffer.grant`), so that a client pool (``gateway.data.request_memory``) can
+reserve the memory as the body arrives instead of trusting the size the frame announces. Chunks double from
+``FIRST_CHUNK``: a frame holds at most about twice what it has received. Nothing is ever read past the frame being
+assembled into a chunk, so bytes that follow it stay in the receive buffer (or in the kernel, while the connection is
+paused).
 
 Cut for every frame of every connection, so compiled as ``frame_facts`` is (``make setup`` builds it with Cython in
 pure-Python mode: :class:`FrameBuffer` becomes the extension type ``framing.pxd`` declares, whose methods the compiled
