@@ -114,8 +114,9 @@ def test_a_concurrent_wrong_password_flood_costs_bounded_hashes(gateway_factory:
 @pytest.mark.slow
 def test_a_full_hash_queue_closes_the_connection_instead_of_error_58(gateway_factory: GatewayFactory,
                                                                       tmp_path: Path) -> None:
-    """One hash thread, a queue of 2, 12 distinct correct logins at once with a slow hash: three are checked and
-    accepted, the others are closed unanswered (the client reconnects); none is answered error 58."""
+    """One hash thread, a queue of 2, 12 distinct correct logins at once with a slow hash: those the thread and the
+    queue hold are checked and accepted, the others are closed unanswered (the client reconnects); none is answered
+    error 58."""
     users = {f"u{i}": "pw" for i in range(12)}
     gw = _sasl_gateway(gateway_factory, tmp_path, users, iterations=300_000,
                        **{"quotaflow.sasl.verify.queue.size": "2"})
@@ -125,8 +126,9 @@ def test_a_full_hash_queue_closes_the_connection_instead_of_error_58(gateway_fac
 
     codes = _run(asyncio.wait_for(burst(), 300))
     assert SASL_FAILED not in codes
-    assert codes.count(0) == 3 and codes.count(None) == 9, codes
-    assert gw.thread.gateway.sasl.busy == 9
+    # one hashing and two queued when the rest arrive (a login arriving after a hash ended may take its place)
+    assert codes.count(0) >= 3 and codes.count(None) >= 1 and codes.count(0) + codes.count(None) == 12, codes
+    assert gw.thread.gateway.sasl.busy == codes.count(None)
     assert _run(login(gw.address, "127.0.0.1", "u11", "pw")) == 0  # reconnecting, it gets in
 
 
