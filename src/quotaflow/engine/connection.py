@@ -418,6 +418,9 @@ class ConnectionQuotas:
             yield MetricSample("ip-connection-accept-throttle-time", GROUP, tags, state.ip_throttle.measure(now_ms),
                                "average hold (ms) of IP-throttled connections")
         for name, state in self._listeners.items():
+            yield MetricSample("connection-count", GROUP, (("listener", name),), float(state.count),
+                               "open connections (max.connections bounds them; past it the acceptor waits)")
+        for name, state in self._listeners.items():
             blocked = state.blocked.measure(now_ms) / 10.0  # ms blocked per second → percent of time
             yield MetricSample("AcceptorBlockedPercent", ACCEPTOR_GROUP, (("listener", name),), min(blocked, 100.0),
                                "percent of time the acceptor was blocked on connection quotas")

@@ -2,9 +2,12 @@
 stop password guessing.
 
 A password check is slow on purpose (PBKDF2), so each one an attacker triggers costs the server CPU and gives the
-attacker one guess. Each client IP gets ``rate`` checks per second (burst ``3 × rate``): a check takes a token
-before it hashes and a successful one gives it back, so only failed logins use them up, and a user who mistypes
-twice can still log in at once. An IP without a token gets no check at all, only the failure. Kafka has no such
+attacker one guess. Each client IP gets ``rate`` failed checks per second (burst ``3 × rate``), so only failed
+logins use the tokens up, and a user who mistypes twice can still log in at once. An IP without a token gets no
+check at all, only the failure. Two ways to spend them: the console takes a token before it hashes and gives it
+back after a success (:meth:`FailureBuckets.take`, :meth:`FailureBuckets.give_back`); the gateway, which must not
+refuse a burst of correct logins, reads the tokens (:meth:`FailureBuckets.tokens`), keeps no more hashes of an IP in
+flight than it has tokens, and charges one when a check fails (:meth:`FailureBuckets.charge`). Kafka has no such
 limit (it only delays the answer, ``connection.failed.authentication.delay.ms``); both callers add that delay too.
 Memory is bounded: the least recently used IPs are forgotten first. Thread-safe (the console checks in a pool).
 """
@@ -54,3 +57,17 @@ class FailureBuckets:
     def give_back(self, ip: str) -> None:
         with self._lock:
             self._put(ip, 1.0)
+
+    def tokens(self, ip: str) -> float:
+        """The IP's tokens now (refilled to this moment): how many failed checks it may still cost."""
+        with self._lock:
+            return self._put(ip, 0.0)
+
+    def charge(self, ip: str) -> None:
+        """A check of this IP failed: one token spent (never below none: a failure joined to another's check costs
+        no hash, so it must not lock the IP out for longer than the failures it could have hashed)."""
+        with self._lock:
+            if self._put(ip, 0.0) >= 1.0:
+                self._put(ip, -1.0)
+            else:
+                self._buckets[ip] = (0.0, self._clock())

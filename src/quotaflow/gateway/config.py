@@ -32,6 +32,8 @@ FAILED_AUTHENTICATION_DELAY_MS: Final = "connection.failed.authentication.delay.
 MAX_UNSENT_RESPONSE_BYTES: Final = "quotaflow.max.unsent.response.bytes"
 SASL_VERIFY_THREADS: Final = "quotaflow.sasl.verify.threads"
 SASL_FAILED_PER_IP_RATE: Final = "quotaflow.sasl.failed.authentication.rate.per.ip"
+SASL_VERIFY_QUEUE_SIZE: Final = "quotaflow.sasl.verify.queue.size"
+SASL_VERIFY_QUEUE_TIMEOUT_MS: Final = "quotaflow.sasl.verify.queue.timeout.ms"
 SCRAM_LEGACY_CLIENT_NONCE: Final = "quotaflow.sasl.scram.legacy.client.nonce"
 UPSTREAM_BACKOFF_MS: Final = "quotaflow.upstream.reconnect.backoff.ms"
 UPSTREAM_BACKOFF_MAX_MS: Final = "quotaflow.upstream.reconnect.backoff.max.ms"
@@ -71,6 +73,10 @@ class GatewayConfig:
     failed_authentication_delay_ms: int = 100  # Kafka's default: a failed login is answered after this delay
     sasl_verify_threads: int = 1  # the bounded pool that hashes passwords, off the event loop
     sasl_failed_rate_per_ip: int = 1  # password hashes per second per client IP for failing logins (burst 3)
+    # logins waiting for a password hash while the pool is busy, and how long one waits; past either the connection
+    # is closed (the client reconnects), never told its password is wrong (gateway.auth.sasl.SaslVerifier)
+    sasl_verify_queue_size: int = 1_000
+    sasl_verify_queue_timeout_ms: int = 10_000  # Kafka clients' socket.connection.setup.timeout.ms default
     # accept librdkafka < 2.6.1's SCRAM client-final nonce (its own nonce repeated), as Kafka 3.8.1-3.9 did
     scram_legacy_client_nonce: bool = False
     upstream_backoff_ms: int = 100  # first wait before retrying an unreachable upstream
@@ -103,6 +109,8 @@ class GatewayConfig:
             FAILED_AUTHENTICATION_DELAY_MS: "failed_authentication_delay_ms",
             SASL_VERIFY_THREADS: "sasl_verify_threads",
             SASL_FAILED_PER_IP_RATE: "sasl_failed_rate_per_ip",
+            SASL_VERIFY_QUEUE_SIZE: "sasl_verify_queue_size",
+            SASL_VERIFY_QUEUE_TIMEOUT_MS: "sasl_verify_queue_timeout_ms",
             UPSTREAM_BACKOFF_MS: "upstream_backoff_ms",
             UPSTREAM_BACKOFF_MAX_MS: "upstream_backoff_max_ms",
             UPSTREAM_CONNECT_TIMEOUT_MS: "upstream_connect_timeout_ms",

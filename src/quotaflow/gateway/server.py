@@ -32,6 +32,7 @@ from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
+from quotaflow.engine.connection import ConnectionQuotaConfig
 from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway.auth.acl_admin import AclAdminHandler
 from quotaflow.gateway.auth.authorize import Access
@@ -65,6 +66,7 @@ from quotaflow.gateway.data.connection import ClientConnection, DecisionClock
 from quotaflow.gateway.data.partition_counts import PartitionCounts
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.data.request_memory import STALLED_S, RequestMemory
+from quotaflow.gateway.descriptors import bounded_by_descriptors, connection_budget, raise_nofile_limit
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
@@ -79,6 +81,7 @@ log = logging.getLogger(__name__)
 
 STREAM_LIMIT: Final = 1 << 20  # StreamReader buffer: large frames arrive in fewer wake-ups
 API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is reused for unauthenticated clients
+BUFFER_RELEASE_S: Final = 1.0  # a connection idle this long has its receive buffers shrunk (housekeeping)
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
 EVENT_LOG_BUFFER_MAX_BYTES: Final = "quotaflow.event.log.buffer.max.bytes"  # rows waiting for a refusing disk
 
@@ -111,7 +114,10 @@ class Gateway:
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
         self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
-        conn_config = connection_quota_config(props)
+        # max.connections within what the descriptors allow (the soft limit raised to the hard one first), so too
+        # many clients meet Kafka's clean refusal, not EMFILE (gateway.descriptors)
+        self.connection_budget = connection_budget(raise_nofile_limit())
+        conn_config = bounded_by_descriptors(connection_quota_config(props), self.connection_budget)
         # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
                              if self.config.security_protocol(name) in TLS_PROTOCOLS}
@@ -157,7 +163,9 @@ class Gateway:
         self.acl_admin = AclAdminHandler(AclAdmin(self.acl_store) if self.acl_store is not None else None,
                                          authorizer, admin_principals, reload=self.reload_acls)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
-                                 failed_rate_per_ip=self.config.sasl_failed_rate_per_ip)
+                                 failed_rate_per_ip=self.config.sasl_failed_rate_per_ip,
+                                 queue_size=self.config.sasl_verify_queue_size,
+                                 queue_timeout_ms=self.config.sasl_verify_queue_timeout_ms)
         self.connection_quotas = ObservedConnectionQuotas(conn_config, self._on_connection)
         # quotaflow.quota.scope=cluster: shares of each quota from every gateway's usage, per-IP
         # connection rates included (None: Kafka's per broker)
@@ -225,7 +233,7 @@ class Gateway:
             await loop.run_in_executor(None, self._event_log.wait_ready)
             self.request_rows = self._event_log.request_rows
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
-                                                 config_path=self.config_path)
+                                                 config_path=self.config_path, on_reconfigure=self._reconfigure)
         await self._reloader.start(poll=False)  # fed by _poll_store: one read of the change log per poll
         self._listener = QuotaListener(self.listen, self.connection_quotas, None, socket_handler=self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
@@ -243,6 +251,10 @@ class Gateway:
             self._tasks.append(asyncio.create_task(self._poll_acls()))
         self._tasks.append(asyncio.create_task(self._housekeeping()))
         log.info("gateway up: %s -> upstream %s", self.addresses, self.brokers.describe())
+
+    def _reconfigure(self, config: ConnectionQuotaConfig) -> None:
+        """An edited server.properties: its connection settings, max.connections still within the descriptors."""
+        self.connection_quotas.reconfigure(bounded_by_descriptors(config, self.connection_budget))
 
     async def _start_metrics(self) -> None:
         from quotaflow.gateway.observation.metrics_http import MetricsServer
@@ -508,6 +520,7 @@ class Gateway:
             await asyncio.sleep(period)
             now = time.monotonic()
             cutoff = now - idle_s
+            release_cutoff = now - BUFFER_RELEASE_S
             neediest = {pool: pool.neediest() for pool in (self.request_memory, self.preauth_memory)
                         if pool.contended}
             stall_s = min(STALLED_S, body_s)
@@ -524,6 +537,8 @@ class Gateway:
                              conn.client_ip, conn.client_port, self.config.request_body_timeout_ms,
                              REQUEST_BODY_TIMEOUT_MS)
                     conn.close(abort=True)
+                elif conn.last_active < release_cutoff:
+                    conn.release_buffers()  # idle: its receive buffers back to their initial size
             if now - last_tick >= 1.0:
                 self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now

@@ -37,6 +37,7 @@ class GatewayProcess:
         metrics: bool = False,
         extra_args: tuple[str, ...] = (),
         start_timeout: float = 30.0,
+        nofile: int | None = None,
     ) -> None:
         self.upstream = upstream
         self.store = store
@@ -47,6 +48,7 @@ class GatewayProcess:
         self.metrics_port: int | None = None
         self.extra_args = extra_args
         self.start_timeout = start_timeout
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the child: a gateway with few descriptors
         self.log_path = workdir / "gateway.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -79,7 +81,8 @@ class GatewayProcess:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=None if self.nofile is None else self._limit_descriptors,
             )
         deadline = time.monotonic() + self.start_timeout
         while not (self._read_ready(offset) and api_versions_probe(LOOPBACK, self.port, timeout=0.5)):
@@ -89,6 +92,13 @@ class GatewayProcess:
                 raise GatewayProcessError(f"the gateway did not start on {self.bootstrap}:\n{tail}")
             time.sleep(0.1)
         return self
+
+    def _limit_descriptors(self) -> None:
+        """In the child, before exec: its open-file limit, soft and hard."""
+        import resource
+
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def _read_ready(self, offset: int) -> bool:
         """Take the bound ports from the ready line this run printed (the log may hold earlier runs)."""

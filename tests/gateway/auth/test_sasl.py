@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from quotaflow.gateway.auth.sasl import (
+    INVALID_CREDENTIALS,
     LoginCache,
     PlainMessage,
     SaslAuthenticationError,
@@ -92,7 +94,9 @@ def test_verifier_caches_good_logins_and_throttles_failing_ips() -> None:
             assert v.hashed == 5
             # /metrics: the same counts, the failed hashes apart from the good one
             assert {m.name: m.value for m in v.metric_samples(0)} == {
-                "password-hash-total": 5.0, "password-hash-failed-total": 4.0, "password-check-refused-total": 3.0}
+                "password-hash-total": 5.0, "password-hash-failed-total": 4.0, "password-check-refused-total": 3.0,
+                "password-check-joined-total": 0.0, "password-check-queued-total": 0.0,
+                "password-check-busy-total": 0.0}
         finally:
             v.close()
 
@@ -128,3 +132,98 @@ def test_login_cache_follows_credential_changes() -> None:
     for user in ("b", "c"):
         cache.remember(hash_password(user, "x", iterations=FAST), "x")
     assert not cache.hit(old, "pw")  # LRU-bounded
+
+
+# -- load (issue 37): a correct password is never refused because of load --------------------------------------
+
+
+def test_a_burst_of_one_credential_waits_for_its_one_hash() -> None:
+    """200 logins of alice at once, cold cache, one IP: all succeed on one PBKDF2 run (single flight); on the old
+    verifier all but 4 were refused as wrong passwords (pool full, then the IP's bucket charged before hashing)."""
+    async def run() -> None:
+        v = _verifier(hash_password("alice", "pw", iterations=100_000), rate=1)
+        try:
+            verdicts = await asyncio.gather(*(v.verify(b"\x00alice\x00pw", "10.0.0.1") for _ in range(200)))
+            assert [x.principal for x in verdicts] == ["alice"] * 200
+            assert v.hashed == 1 and v.joined >= 1 and v.refused == 0  # the late ones may find the cached login
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
+def test_a_burst_of_many_users_from_few_ips_queues_and_all_succeed() -> None:
+    """60 distinct users from 3 IPs at once: each needs its own hash; they wait for the one thread (the IPs' burst
+    of 3 only bounds how many of an IP's hashes run at once), none is refused, and no failed-login token is spent."""
+    async def run() -> None:
+        creds = [hash_password(f"u{i}", f"pw{i}", iterations=FAST) for i in range(60)]
+        v = _verifier(*creds, rate=1)
+        try:
+            verdicts = await asyncio.gather(*(v.verify(f"\x00u{i}\x00pw{i}".encode(), f"10.0.0.{i % 3}")
+                                              for i in range(60)))
+            assert [x.principal for x in verdicts] == [f"u{i}" for i in range(60)]
+            assert v.hashed == 60 and v.refused == 0 and v.busy == 0 and v.queued > 0
+            assert all(v.failures.tokens(f"10.0.0.{n}") >= 3 for n in range(3))
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
+def test_a_concurrent_wrong_password_flood_stays_bounded() -> None:
+    """300 different wrong passwords at once from one IP (burst 3, 1/s): at most the bucket's tokens are hashed
+    (an IP never has more hashes in flight than tokens, and only failures spend them); the rest are refused
+    without a hash, and none is answered busy (they are refused, not queued forever)."""
+    async def run() -> None:
+        v = _verifier(hash_password("alice", "pw", iterations=FAST), rate=1)
+        try:
+            started = time.monotonic()
+            verdicts = await asyncio.gather(*(v.verify(f"\x00alice\x00guess{i}".encode(), "10.0.0.66")
+                                              for i in range(300)))
+            elapsed = time.monotonic() - started
+            assert all(x.principal is None and x.error == INVALID_CREDENTIALS for x in verdicts)
+            assert v.hashed == v.hashed_failed <= 3 + elapsed + 1
+            assert v.refused == 300 - v.hashed and v.busy == 0
+            # another IP is untouched; the flooding one's right password is refused without a hash (no oracle)
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.9")).principal == "alice"
+            hashed = v.hashed
+            assert (await v.verify(b"\x00alice\x00pw", "10.0.0.66")).principal is None
+            assert v.hashed == hashed
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
+def test_a_full_queue_answers_busy_never_a_wrong_password() -> None:
+    """One thread, a queue of 2: of 10 distinct correct logins at once, one hashes, two wait, the rest are busy
+    (the connection is closed for a reconnect); none is told its password is wrong."""
+    async def run() -> None:
+        creds = [hash_password(f"u{i}", "pw", iterations=300_000) for i in range(10)]  # all arrive in the first
+        v = SaslVerifier(_Creds(*creds), threads=1, failed_rate_per_ip=10, queue_size=2)  # type: ignore[arg-type]
+        try:
+            verdicts = await asyncio.gather(*(v.verify(f"\x00u{i}\x00pw".encode(), "10.0.0.1") for i in range(10)))
+            accepted = sum(x.principal is not None for x in verdicts)
+            assert accepted >= 3 and sum(x.busy for x in verdicts) == 10 - accepted == v.busy >= 1
+            assert all(x.error is None for x in verdicts)
+            assert v.failures.tokens("10.0.0.1") >= 30
+        finally:
+            v.close()
+
+    asyncio.run(run())
+
+
+def test_a_wait_past_the_queue_timeout_is_busy() -> None:
+    """A login that waits longer than quotaflow.sasl.verify.queue.timeout.ms for a thread is busy, not wrong."""
+    async def run() -> None:
+        creds = [hash_password(f"u{i}", "pw", iterations=300_000) for i in range(4)]
+        v = SaslVerifier(_Creds(*creds), threads=1, failed_rate_per_ip=10,  # type: ignore[arg-type]
+                         queue_timeout_ms=1)
+        try:
+            verdicts = await asyncio.gather(*(v.verify(f"\x00u{i}\x00pw".encode(), "10.0.0.1") for i in range(4)))
+            assert sum(x.principal is not None for x in verdicts) == 1  # the first to arrive had a free thread
+            assert sum(x.busy and x.error is None for x in verdicts) == 3
+        finally:
+            v.close()
+
+    asyncio.run(run())

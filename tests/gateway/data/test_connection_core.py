@@ -98,10 +98,15 @@ def _frames(i: int, acks: int, error_message: str | None = None) -> tuple[bytes,
 
 
 def _feed(proto: Any, data: bytes) -> None:
-    """Bytes arriving on a protocol's socket, as the event loop hands them over (buffered protocols)."""
-    buf = proto.get_buffer(-1)
-    buf[:len(data)] = data
-    proto.buffer_updated(len(data))
+    """Bytes arriving on a protocol's socket, as the event loop hands them over (buffered protocols): never more
+    at once than the buffer it offers (which grows as frames need it)."""
+    pos = 0
+    while pos < len(data):
+        buf = proto.get_buffer(-1)
+        n = min(len(buf), len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        proto.buffer_updated(n)
+        pos += n
 
 
 def _lift_mute(conn: Any) -> None:
@@ -419,3 +424,34 @@ def test_an_authorized_produce_skips_the_hooks_and_decides_as_they_do(tmp_path: 
         (answer,) = table[i][1]
         response = protocol.decode_response(answer[4:], 0, 9)  # Produce v9, past the size
         assert [p.error_code for t in response.responses for p in t.partition_responses] == [29]
+
+
+def _idle_holds(module: ModuleType, store_path: Path) -> tuple[int, int, int, int]:
+    """(client, upstream) receive-buffer bytes after one produce and its response, then after the housekeeping's
+    release of an idle connection."""
+
+    async def run() -> tuple[int, int, int, int]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
+        conn = _connected(module, gw)[0]
+        try:
+            request, response = _frames(1, 1)
+            _feed(conn, request)
+            _feed(conn._upstream, response)
+            busy = (conn._frames.capacity, conn._upstream.frames.capacity)
+            conn.release_buffers()
+            return (*busy, conn._frames.capacity, conn._upstream.frames.capacity)
+        finally:
+            gw.store.close()
+
+    return asyncio.run(run())
+
+
+def test_an_idle_connection_holds_small_buffers_in_both_forms(tmp_path: Path) -> None:
+    """Issue 37: an idle PLAINTEXT client held 16 KiB + 64 KiB of receive buffers (88-91 KB RSS per client). Now
+    both start at 1 KiB, grow to what a frame needs (the 1 KB produce: 2 KiB) and are released back to 1 KiB when
+    the connection is idle, in the compiled core and its pure twin alike."""
+    compiled = _idle_holds(connection, tmp_path / "a.db")
+    assert compiled == _idle_holds(pure_twin(connection), tmp_path / "b.db")
+    client_busy, upstream_busy, client_idle, upstream_idle = compiled
+    assert client_busy <= 4096 and upstream_busy <= 4096
+    assert client_idle + upstream_idle <= 2048

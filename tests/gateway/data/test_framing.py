@@ -84,3 +84,48 @@ def test_a_size_outside_the_limit_closes_with_kafkas_message(form: ModuleType) -
     negative.feed(struct.pack(">i", -1))
     with pytest.raises(ConnectionClosed):
         negative.pop(1 << 20, "socket.request.max.bytes")
+
+
+# -- memory per idle connection (issue 37 item 2) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_buffer_starts_small_grows_to_fit_and_shrinks_when_idle(form: ModuleType) -> None:
+    """A new buffer holds 1 KiB, not its capacity (the old upstream buffer held 64 KiB from the start); a frame
+    that fits the capacity grows it to the frame's size (no chunk, no pool memory); emptied, ``release`` gives
+    the memory back."""
+    frames = form.FrameBuffer(64 * 1024)
+    assert frames.capacity == form.INITIAL_BUFFER == 1024
+    body = bytes(range(256)) * 40  # 10,240 bytes: larger than the initial buffer
+    rng = random.Random(7)
+    granted: list[int] = []
+    assert receive(frames, framed(body) + framed(b"small"), rng, granted) == [body, b"small"]
+    assert not granted  # it fitted the grown buffer: no chunk
+    assert 10_244 <= frames.capacity <= 16 * 1024
+    assert frames.release() and frames.capacity == 1024
+    assert not frames.release()  # already small
+    assert receive(frames, framed(b"again"), rng, granted) == [b"again"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_buffer_holding_a_partial_frame_is_not_released(form: ModuleType) -> None:
+    frames = form.FrameBuffer()
+    frames.feed(struct.pack(">i", 4000) + b"x" * 3000)
+    assert frames.pop(1 << 20, "socket.request.max.bytes") is None
+    grown = frames.capacity
+    assert grown >= 4004 and not frames.release() and frames.capacity == grown
+    frames.feed(b"y" * 1000)
+    assert frames.pop(1 << 20, "socket.request.max.bytes") == b"x" * 3000 + b"y" * 1000
+    assert frames.release() and frames.capacity == form.INITIAL_BUFFER
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_many_small_frames_in_one_read_grow_the_buffer_to_read_on(form: ModuleType) -> None:
+    """Pipelined small frames that fill the buffer: it grows (up to its capacity) rather than offer no room."""
+    frames = form.FrameBuffer(16 * 1024)
+    view = frames.buffer()
+    data = framed(b"a" * 508) * 2  # exactly 1 KiB of whole frames, not popped yet
+    view[:len(data)] = data
+    frames.updated(len(data))
+    assert len(frames.buffer()) >= 1024 and frames.capacity == 2048
+    assert frames.pop(1 << 20, "x") == b"a" * 508

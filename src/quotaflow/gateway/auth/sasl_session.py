@@ -175,8 +175,12 @@ class SaslSession:
 
     async def _check_plain(self, token: bytes) -> tuple[str | None, str | None, int]:
         """(principal or None, error message, CPU ns): checked in the gateway's bounded SASL pool. A failure is
-        answered only after ``connection.failed.authentication.delay.ms``, as Kafka delays it (KIP-306)."""
+        answered only after ``connection.failed.authentication.delay.ms``, as Kafka delays it (KIP-306); a login
+        the pool could not check within its queue's bounds closes the connection (``ConnectionClosed``)."""
         verdict = await self._gateway.sasl.verify(token, self._client_ip)
+        if verdict.busy:  # not checked (the hash queue's bound): the client reconnects, its password is not wrong
+            raise ConnectionClosed("SASL/PLAIN login closed unchecked: the password hash queue is full "
+                                   "(quotaflow.sasl.verify.queue.size, quotaflow.sasl.verify.queue.timeout.ms)")
         if verdict.principal is None:
             await asyncio.sleep(self._gateway.config.failed_authentication_delay_ms / 1000)
         return verdict.principal, verdict.error, verdict.cpu_ns

@@ -93,7 +93,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UPSTREAM_BUFFER: Final = 64 * 1024  # responses are larger than requests; larger ones are read into chunks
+# the upstream receive buffer's most (it starts at framing.INITIAL_BUFFER and grows to fit); responses are larger
+# than requests; larger ones are read into chunks
+UPSTREAM_BUFFER: Final = 64 * 1024
 UPSTREAM_FRAME_LIMIT: Final = (1 << 31) - 1
 _EXPECTED: Final = (ConnectionClosed, ConnectionError, asyncio.CancelledError)
 _STOP, _BUFFER, _TAKE = 0, 1, 2  # ClientConnection._gate
@@ -306,6 +308,13 @@ class ConnectionCore:
             return now - self._progress > stall_s
         return (self._waiting_memory and now - self._waiting_since > stall_s
                 and self._frames.unreserved > neediest[pool])
+
+    def release_buffers(self) -> None:
+        """Shrink both sockets' receive buffers back to their initial size where they hold nothing (the gateway's
+        housekeeping, for a connection idle a while): an idle client costs ~1 KiB per socket, not its capacity."""
+        self._frames.release()
+        if self._upstream is not None:
+            self._upstream.frames.release()
 
     def _release_memory(self) -> None:
         if self._pool is not None:

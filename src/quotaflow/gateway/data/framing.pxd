@@ -5,7 +5,7 @@
 cdef class FrameBuffer:
     cdef bytearray _buf
     cdef object _view
-    cdef Py_ssize_t _start, _end, _size, _allocated, _got
+    cdef Py_ssize_t _start, _end, _size, _allocated, _got, _max, _initial
     cdef list _chunks
     cdef bint _into_chunk
     cdef public bint partial
@@ -18,3 +18,5 @@ cdef class FrameBuffer:
     cpdef grant(self, int size)
     cpdef _fill(self)
     cpdef _compact(self)
+    cpdef bint release(self) except -1
+    cpdef _grow(self, Py_ssize_t need)

@@ -1,12 +1,15 @@
 """Kafka's length-prefixed frames cut from a socket's bytes, for an ``asyncio.BufferedProtocol``.
 
-The socket is read into one small receive buffer allocated with the connection; every frame that fits in it is cut
-out as ``bytes`` (one copy, as a stream's ``readexactly`` made). A frame larger than the receive buffer is read
-straight into chunks of its own, which the protocol grants one at a time (:meth:`FrameBuffer.wants` /
-:meth:`FrameBuffer.grant`), so that a client pool (``gateway.data.request_memory``) can reserve the memory as the body
-arrives instead of trusting the size the frame announces. Chunks double from ``FIRST_CHUNK``: a frame holds at most
-about twice what it has received. Nothing is ever read past the frame being assembled into a chunk, so bytes that
-follow it stay in the receive buffer (or in the kernel, while the connection is paused).
+The socket is read into one receive buffer; every frame that fits in it is cut out as ``bytes`` (one copy, as a
+stream's ``readexactly`` made). The buffer starts small (``INITIAL_BUFFER``), grows on demand (doubling, to fit the
+frame that arrives) up to its capacity, and is shrunk back by :meth:`FrameBuffer.release` once it is empty (the
+gateway's housekeeping calls it for idle connections): an idle connection holds 1 KiB per socket, not its capacity. A
+frame larger than the capacity is read straight into chunks of its own, which the protocol grants one at a time
+(:meth:`FrameBuffer.wants` / :meth:`FrameBuffer.grant`), so that a client pool (``gateway.data.request_memory``) can
+reserve the memory as the body arrives instead of trusting the size the frame announces. Chunks double from
+``FIRST_CHUNK``: a frame holds at most about twice what it has received. Nothing is ever read past the frame being
+assembled into a chunk, so bytes that follow it stay in the receive buffer (or in the kernel, while the connection is
+paused).
 
 Cut for every frame of every connection, so compiled as ``frame_facts`` is (``make setup`` builds it with Cython in
 pure-Python mode: :class:`FrameBuffer` becomes the extension type ``framing.pxd`` declares, whose methods the compiled
@@ -24,7 +27,8 @@ from quotaflow.core.errors import ConnectionClosed
 
 COMPILED: bool = cython.compiled
 
-RECEIVE_BUFFER: Final = 16 * 1024  # per client connection, allocated once; frames up to this need no pool memory
+RECEIVE_BUFFER: Final = 16 * 1024  # a client connection's most; frames up to this need no pool memory
+INITIAL_BUFFER: Final = 1024  # what an idle connection holds; most requests (and many responses) fit
 FIRST_CHUNK: Final = 64 * 1024
 
 
@@ -32,8 +36,10 @@ class FrameBuffer:
     """One socket's receive side: ``buffer()`` / ``updated(n)`` from the protocol, ``pop()`` for whole frames.
     Compiled: an extension type with C fields and cpdef methods (``framing.pxd``)."""
 
-    def __init__(self, capacity: int = RECEIVE_BUFFER) -> None:
-        self._buf = bytearray(capacity)
+    def __init__(self, capacity: int = RECEIVE_BUFFER, initial: int = INITIAL_BUFFER) -> None:
+        self._max = capacity  # the receive buffer grows up to this; larger frames are read into chunks
+        self._initial = min(initial, capacity)
+        self._buf = bytearray(self._initial)
         self._view = memoryview(self._buf)
         self._start = 0  # the receive buffer holds [start, end)
         self._end = 0
@@ -48,8 +54,14 @@ class FrameBuffer:
 
     @property
     def has_room(self) -> bool:
-        """More bytes fit in the receive buffer (no large frame is being assembled)."""
-        return not self._size and self._end - self._start < len(self._buf)
+        """More bytes fit in the receive buffer, grown to its capacity if need be (no large frame is being
+        assembled)."""
+        return not self._size and self._end - self._start < self._max
+
+    @property
+    def capacity(self) -> int:
+        """Bytes this buffer holds now: the receive buffer's and its large frame's chunks."""
+        return len(self._buf) + self._allocated
 
     @property
     def large(self) -> bool:
@@ -69,6 +81,8 @@ class FrameBuffer:
             return self._view  # the common case: the whole (empty) buffer, no new view
         if end == len(self._buf):
             self._compact()
+            if self._end == len(self._buf) and not self._size:  # full of a frame's start or of small frames
+                self._grow(self._end + 1)
         return self._view[self._end:]
 
     def updated(self, nbytes: cython.int) -> None:
@@ -125,7 +139,9 @@ class FrameBuffer:
             else:
                 self._start = stop
             return frame
-        if 4 + size > len(self._buf):
+        if 4 + size > len(self._buf) and 4 + size <= self._max:
+            self._grow(4 + size)  # the frame fits the receive buffer once grown: no chunk, no pool memory
+        elif 4 + size > len(self._buf):
             self._size = size  # too large for the receive buffer: assembled in chunks, the first one awaited
             self._start = start + 4
             if self._start == self._end:
@@ -165,6 +181,31 @@ class FrameBuffer:
         self._start += n
         if self._start == self._end:
             self._start = self._end = 0
+
+    def release(self) -> bool:
+        """Shrink the receive buffer back to its initial size while it holds nothing (an idle connection); True
+        when it did."""
+        if self._size or self._end != self._start or len(self._buf) <= self._initial:
+            return False
+        self._buf = bytearray(self._initial)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+        return True
+
+    def _grow(self, need: cython.Py_ssize_t) -> None:
+        """A receive buffer of at least ``need`` bytes (doubling, at most the capacity), its bytes moved to the
+        front. A new buffer, not a resize: asyncio may still hold a view of the old one."""
+        size: cython.Py_ssize_t = len(self._buf)
+        while size < need:
+            size *= 2
+        if size > self._max:
+            size = self._max
+        avail = self._end - self._start
+        buf = bytearray(size)
+        buf[:avail] = self._view[self._start:self._end]
+        self._buf = buf
+        self._view = memoryview(buf)
+        self._start, self._end = 0, avail
 
     def _compact(self) -> None:
         avail = self._end - self._start

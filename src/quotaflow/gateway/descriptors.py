@@ -1,0 +1,67 @@
+"""File descriptors, the gateway's hard limit on connections: the soft ``RLIMIT_NOFILE`` raised at start, and the
+``max.connections`` that fits in it.
+
+Each client connection holds two descriptors (its socket and, once it sends a request to forward, its upstream
+socket). A gateway past its descriptor limit fails ``accept`` with EMFILE: the client sits in the backlog, then its
+upstream connect fails too, and a new client cannot even bootstrap. Kafka's answer to too many connections is
+``max.connections``: the acceptor stops accepting while no slot is free (new clients wait in the listen backlog,
+``AcceptorBlockedPercent`` shows it) and counts resume as connections close. Kafka's default is unbounded
+(2147483647); the gateway's is what its descriptors allow, ``(nofile - DESCRIPTOR_RESERVE) / 2``, so the refusal is
+Kafka's clean one rather than EMFILE. A ``max.connections`` set above that is lowered to it, with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import resource
+from pathlib import Path
+from typing import Final
+
+from quotaflow.core.keys import INT_MAX
+from quotaflow.engine.connection import ConnectionQuotaConfig
+
+log = logging.getLogger(__name__)
+
+# descriptors kept for everything but client connections: listening sockets (one per listener and per broker port),
+# upstream metadata and partition-count connections, the store, the event log's files, the metrics server, the
+# interpreter's own (shared libraries, /dev/urandom, the event loop's selector and self-pipe)
+DESCRIPTOR_RESERVE: Final = 64
+DESCRIPTORS_PER_CONNECTION: Final = 2  # the client's socket and its upstream socket
+_NR_OPEN: Final = Path("/proc/sys/fs/nr_open")  # the kernel's ceiling when the hard limit is unlimited
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit (as a JVM does at start with ``-XX:+MaxFDLimit``, on by
+    default); the soft limit in force after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            target = int(_NR_OPEN.read_text())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError) as e:  # e.g. a container that forbids it: keep the soft limit
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, e)
+    return INT_MAX if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def connection_budget(nofile: int) -> int:
+    """The client connections ``nofile`` descriptors can hold (at least 1)."""
+    return max(1, (nofile - DESCRIPTOR_RESERVE) // DESCRIPTORS_PER_CONNECTION)
+
+
+def bounded_by_descriptors(config: ConnectionQuotaConfig, budget: int) -> ConnectionQuotaConfig:
+    """``config`` with ``max.connections`` at most ``budget``: the default (unset) becomes the budget; a larger
+    setting is lowered to it, with a warning (it would otherwise end in EMFILE)."""
+    if config.max_connections <= budget:
+        return config
+    if config.max_connections != INT_MAX:
+        log.warning("max.connections=%d is more than the open-file limit allows (%d descriptors, 2 per connection): "
+                    "using %d; raise the limit (ulimit -n) to allow more", config.max_connections,
+                    budget * DESCRIPTORS_PER_CONNECTION + DESCRIPTOR_RESERVE, budget)
+    return dataclasses.replace(config, max_connections=budget)
