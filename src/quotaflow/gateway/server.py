@@ -30,7 +30,7 @@ from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
-from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
+from quotaflow.core.authorizer import StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.metrics import MetricSource
 from quotaflow.gateway.auth.acl_admin import AclAdminHandler
@@ -193,8 +193,9 @@ class Gateway:
         return None
 
     def reload_acls(self) -> None:
-        """Rebuild the authorizer's index from the store when its ACL version moved (any thread; the swap is one
-        assignment, and an older snapshot never replaces a newer one)."""
+        """Bring the authorizer's index to the store's ACLs when their version moved (any thread, off the event loop:
+        the difference from the current index is indexed, not every ACL; the swap is one assignment, and an older
+        snapshot never replaces a newer one)."""
         managed = self._managed_authorizer()
         if managed is None:
             return
@@ -202,7 +203,7 @@ class Gateway:
         if self._acls_loaded and store.acl_version() == authorizer.version:
             return
         snapshot = store.acls()
-        authorizer.load(AclIndex(snapshot.bindings), snapshot.version)
+        authorizer.load(snapshot.bindings, snapshot.version)
         self._acls_loaded = True
 
     async def start(self) -> None:
