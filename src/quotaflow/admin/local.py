@@ -498,6 +498,18 @@ class Admin:
         with self._live_lock:
             return self._current().resolve_ip(ip)
 
+    def follow(self, snapshot: Snapshot) -> None:
+        """Seed resolve's index from a snapshot already read (a gateway's start; build it off the event loop)."""
+        index = QuotaIndex(snapshot)
+        with self._live_lock:
+            self._live = index
+
+    def apply_changes(self, changes: Sequence[Change]) -> None:
+        """Changes a poll of the change log read (a gateway's): resolve's index takes them now, O(changes)."""
+        with self._live_lock:
+            if self._live is not None:
+                self._live.apply(changes)
+
     def _current(self) -> QuotaIndex:
         if self._live is None:
             self._live = QuotaIndex(self.store.snapshot())

@@ -211,6 +211,7 @@ class Gateway:
         if self._managed_authorizer() is not None:  # every ACL loaded before the first client is accepted
             await loop.run_in_executor(None, self.reload_acls)
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
+        await loop.run_in_executor(None, self.admin.follow, snapshot)  # /resolve's index, then kept by the poll
         self.broker_quotas.load(snapshot)
         self._store_seq = snapshot.seq
         if self.cluster_quotas is not None:
@@ -476,6 +477,7 @@ class Gateway:
                 continue
             if changes:
                 self.broker_quotas.apply_changes(changes)
+                self.admin.apply_changes(changes)
                 self._store_seq = changes[-1].seq
                 if reloader is not None:
                     try:
