@@ -21,7 +21,7 @@ USERS: list[Any] = ["alice", "a b", "bob", DEFAULT]
 CLIENTS: list[Any] = ["app", "app-1", "c@#", DEFAULT]
 PREFIXES = ["a", "ap", "app-"]
 IPS: list[Any] = ["10.0.0.1", "::1", "::0001", "10.1.2.3", DEFAULT, "10.0.0.0/8", "10.0.0.0/16", "::/0", "0::/0"]
-KEYS = sorted(CLIENT_QUOTA_KEYS) + [CONNECTION_CREATION_RATE]
+KEYS = [*sorted(CLIENT_QUOTA_KEYS), CONNECTION_CREATION_RATE]
 
 client_entities = st.one_of(
     st.builds(lambda u: QuotaEntity(user=u), st.sampled_from(USERS)),

@@ -144,10 +144,8 @@ class _TypeIndex:
     def _change(self, b: AclBinding, *, add: bool) -> None:
         e, name = b.entry, b.pattern.name
         prefixed = b.pattern.pattern_type == PatternType.PREFIXED
-        if prefixed:
-            bucket = self.prefixed.get(name)
-        else:
-            bucket = self.wildcard if name == WILDCARD else self.literal.get(name)
+        bucket = (self.prefixed.get(name) if prefixed
+                  else self.wildcard if name == WILDCARD else self.literal.get(name))
         entries = dict(bucket or {})
         current = entries.get(e.principal, ())
         if add:
