@@ -49,6 +49,7 @@ from quotaflow.gateway.auth.tls import (
 )
 from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
+from quotaflow.gateway.collector import collector_paused, freeze_long_lived
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.addresses import AddressOf
@@ -100,6 +101,7 @@ class Gateway:
         broker_port_base: Mapping[str, int] | None = None,
         reuse_port: bool = False,
         authorizer: Authorizer | None = None,
+        freeze_loaded: bool = False,
     ) -> None:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
@@ -132,6 +134,9 @@ class Gateway:
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
         self.reuse_port = reuse_port  # several processes on the same ports (quotaflow gateway --workers)
+        # a gateway process (the CLI's) owns its interpreter: what start loaded leaves the cycle collector's walks
+        # (gateway.collector); a gateway inside another program (tests, demo) leaves that program's collector alone
+        self.freeze_loaded = freeze_loaded
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
@@ -202,8 +207,10 @@ class Gateway:
         authorizer, store = managed
         if self._acls_loaded and store.acl_version() == authorizer.version:
             return
-        snapshot = store.acls()
-        authorizer.load(snapshot.bindings, snapshot.version)
+        with collector_paused():  # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs
+            snapshot = store.acls()
+            authorizer.load(snapshot.bindings, snapshot.version)
+            del snapshot
         self._acls_loaded = True
 
     async def start(self) -> None:
@@ -238,6 +245,8 @@ class Gateway:
             await self.brokers.discover()
         if self.metrics_port is not None:
             await self._start_metrics()
+        if self.freeze_loaded:  # the entities and ACLs just loaded live as long as the gateway
+            await loop.run_in_executor(None, freeze_long_lived)
         self._tasks.append(asyncio.create_task(self._poll_store()))
         if self._managed_authorizer() is not None:
             self._tasks.append(asyncio.create_task(self._poll_acls()))

@@ -22,6 +22,7 @@ from quotaflow.core.acl import principal_allowed as principal_allowed  # the adm
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
+from quotaflow.gateway.collector import collector_paused
 from quotaflow.gateway.data.protocol import encode_response, response_class
 
 
@@ -46,13 +47,16 @@ class QuotaAdminHandler:
         def run() -> tuple[Any, int]:
             start = time.thread_time_ns()
             if api_key == ApiKey.DescribeClientQuotas:
-                response = self.describe(version, request, allowed)
+                with collector_paused():  # every entity: short-lived, acyclic objects, freed by reference counting
+                    response = self.describe(version, request, allowed)
+                    if correlation_id is not None:
+                        response = encode_response(response, version, correlation_id)
             elif api_key == ApiKey.AlterClientQuotas:
                 response = self.alter(version, request, allowed)
+                if correlation_id is not None:
+                    response = encode_response(response, version, correlation_id)
             else:
                 raise ValueError(f"not a quota admin api: {api_key}")
-            if correlation_id is not None:
-                response = encode_response(response, version, correlation_id)
             return response, time.thread_time_ns() - start
 
         return await asyncio.get_running_loop().run_in_executor(None, run)
