@@ -278,8 +278,18 @@ class AclIndex:
         return out
 
     def diff(self, bindings: frozenset[AclBinding]) -> tuple[frozenset[AclBinding], frozenset[AclBinding]]:
-        """(added, removed): what takes this index to ``bindings`` (set operations on stored hashes)."""
-        return bindings - self.bindings, self.bindings - bindings
+        """(added, removed): what takes this index to ``bindings``. One side is a pass over one set (an equality
+        check per binding); the other is known to be empty from the sizes when the change only adds (or only
+        removes), as one CreateAcls (DeleteAcls) does, so that pass is skipped."""
+        held = self.bindings
+        if len(bindings) >= len(held):
+            added = bindings - held
+            # |bindings| = |held| - |removed| + |added|
+            removed = frozenset() if len(held) + len(added) == len(bindings) else held - bindings
+        else:
+            removed = held - bindings
+            added = frozenset() if len(held) - len(removed) == len(bindings) else bindings - held
+        return added, removed
 
     def __len__(self) -> int:
         return len(self.bindings)
