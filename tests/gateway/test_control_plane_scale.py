@@ -28,7 +28,7 @@ from quotaflow.core.acl import (
 )
 from quotaflow.core.authorizer import StandardAuthorizer
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.gateway.collector import collector_paused
+from quotaflow.gateway.collector import collector_paused, drop_gradually
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store.base import Snapshot
 from quotaflow.store.sqlite import SqliteStore
@@ -147,3 +147,18 @@ def test_collector_pauses_nest_across_threads() -> None:
     release.set()
     t.join(10)
     assert gc.isenabled()
+
+
+def test_drop_gradually_frees_what_only_the_list_held() -> None:
+    """A list emptied chunk by chunk: what only it referenced is freed, what others hold stays."""
+    import weakref
+
+    class Item:
+        pass
+
+    items = [Item() for _ in range(2_500)]
+    kept = items[10]
+    refs = [weakref.ref(i) for i in items]
+    drop_gradually(items, chunk=1000)
+    assert items == []
+    assert sum(r() is not None for r in refs) == 1 and refs[10]() is kept

@@ -421,8 +421,8 @@ class Admin:
         if single is not None:
             values = self.store.get(single)
             return [DescribedEntity(single, values)] if values else []
-        snapshot = self.store.snapshot()
-        return [DescribedEntity(e, dict(v)) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
+        snapshot = self.store.snapshot()  # its dicts are this call's own (QuotaStore.snapshot): no second copy
+        return [DescribedEntity(e, v) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
 
     def plan(self, alterations: Sequence[Alteration]) -> tuple[list[AlterResult], list[EntityChange]]:
         """Validate as ``ClientQuotaControlManager.alterClientQuotas``: the per-entity results and the changes

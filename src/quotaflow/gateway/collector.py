@@ -11,6 +11,10 @@ no client is served. Two measures, both about *when* the collector runs, never a
   at once (the store's whole ACL set, a describe of every entity) runs with the collector paused, so those objects
   do not trigger full collections while they exist; they are freed by reference counting when the read is done.
   Pauses nest across threads (a count), and the collector is enabled again only if it was enabled before.
+
+Freeing is the other stall: dropping the last reference to a structure of 400,000 objects frees them all in one C
+cascade that never lets go of the GIL (~100 ms at that size). :func:`drop_gradually` frees a big list a chunk at a
+time, from Python, so the event loop gets the GIL between chunks.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import gc
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, Final
+
+DROP_CHUNK: Final = 1000
 
 _lock = threading.Lock()
 _paused = 0
@@ -48,3 +55,9 @@ def collector_paused() -> Iterator[None]:
             _paused -= 1
             if _paused == 0 and _was_enabled:
                 gc.enable()
+
+
+def drop_gradually(items: list[Any], chunk: int = DROP_CHUNK) -> None:
+    """Empty ``items`` from the end, ``chunk`` at a time (whatever only it referenced is freed chunk by chunk)."""
+    while items:
+        del items[-chunk:]

@@ -49,7 +49,7 @@ from quotaflow.gateway.auth.tls import (
 )
 from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
-from quotaflow.gateway.collector import collector_paused, freeze_long_lived
+from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.addresses import AddressOf
@@ -209,8 +209,12 @@ class Gateway:
             return
         with collector_paused():  # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs
             snapshot = store.acls()
-            authorizer.load(snapshot.bindings, snapshot.version)
+            version, bindings = snapshot.version, snapshot.bindings
             del snapshot
+            authorizer.load(bindings, version)
+            held = list(bindings)
+            del bindings  # what the new index did not keep is freed a chunk at a time, not in one GIL-long cascade
+            drop_gradually(held)
         self._acls_loaded = True
 
     async def start(self) -> None:

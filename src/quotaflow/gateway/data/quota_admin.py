@@ -22,7 +22,7 @@ from quotaflow.core.acl import principal_allowed as principal_allowed  # the adm
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
-from quotaflow.gateway.collector import collector_paused
+from quotaflow.gateway.collector import collector_paused, drop_gradually
 from quotaflow.gateway.data.protocol import encode_response, response_class
 
 
@@ -50,7 +50,9 @@ class QuotaAdminHandler:
                 with collector_paused():  # every entity: short-lived, acyclic objects, freed by reference counting
                     response = self.describe(version, request, allowed)
                     if correlation_id is not None:
-                        response = encode_response(response, version, correlation_id)
+                        message, response = response, encode_response(response, version, correlation_id)
+                        if isinstance(message.entries, list):
+                            drop_gradually(message.entries)
             elif api_key == ApiKey.AlterClientQuotas:
                 response = self.alter(version, request, allowed)
                 if correlation_id is not None:
@@ -77,8 +79,9 @@ class QuotaAdminHandler:
             found = self.admin.describe(quota_filter)
         except KafkaError as e:
             return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.message, entries=None)
-        return cls(throttle_time_ms=0, error_code=0, error_message=None,
-                   entries=[self._described(cls, d) for d in found])
+        entries = [self._described(cls, d) for d in found]
+        drop_gradually(found)
+        return cls(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
 
     @staticmethod
     def _described(cls: Any, d: DescribedEntity) -> Any:
