@@ -16,11 +16,12 @@ talk to that protocol, so a store-backed :class:`Admin` and a wire client are in
 from __future__ import annotations
 
 import ipaddress
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
 
-from quotaflow.core.cidr import RangeIndex, is_cidr
+from quotaflow.core.cidr import RangeIndex, is_cidr, parse_cidr
 from quotaflow.core.entities import DEFAULT, Name, Part, QuotaEntity
 from quotaflow.core.errors import SUCCESS, ApiError, InvalidRequestError, KafkaError
 from quotaflow.core.filters import QuotaFilter
@@ -47,7 +48,7 @@ from quotaflow.core.validation import (
     validate_entity,
     validate_quota_key_value,
 )
-from quotaflow.store.base import EntityChange, QuotaStore, Snapshot, Values
+from quotaflow.store.base import Change, EntityChange, QuotaStore, Snapshot, Values
 
 EntityKey: TypeAlias = frozenset[tuple[str | None, str | None]]
 
@@ -164,44 +165,135 @@ level is numbered after Kafka's two so theirs do not move."""
 
 
 class QuotaIndex:
-    """Per-key override maps and ``quotaTypesEnabled`` masks built once from a snapshot; resolves are lookups.
+    """Per-key override maps and ``quotaTypesEnabled`` masks; resolves are lookups.
+
+    Built from a snapshot, then kept current change by change (:meth:`apply`): every store change touches the one
+    entry it names (and its key's bit count), so an index over 100,000 entities costs nothing per change and
+    nothing per resolve beyond the lookups. Built from a snapshot or brought to the same state by that snapshot's
+    changes, the answers are the same.
 
     Overrides are keyed by the *sanitized* user, as Kafka's quota managers key them. The mask for a key follows
-    Kafka 4.1's reference counting: a bit is set iff some stored entity of that shape holds that key.
+    Kafka 4.1's reference counting: a bit is set iff some stored entity of that shape holds that key (a count per
+    bit). Two stored ips naming one address (``::1`` and ``::0001``), or two spellings of one range, are one entry:
+    the one with the greatest entity path supplies it, as the last of them in a path-ordered snapshot did.
     """
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.seq = snapshot.seq
+    def __init__(self, snapshot: Snapshot | None = None) -> None:
+        self.seq = 0
+        self.touched = 0
+        """Index entries written or removed so far (the work :meth:`apply` does: one per change)."""
         self._overrides: dict[str, dict[ClientKey, tuple[QuotaEntity, float]]] = {k: {} for k in CLIENT_QUOTA_KEYS}
         self._masks: dict[str, int] = dict.fromkeys(CLIENT_QUOTA_KEYS, 0)
+        self._bit_counts: dict[str, dict[int, int]] = {k: {} for k in CLIENT_QUOTA_KEYS}
         self._prefixes: dict[str, PrefixIndex] = {k: PrefixIndex() for k in CLIENT_QUOTA_KEYS}
         self._ips: dict[Name, tuple[float, QuotaEntity]] = {}
         self._ip_ranges: RangeIndex[tuple[float, QuotaEntity]] = RangeIndex()
+        # the stored entities behind each address / range (aliases: usually one)
+        self._ip_entities: dict[Name | tuple[str, str], dict[QuotaEntity, float]] = {}
         self._user_connections: dict[Name, tuple[float, QuotaEntity]] = {}  # raw user -> connection_creation_rate
-        for entity, values in snapshot.entities.items():
-            if entity.ip is not None:
-                if CONNECTION_CREATION_RATE in values:
-                    found = (values[CONNECTION_CREATION_RATE], entity)
-                    if isinstance(entity.ip, str) and is_cidr(entity.ip):
-                        self._ip_ranges.set(entity.ip, found)
-                    else:
-                        self._ips[_ip_key(entity.ip)] = found
+        if snapshot is not None:
+            for entity, values in snapshot.entities.items():
+                for key, value in values.items():
+                    self._set(entity, key, value)
+            self.seq = snapshot.seq
+
+    def apply(self, changes: Iterable[Change]) -> None:
+        """Apply store changes (``changes_since(self.seq)``) in order; those at or before :attr:`seq` are skipped."""
+        for change in changes:
+            if change.seq <= self.seq:
                 continue
-            ckey: ClientKey
-            if isinstance(entity.client_id_prefix, str):
-                ckey = (None, ClientIdPrefix(entity.client_id_prefix))
+            if change.value is None:
+                self._remove(change.entity, change.key)
             else:
-                user: Part = sanitize(entity.user) if isinstance(entity.user, str) else entity.user
-                ckey = (user, entity.client_id)
-                if entity.user is not None and entity.client_id is None and CONNECTION_CREATION_RATE in values:
-                    self._user_connections[entity.user] = (values[CONNECTION_CREATION_RATE], entity)
+                self._set(change.entity, change.key, change.value)
+            self.seq = change.seq
+
+    def catch_up(self, store: QuotaStore) -> None:
+        """Apply what the store's change log holds past :attr:`seq` (only those records are read)."""
+        self.apply(store.changes_since(self.seq))
+
+    def _set(self, entity: QuotaEntity, key: str, value: float) -> None:
+        self.touched += 1
+        if entity.ip is not None:
+            if key == CONNECTION_CREATION_RATE:
+                self._set_ip(entity, value)
+            return
+        ckey = _client_key(entity)
+        if key == CONNECTION_CREATION_RATE and entity.user is not None and ckey[1] is None:
+            self._user_connections[entity.user] = (value, entity)
+        overrides = self._overrides.get(key)
+        if overrides is None:
+            return
+        if ckey not in overrides:
             bit = entity_bit(*ckey)
-            for key, value in values.items():
-                if key in self._overrides:
-                    self._overrides[key][ckey] = (entity, value)
-                    self._masks[key] |= bit
-                    if isinstance(ckey[1], ClientIdPrefix):
-                        self._prefixes[key].add(ckey[1].prefix)
+            counts = self._bit_counts[key]
+            counts[bit] = counts.get(bit, 0) + 1
+            self._masks[key] |= bit
+            if isinstance(ckey[1], ClientIdPrefix):
+                self._prefixes[key].add(ckey[1].prefix)
+        overrides[ckey] = (entity, value)
+
+    def _remove(self, entity: QuotaEntity, key: str) -> None:
+        self.touched += 1
+        if entity.ip is not None:
+            if key == CONNECTION_CREATION_RATE:
+                self._remove_ip(entity)
+            return
+        ckey = _client_key(entity)
+        if key == CONNECTION_CREATION_RATE and entity.user is not None and ckey[1] is None:
+            self._user_connections.pop(entity.user, None)
+        overrides = self._overrides.get(key)
+        if overrides is None or overrides.pop(ckey, None) is None:
+            return
+        bit = entity_bit(*ckey)
+        counts = self._bit_counts[key]
+        counts[bit] -= 1
+        if not counts[bit]:
+            del counts[bit]
+            self._masks[key] &= ~bit
+        if isinstance(ckey[1], ClientIdPrefix):
+            self._prefixes[key].discard(ckey[1].prefix)
+
+    def _ip_slot(self, entity: QuotaEntity) -> tuple[Name | tuple[str, str], str | None]:
+        """Where an ip entity's rate lives: its canonical address (or ``("range", canonical)``), and the range
+        as stored (None: an address or the default)."""
+        ip = entity.ip
+        if isinstance(ip, str) and is_cidr(ip):
+            return ("range", parse_cidr(ip).with_prefixlen), ip
+        assert ip is not None
+        return _ip_key(ip), None
+
+    def _set_ip(self, entity: QuotaEntity, value: float) -> None:
+        slot, cidr = self._ip_slot(entity)
+        self._ip_entities.setdefault(slot, {})[entity] = value
+        self._place_ip(slot, cidr)
+
+    def _remove_ip(self, entity: QuotaEntity) -> None:
+        slot, cidr = self._ip_slot(entity)
+        group = self._ip_entities.get(slot)
+        if group is None or group.pop(entity, None) is None:
+            return
+        if not group:
+            del self._ip_entities[slot]
+        self._place_ip(slot, cidr)
+
+    def _place_ip(self, slot: Name | tuple[str, str], cidr: str | None) -> None:
+        group = self._ip_entities.get(slot)
+        found = None
+        if group:
+            winner = max(group, key=lambda e: e.path) if len(group) > 1 else next(iter(group))
+            found = (group[winner], winner)
+        if cidr is not None:
+            if found is None:
+                self._ip_ranges.remove(cidr)
+            else:
+                self._ip_ranges.set(cidr, found)
+        else:
+            assert not isinstance(slot, tuple)
+            if found is None:
+                self._ips.pop(slot, None)
+            else:
+                self._ips[slot] = found
 
     def mask(self, key: str) -> int:
         """``quotaTypesEnabled`` of the quota manager that enforces ``key``."""
@@ -274,6 +366,14 @@ def _resolved(key: str, matches: list[Contribution], quota_id: dict[str, str]) -
     )
 
 
+def _client_key(entity: QuotaEntity) -> ClientKey:
+    """A client entity's key in the override maps: (sanitized user, client-id), or a prefix's."""
+    if isinstance(entity.client_id_prefix, str):
+        return (None, ClientIdPrefix(entity.client_id_prefix))
+    user: Part = sanitize(entity.user) if isinstance(entity.user, str) else entity.user
+    return (user, entity.client_id)
+
+
 def _ip_key(ip: Name) -> Name:
     """Compare ips as addresses when they parse (``::0001`` is ``::1``), else as given."""
     if ip is DEFAULT or not isinstance(ip, str):
@@ -307,6 +407,8 @@ class Admin:
     def __init__(self, store: QuotaStore, *, resolver: HostResolver = resolves) -> None:
         self.store = store
         self._resolver = resolver
+        self._live: QuotaIndex | None = None  # resolve's index, built once, then kept current from the change log
+        self._live_lock = threading.Lock()
 
     def describe(self, quota_filter: QuotaFilter) -> list[DescribedEntity]:
         """Entities matching the filter with all their values, in snapshot order (entity path for SQLite).
@@ -319,8 +421,8 @@ class Admin:
         if single is not None:
             values = self.store.get(single)
             return [DescribedEntity(single, values)] if values else []
-        snapshot = self.store.snapshot()
-        return [DescribedEntity(e, dict(v)) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
+        snapshot = self.store.snapshot()  # its dicts are this call's own (QuotaStore.snapshot): no second copy
+        return [DescribedEntity(e, v) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
 
     def plan(self, alterations: Sequence[Alteration]) -> tuple[list[AlterResult], list[EntityChange]]:
         """Validate as ``ClientQuotaControlManager.alterClientQuotas``: the per-entity results and the changes
@@ -382,14 +484,37 @@ class Admin:
         return results
 
     def index(self) -> QuotaIndex:
-        """A resolver over the current snapshot, for resolving many clients at once."""
+        """A resolver over the current snapshot, for resolving many clients at once (the caller's own: nothing
+        changes it after it is returned)."""
         return QuotaIndex(self.store.snapshot())
 
     def resolve(self, user: str, client_id: str) -> Resolution:
-        return self.index().resolve(user, client_id)
+        """As of the store's latest change: one index, built on the first resolve, then brought up to date from
+        the change log (only the changes since the previous resolve are read)."""
+        with self._live_lock:
+            return self._current().resolve(user, client_id)
 
     def resolve_ip(self, ip: str) -> Resolution:
-        return self.index().resolve_ip(ip)
+        with self._live_lock:
+            return self._current().resolve_ip(ip)
+
+    def follow(self, snapshot: Snapshot) -> None:
+        """Seed resolve's index from a snapshot already read (a gateway's start; build it off the event loop)."""
+        index = QuotaIndex(snapshot)
+        with self._live_lock:
+            self._live = index
+
+    def apply_changes(self, changes: Sequence[Change]) -> None:
+        """Changes a poll of the change log read (a gateway's): resolve's index takes them now, O(changes)."""
+        with self._live_lock:
+            if self._live is not None:
+                self._live.apply(changes)
+
+    def _current(self) -> QuotaIndex:
+        if self._live is None:
+            self._live = QuotaIndex(self.store.snapshot())
+        self._live.catch_up(self.store)
+        return self._live
 
     def close(self) -> None:
         self.store.close()

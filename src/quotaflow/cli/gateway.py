@@ -98,7 +98,8 @@ def gateway(upstream: str, listen: tuple[str, ...], store: str | None, config_pa
             gw = Gateway(parse_upstreams(upstream), dict(bind), store_value(store), config_path=config_path,
                          admin_principals=frozenset(admins) if admins else None, event_log=worker_events,
                          metrics_port=worker_metrics, inter_broker_listener=inter_broker_listener,
-                         broker=broker_name, broker_port_base=bases, reuse_port=worker is not None)
+                         broker=broker_name, broker_port_base=bases, reuse_port=worker is not None,
+                         freeze_loaded=True)
         except (QuotaflowError, ValueError) as e:
             raise click.ClickException(str(e)) from e
         if getattr(gw.store, "signed", True) is False:

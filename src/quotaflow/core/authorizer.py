@@ -12,7 +12,8 @@ The index: per resource type, the LITERAL names in a dict, the PREFIXED names in
 lengths (a name of length n looks up its prefixes of those lengths only), and within every pattern the entries by
 principal, so one decision touches the session's and ``User:*``'s entries of the few patterns that apply. An index
 is immutable; :class:`StandardAuthorizer` swaps in a new one when the ACLs change (one attribute assignment, so a
-decision sees the old or the new set, never a mix).
+decision sees the old or the new set, never a mix). The new one is made from the old and the change
+(:meth:`AclIndex.updated`): the patterns and principals the change names are rebuilt, nothing else is re-indexed.
 """
 
 from __future__ import annotations
@@ -101,30 +102,86 @@ def _covers(entry: AccessControlEntry) -> frozenset[AclOperation]:
 class _TypeIndex:
     """The ACLs of one resource type."""
 
-    __slots__ = ("_patterns", "by_principal", "literal", "prefix_lengths", "prefixed", "wildcard")
+    __slots__ = ("_length_counts", "_patterns", "by_principal", "literal", "prefix_lengths", "prefixed", "wildcard")
 
     def __init__(self, bindings: Iterable[AclBinding]) -> None:
         literal: dict[str, dict[str, list[_Entry]]] = {}
         prefixed: dict[str, dict[str, list[_Entry]]] = {}
-        by_principal: dict[str, list[AclBinding]] = {}
-        covers: dict[tuple[AclOperation, AclPermissionType], frozenset[AclOperation]] = {}
+        by_principal: dict[str, set[AclBinding]] = {}
         for b in bindings:
             e = b.entry
             table = prefixed if b.pattern.pattern_type == PatternType.PREFIXED else literal
-            key = (e.operation, e.permission_type)
-            if key not in covers:
-                covers[key] = _covers(e)
-            item = (e.host, covers[key], e.permission_type == AclPermissionType.DENY, e)
-            table.setdefault(b.pattern.name, {}).setdefault(e.principal, []).append(item)
-            by_principal.setdefault(e.principal, []).append(b)
+            table.setdefault(b.pattern.name, {}).setdefault(e.principal, []).append(_entry(e))
+            by_principal.setdefault(e.principal, set()).add(b)
         self.literal: dict[str, _Bucket] = {name: _freeze(v) for name, v in literal.items() if name != WILDCARD}
         self.wildcard: _Bucket | None = _freeze(literal[WILDCARD]) if WILDCARD in literal else None
         self.prefixed: dict[str, _Bucket] = {name: _freeze(v) for name, v in prefixed.items()}
-        self.prefix_lengths = tuple(sorted({len(name) for name in prefixed}))
-        self.by_principal = {p: tuple(v) for p, v in by_principal.items()}
+        self._length_counts: dict[int, int] = {}
+        for name in prefixed:
+            self._length_counts[len(name)] = self._length_counts.get(len(name), 0) + 1
+        self.prefix_lengths = tuple(sorted(self._length_counts))
+        self.by_principal: dict[str, frozenset[AclBinding]] = {p: frozenset(v) for p, v in by_principal.items()}
         # name -> its applicable patterns: a gateway asks about the same few names over and over, so the prefix
-        # lookups are done once per name and index (bounded; the index is replaced whole when ACLs change)
+        # lookups are done once per name and index (bounded; a new index starts with none)
         self._patterns: dict[str, list[tuple[ResourcePattern | None, _Bucket]]] = {}
+
+    def updated(self, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> _TypeIndex:
+        """A new index with ``removed`` taken out and ``added`` put in; this one is unchanged (a decision running on
+        it meanwhile sees the old set whole). Only the patterns and principals named by the changes are rebuilt;
+        the maps around them are shallow copies."""
+        new = _TypeIndex(())
+        new.literal, new.prefixed = dict(self.literal), dict(self.prefixed)
+        new.wildcard = self.wildcard
+        new._length_counts = dict(self._length_counts)
+        new.by_principal = dict(self.by_principal)
+        for b in removed:
+            new._change(b, add=False)
+        for b in added:
+            new._change(b, add=True)
+        new.prefix_lengths = tuple(sorted(new._length_counts))
+        return new
+
+    def _change(self, b: AclBinding, *, add: bool) -> None:
+        e, name = b.entry, b.pattern.name
+        prefixed = b.pattern.pattern_type == PatternType.PREFIXED
+        bucket = (self.prefixed.get(name) if prefixed
+                  else self.wildcard if name == WILDCARD else self.literal.get(name))
+        entries = dict(bucket or {})
+        current = entries.get(e.principal, ())
+        if add:
+            entries[e.principal] = (*current, _entry(e))
+        else:
+            kept = tuple(item for item in current if item[3] != e)
+            if kept:
+                entries[e.principal] = kept
+            else:
+                entries.pop(e.principal, None)
+        frozen = entries or None
+        if prefixed:
+            if frozen is None:
+                if self.prefixed.pop(name, None) is not None:
+                    self._length_counts[len(name)] -= 1
+                    if not self._length_counts[len(name)]:
+                        del self._length_counts[len(name)]
+            else:
+                if name not in self.prefixed:
+                    self._length_counts[len(name)] = self._length_counts.get(len(name), 0) + 1
+                self.prefixed[name] = frozen
+        elif name == WILDCARD:
+            self.wildcard = frozen
+        elif frozen is None:
+            self.literal.pop(name, None)
+        else:
+            self.literal[name] = frozen
+        mine = self.by_principal.get(e.principal, frozenset())
+        mine = mine | {b} if add else mine - {b}
+        if mine:
+            self.by_principal[e.principal] = mine
+        else:
+            self.by_principal.pop(e.principal, None)
+
+    def __bool__(self) -> bool:
+        return bool(self.literal or self.prefixed or self.wildcard)
 
     def patterns(self, name: str) -> list[tuple[ResourcePattern | None, _Bucket]]:
         """Every pattern that applies to the literal ``name`` with its entries: the equal LITERAL, the LITERAL
@@ -168,10 +225,23 @@ def _freeze(v: dict[str, list[_Entry]]) -> dict[str, tuple[_Entry, ...]]:
     return {p: tuple(entries) for p, entries in v.items()}
 
 
-class AclIndex:
-    """An immutable, indexed set of ACL bindings."""
+_COVERS: dict[tuple[AclOperation, AclPermissionType], frozenset[AclOperation]] = {}
 
-    __slots__ = ("_types", "bindings")
+
+def _entry(e: AccessControlEntry) -> _Entry:
+    """One ACL entry as a bucket holds it, its operation rule precomputed (one per operation and permission)."""
+    key = (e.operation, e.permission_type)
+    covers = _COVERS.get(key)
+    if covers is None:
+        covers = _COVERS[key] = _covers(e)
+    return (e.host, covers, e.permission_type == AclPermissionType.DENY, e)
+
+
+class AclIndex:
+    """An immutable, indexed set of ACL bindings. :meth:`updated` makes the next one from a change, touching only
+    what the change names."""
+
+    __slots__ = ("_types", "bindings", "indexed")
 
     def __init__(self, bindings: Iterable[AclBinding] = ()) -> None:
         self.bindings: frozenset[AclBinding] = frozenset(bindings)
@@ -179,6 +249,47 @@ class AclIndex:
         for b in self.bindings:
             grouped.setdefault(b.pattern.resource_type, []).append(b)
         self._types = {rt: _TypeIndex(bs) for rt, bs in grouped.items()}
+        self.indexed = len(self.bindings)
+        """Bindings indexed to make this index: all of them when built, the changed ones when :meth:`updated`."""
+
+    def updated(self, added: Iterable[AclBinding] = (), removed: Iterable[AclBinding] = ()) -> AclIndex:
+        """This index with ``removed`` taken out and ``added`` put in (absent removals and present additions change
+        nothing), as a new index: the work is the change's, not the number of ACLs held."""
+        gone = frozenset(removed) & self.bindings
+        kept = self.bindings - gone
+        new_ones = frozenset(added) - kept
+        out = AclIndex.__new__(AclIndex)
+        out.bindings = kept | new_ones
+        out.indexed = len(gone) + len(new_ones)
+        by_type: dict[ResourceType, tuple[list[AclBinding], list[AclBinding]]] = {}
+        for b in new_ones:
+            by_type.setdefault(b.pattern.resource_type, ([], []))[0].append(b)
+        for b in gone:
+            by_type.setdefault(b.pattern.resource_type, ([], []))[1].append(b)
+        types = dict(self._types)
+        for rt, (adds, removes) in by_type.items():
+            index = types.get(rt)
+            index = _TypeIndex(adds) if index is None else index.updated(adds, removes)
+            if index:
+                types[rt] = index
+            else:
+                types.pop(rt, None)
+        out._types = types
+        return out
+
+    def diff(self, bindings: frozenset[AclBinding]) -> tuple[frozenset[AclBinding], frozenset[AclBinding]]:
+        """(added, removed): what takes this index to ``bindings``. One side is a pass over one set (an equality
+        check per binding); the other is known to be empty from the sizes when the change only adds (or only
+        removes), as one CreateAcls (DeleteAcls) does, so that pass is skipped."""
+        held = self.bindings
+        if len(bindings) >= len(held):
+            added = bindings - held
+            # |bindings| = |held| - |removed| + |added|
+            removed = frozenset() if len(held) + len(added) == len(bindings) else held - bindings
+        else:
+            removed = held - bindings
+            added = frozenset() if len(held) - len(removed) == len(bindings) else bindings - held
+        return added, removed
 
     def __len__(self) -> int:
         return len(self.bindings)
@@ -284,10 +395,20 @@ class StandardAuthorizer:
         self._load_lock = threading.Lock()
 
     def load(self, bindings: Iterable[AclBinding] | AclIndex, version: int = 0) -> None:
-        """Replace every ACL (an :class:`AclIndex` may be built elsewhere, off the event loop). A load of an older
-        store version than the current one is ignored (two loaders raced: the poll and a change made here, each in
-        an executor thread; the lock makes the check and the swap one step, so the older never lands last)."""
-        index = bindings if isinstance(bindings, AclIndex) else AclIndex(bindings)
+        """Replace every ACL. Bindings (the store's whole set) are compared with the current index and only the
+        difference is indexed (:meth:`AclIndex.updated`), so one ACL change costs its own work at any number of ACLs;
+        an :class:`AclIndex` built elsewhere is taken as it is. Call it off the event loop. A load of an older store
+        version than the current one is ignored (two loaders raced: the poll and a change made here, each in an
+        executor thread; the lock makes the check and the swap one step, so the older never lands last). Whatever
+        index the difference was taken from, the result is exactly ``bindings``."""
+        if isinstance(bindings, AclIndex):
+            index = bindings
+        else:
+            target = bindings if isinstance(bindings, frozenset) else frozenset(bindings)
+            base = self.index
+            added, removed = base.diff(target)
+            changed = len(added) + len(removed)
+            index = AclIndex(target) if changed > max(len(target), len(base)) // 2 else base.updated(added, removed)
         with self._load_lock:
             if version and version < self.version:
                 return

@@ -30,7 +30,7 @@ from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
-from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
+from quotaflow.core.authorizer import StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.connection import ConnectionQuotaConfig
 from quotaflow.engine.metrics import MetricSource
@@ -50,6 +50,7 @@ from quotaflow.gateway.auth.tls import (
 )
 from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
+from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.addresses import AddressOf
@@ -103,6 +104,7 @@ class Gateway:
         broker_port_base: Mapping[str, int] | None = None,
         reuse_port: bool = False,
         authorizer: Authorizer | None = None,
+        freeze_loaded: bool = False,
     ) -> None:
         self.upstreams = parse_upstreams(upstream)  # the cluster's bootstrap list
         self.upstream = self.upstreams[0]
@@ -140,6 +142,9 @@ class Gateway:
         self.inter_broker_listener = inter_broker_listener or conn_config.inter_broker_listener
         self.broker = broker
         self.reuse_port = reuse_port  # several processes on the same ports (quotaflow gateway --workers)
+        # a gateway process (the CLI's) owns its interpreter: what start loaded leaves the cycle collector's walks
+        # (gateway.collector); a gateway inside another program (tests, demo) leaves that program's collector alone
+        self.freeze_loaded = freeze_loaded
         self.stream_limit = STREAM_LIMIT
         self.broker_quotas = BrokerQuotas(self.config)
         self.brokers: BrokerRoutes | None = None  # after start
@@ -203,16 +208,23 @@ class Gateway:
         return None
 
     def reload_acls(self) -> None:
-        """Rebuild the authorizer's index from the store when its ACL version moved (any thread; the swap is one
-        assignment, and an older snapshot never replaces a newer one)."""
+        """Bring the authorizer's index to the store's ACLs when their version moved (any thread, off the event loop:
+        the difference from the current index is indexed, not every ACL; the swap is one assignment, and an older
+        snapshot never replaces a newer one)."""
         managed = self._managed_authorizer()
         if managed is None:
             return
         authorizer, store = managed
         if self._acls_loaded and store.acl_version() == authorizer.version:
             return
-        snapshot = store.acls()
-        authorizer.load(AclIndex(snapshot.bindings), snapshot.version)
+        with collector_paused():  # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs
+            snapshot = store.acls()
+            version, bindings = snapshot.version, snapshot.bindings
+            del snapshot
+            authorizer.load(bindings, version)
+            held = list(bindings)
+            del bindings  # what the new index did not keep is freed a chunk at a time, not in one GIL-long cascade
+            drop_gradually(held)
         self._acls_loaded = True
 
     async def start(self) -> None:
@@ -220,6 +232,7 @@ class Gateway:
         if self._managed_authorizer() is not None:  # every ACL loaded before the first client is accepted
             await loop.run_in_executor(None, self.reload_acls)
         snapshot = await loop.run_in_executor(None, self.store.snapshot)
+        await loop.run_in_executor(None, self.admin.follow, snapshot)  # /resolve's index, then kept by the poll
         self.broker_quotas.load(snapshot)
         self._store_seq = snapshot.seq
         if self.cluster_quotas is not None:
@@ -246,6 +259,8 @@ class Gateway:
             await self.brokers.discover()
         if self.metrics_port is not None:
             await self._start_metrics()
+        if self.freeze_loaded:  # the entities and ACLs just loaded live as long as the gateway
+            await loop.run_in_executor(None, freeze_long_lived)
         self._tasks.append(asyncio.create_task(self._poll_store()))
         if self._managed_authorizer() is not None:
             self._tasks.append(asyncio.create_task(self._poll_acls()))
@@ -489,6 +504,7 @@ class Gateway:
                 continue
             if changes:
                 self.broker_quotas.apply_changes(changes)
+                self.admin.apply_changes(changes)
                 self._store_seq = changes[-1].seq
                 if reloader is not None:
                     try:

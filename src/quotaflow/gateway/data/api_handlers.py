@@ -391,10 +391,11 @@ async def _quota_admin(scope: HandlerScope, request: Any, pending: Pending) -> P
     allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,
                                         authorize.OP.DESCRIBE_CONFIGS if header.api_key == ApiKey.DescribeClientQuotas
                                         else authorize.OP.ALTER_CONFIGS)
-    response, executor_ns = await scope.gateway.quota_admin.handle(header.api_key, header.api_version, request,
-                                                                   allowed=allowed)
+    encoded, executor_ns = await scope.gateway.quota_admin.handle(header.api_key, header.api_version, request,
+                                                                  allowed=allowed,
+                                                                  correlation_id=header.correlation_id)
     pending.thread_ns += executor_ns
-    pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+    pending.local = encoded
     return pending
 
 

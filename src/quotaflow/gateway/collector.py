@@ -1,0 +1,63 @@
+"""Keeping Python's cycle collector off the event loop's back while the control plane holds Kafka-scale state.
+
+A gateway holds its store's quota entities and ACLs (100,000 of each is a few million objects) for its lifetime. A
+full (generation 2) collection walks every tracked object while holding the GIL: hundreds of milliseconds in which
+no client is served. Two measures, both about *when* the collector runs, never about what it frees:
+
+* :func:`freeze_long_lived`: after start-up loading, everything alive moves to the permanent generation
+  (``gc.freeze``), so later collections walk only what was made since. These objects are indexes and values without
+  reference cycles: when replaced they are still freed by reference counting.
+* :func:`collector_paused`: a control-plane read that makes hundreds of thousands of short-lived, acyclic objects
+  at once (the store's whole ACL set, a describe of every entity) runs with the collector paused, so those objects
+  do not trigger full collections while they exist; they are freed by reference counting when the read is done.
+  Pauses nest across threads (a count), and the collector is enabled again only if it was enabled before.
+
+Freeing is the other stall: dropping the last reference to a structure of 400,000 objects frees them all in one C
+cascade that never lets go of the GIL (~100 ms at that size). :func:`drop_gradually` frees a big list a chunk at a
+time, from Python, so the event loop gets the GIL between chunks.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+DROP_CHUNK: Final = 1000
+
+_lock = threading.Lock()
+_paused = 0
+_was_enabled = False
+
+
+def freeze_long_lived() -> int:
+    """Move every object alive now out of the collector's walks (``gc.freeze``); how many are frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic cycle collection while the block runs (any thread; nests)."""
+    global _paused, _was_enabled
+    with _lock:
+        if _paused == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _paused += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _paused -= 1
+            if _paused == 0 and _was_enabled:
+                gc.enable()
+
+
+def drop_gradually(items: list[Any], chunk: int = DROP_CHUNK) -> None:
+    """Empty ``items`` from the end, ``chunk`` at a time (whatever only it referenced is freed chunk by chunk)."""
+    while items:
+        del items[-chunk:]
