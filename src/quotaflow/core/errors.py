@@ -32,6 +32,8 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     ├── StoreError                          the quota store cannot be opened, read or migrated
     ├── BrokerConnectionError               the admin client's gateway/broker is unreachable or not speaking Kafka
     ├── ConnectionClosed                    the gateway stops serving one client connection
+    │   └── LoginQueueFullError             a login found no hash slot in time: closed unanswered
+    │                                       (gateway.auth.sasl)
     ├── UpstreamUnavailableError            no upstream broker address accepted a connection (gateway.data.brokers;
     │                                       also an OSError)
     ├── SslPrincipalMappingError            no ssl.principal.mapping.rules rule applies to a client certificate

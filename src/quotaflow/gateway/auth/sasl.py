@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from quotaflow.core.errors import SaslAuthenticationFailedError
+from quotaflow.core.errors import ConnectionClosed, SaslAuthenticationFailedError
 from quotaflow.engine.failed_logins import FailureBuckets
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import Credential, QuotaStore
@@ -155,8 +155,9 @@ class Verdict:
     busy: bool = False  # not checked: the hash queue was full or the wait too long; close, do not answer "wrong"
 
 
-class _Busy(Exception):
-    """A login found no hash slot within the queue's bounds."""
+class LoginQueueFullError(ConnectionClosed):
+    """A login found no hash slot within the queue's bounds: its connection is closed unanswered, never told that its
+    password is wrong (the verifier turns it into a ``busy`` verdict)."""
 
 
 class SaslVerifier:
@@ -222,7 +223,7 @@ class SaslVerifier:
             result: tuple[bool, int] | None = None
             try:
                 result = await self._hash_in_slot(client_ip, credential, message.password, deadline)
-            except _Busy:
+            except LoginQueueFullError:
                 self.busy += 1
                 return Verdict(None, None, ns, busy=True)
             finally:
@@ -243,10 +244,10 @@ class SaslVerifier:
     async def _hash_in_slot(self, ip: str, credential: Credential | None, password: str, deadline: float
                             ) -> tuple[bool, int] | None:
         """The hash, once a thread is free and the IP has a token not already in flight; None when the IP's
-        tokens are spent meanwhile; ``_Busy`` past the queue's bounds."""
+        tokens are spent meanwhile; ``LoginQueueFullError`` past the queue's bounds."""
         if not self._grant(ip):
             if len(self._waiting) >= self._queue_size:
-                raise _Busy
+                raise LoginQueueFullError
             waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             self._waiting.append((ip, waiter))
             self.queued += 1
@@ -259,7 +260,7 @@ class SaslVerifier:
                 else:
                     waiter.cancel()  # _dispatch skips it
                 if isinstance(e, TimeoutError):
-                    raise _Busy from e
+                    raise LoginQueueFullError from e
                 raise
             if not granted:
                 return None
