@@ -22,7 +22,7 @@ from quotaflow.core.acl import principal_allowed as principal_allowed  # the adm
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
-from quotaflow.gateway.data.protocol import response_class
+from quotaflow.gateway.wire.protocol import response_class
 
 
 def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:

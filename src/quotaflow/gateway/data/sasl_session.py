@@ -34,8 +34,8 @@ from quotaflow.core.errors import (
 from quotaflow.gateway.auth.sasl import PLAIN, SaslAuthenticationError
 from quotaflow.gateway.auth.sasl_passthrough import SaslPassthrough
 from quotaflow.gateway.auth.scram import ScramServer
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.wire import protocol
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext
