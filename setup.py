@@ -7,7 +7,7 @@ from setuptools import Extension, setup
 
 COMPILED_MODULES = [
     "quotaflow.engine.rate",  # typed by rate.pxd beside it
-    "quotaflow.gateway.data.frame_facts",
+    "quotaflow.gateway.wire.frame_facts",
     "quotaflow.gateway.data.framing",
     "quotaflow.gateway.data.pending",  # typed by pending.pxd beside it
     "quotaflow.gateway.data.connection",  # typed by connection.pxd beside it

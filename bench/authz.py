@@ -263,7 +263,7 @@ def decision_cost(frames: dict[str, bytes]) -> dict[tuple[int, str], float]:
     from quotaflow.gateway.auth import authorize
     from quotaflow.gateway.auth.authz_audit import AuthzAudit
     from quotaflow.gateway.auth.hidden_topics import HiddenTopics
-    from quotaflow.gateway.data import protocol
+    from quotaflow.gateway.wire import protocol
 
     class Scope:
         principal = "ANONYMOUS"

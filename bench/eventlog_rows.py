@@ -57,8 +57,8 @@ import pyarrow.parquet as pq
 from quotaflow.events import REQUESTS_DIR, dataset_files
 from quotaflow.gateway.data.enforcement import RequestDecisions
 from quotaflow.gateway.data.pending import Pending, request_row
-from quotaflow.gateway.data.protocol import RequestHeader
 from quotaflow.gateway.observation import eventlog
+from quotaflow.gateway.wire.protocol import RequestHeader
 
 BEFORE = "5f6233ff6ea894868fe6e84d552dd0f7798298b8"  # main when request rows were dicts
 EVENTLOG_PATHS = ("src/quotaflow/gateway/observation/eventlog.py", "src/quotaflow/gateway/eventlog.py")  # new, old

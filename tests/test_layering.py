@@ -160,17 +160,22 @@ def test_wrong_imports_flags_up_and_sideways() -> None:
     ]
 
 
-# inside gateway/: its planes (data/, auth/, observation/) and the shell that wires them (server, listener; config and
-# context, the settings and the interface a connection sees, sit below the planes). A module inside the first
-# package must not import the second (a module or a package) unless the target is inside the first too.
+# inside gateway/: its planes and the shell that wires them (server, listener). Lowest, ``wire/`` (Kafka's wire
+# format: frame facts, kafka-python glue, refusals as Kafka builds them) imports nothing else of the gateway; ``config``
+# (the settings) sits below the planes. The data plane calls auth, never back: auth/ imports neither data/ nor
+# ``context`` (the interface a connection sees, which names the data plane's types). observation/ only records.
+# A module inside the first package must not import the second (a module or a package) unless the target is inside
+# the first too.
 GATEWAY: Final = "quotaflow.gateway"
 PLANE_RULES: Final[tuple[tuple[str, str, str], ...]] = (
     (f"{GATEWAY}.data", f"{GATEWAY}.server", "a plane imports the shell"),
     (f"{GATEWAY}.data", f"{GATEWAY}.listener", "a plane imports the shell"),
     (f"{GATEWAY}.auth", f"{GATEWAY}.server", "a plane imports the shell"),
     (f"{GATEWAY}.auth", f"{GATEWAY}.listener", "a plane imports the shell"),
-    (f"{GATEWAY}.auth", f"{GATEWAY}.data.connection", "auth reaches into the connection"),
+    (f"{GATEWAY}.auth", f"{GATEWAY}.data", "the data plane calls auth, never back"),
+    (f"{GATEWAY}.auth", f"{GATEWAY}.context", "the data plane calls auth, never back"),
     (f"{GATEWAY}.observation", GATEWAY, "observation only records"),
+    (f"{GATEWAY}.wire", GATEWAY, "the wire format sits below both planes"),
 )
 
 
@@ -199,15 +204,23 @@ def test_gateway_planes_point_inward() -> None:
 def test_wrong_plane_imports_flags_each_rule() -> None:
     graph = {
         "quotaflow.gateway.data.framing": [(1, "quotaflow.gateway.server"), (2, "quotaflow.gateway.auth.sasl")],
-        "quotaflow.gateway.auth.tls": [(3, "quotaflow.gateway.data.connection"), (4, "quotaflow.gateway.data.pending")],
-        "quotaflow.gateway.observation.eventlog": [(5, "quotaflow.gateway.config"),
-                                                   (6, "quotaflow.gateway.observation.ratelog")],
-        "quotaflow.gateway.server": [(7, "quotaflow.gateway.data.connection")],
+        "quotaflow.gateway.auth.tls": [(3, "quotaflow.gateway.data.pending"), (4, "quotaflow.gateway.wire.protocol"),
+                                       (5, "quotaflow.gateway.config")],
+        "quotaflow.gateway.auth.authorize": [(6, "quotaflow.gateway.context"), (7, "quotaflow.gateway.data")],
+        "quotaflow.gateway.observation.eventlog": [(8, "quotaflow.gateway.config"),
+                                                   (9, "quotaflow.gateway.observation.ratelog")],
+        "quotaflow.gateway.wire.protocol": [(10, "quotaflow.gateway.wire.frame_facts"),
+                                            (11, "quotaflow.gateway.auth.hidden_topics")],
+        "quotaflow.gateway.server": [(12, "quotaflow.gateway.data.connection")],
     }
     assert wrong_plane_imports(graph) == [
         "quotaflow.gateway.data.framing:1 imports quotaflow.gateway.server (a plane imports the shell)",
-        "quotaflow.gateway.auth.tls:3 imports quotaflow.gateway.data.connection (auth reaches into the connection)",
-        "quotaflow.gateway.observation.eventlog:5 imports quotaflow.gateway.config (observation only records)",
+        "quotaflow.gateway.auth.tls:3 imports quotaflow.gateway.data.pending (the data plane calls auth, never back)",
+        "quotaflow.gateway.auth.authorize:6 imports quotaflow.gateway.context (the data plane calls auth, never back)",
+        "quotaflow.gateway.auth.authorize:7 imports quotaflow.gateway.data (the data plane calls auth, never back)",
+        "quotaflow.gateway.observation.eventlog:8 imports quotaflow.gateway.config (observation only records)",
+        "quotaflow.gateway.wire.protocol:11 imports quotaflow.gateway.auth.hidden_topics (the wire format sits below "
+        "both planes)",
     ]
 
 
@@ -244,6 +257,23 @@ def test_find_cycle_finds_one() -> None:
 def test_no_import_cycle() -> None:
     graph = {m: {t for _, t, loads in imports_of(m) if loads} for m in MODULES}
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_no_cycle_inside_gateway_annotations_included() -> None:
+    """Inside gateway/ no two modules name each other even for annotations (``TYPE_CHECKING`` imports and
+    function-level imports counted): a cycle there is two planes pointing both ways, hidden from the loader."""
+    gateway = [m for m in MODULES if _inside(m, GATEWAY)]
+    graph = {m: {t for _, t, _ in imports_of(m) if _inside(t, GATEWAY)} for m in gateway}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_typing_only_and_local_imports_are_edges() -> None:
+    """``imports_of`` yields the imports under ``if TYPE_CHECKING:`` (not loading) and those inside functions
+    (loading), so the gateway's one-way rules see them."""
+    edges = {(t, loads) for _, t, loads in imports_of("quotaflow.gateway.data.connection")}
+    assert ("quotaflow.gateway.context", False) in edges  # under TYPE_CHECKING
+    local = {(t, loads) for _, t, loads in imports_of("quotaflow.gateway.server")}
+    assert ("quotaflow.gateway.observation.eventlog", True) in local  # imported inside a function
 
 
 def test_string_imports_are_followed() -> None:

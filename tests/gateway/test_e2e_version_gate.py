@@ -32,8 +32,9 @@ from kafka.protocol.sasl import (
 )
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data import versions
 from quotaflow.gateway.server import GatewayThread
+from quotaflow.gateway.wire import protocol
 from quotaflow.testing.tansu import Tansu
 
 from .authz_gateway import start_authorizing_gateway

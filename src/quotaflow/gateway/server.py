@@ -52,7 +52,6 @@ from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
 from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.addresses import AddressOf
 from quotaflow.gateway.data.broker_quotas import BrokerQuotas
 from quotaflow.gateway.data.brokers import (
@@ -71,6 +70,7 @@ from quotaflow.gateway.descriptors import bounded_by_descriptors, connection_bud
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
+from quotaflow.gateway.wire import protocol
 from quotaflow.store import open_store
 from quotaflow.store.base import AclStore, QuotaStore, ScramStore
 

@@ -17,7 +17,7 @@ from quotaflow.core.errors import InvalidRequestError
 from quotaflow.gateway.auth import authorize, topic_names
 from quotaflow.gateway.auth.authz_audit import AuthzAudit
 from quotaflow.gateway.auth.hidden_topics import HiddenTopics, hidden_topics_for
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 from ..memory_authorizer import Acl, MemoryAuthorizer
 

@@ -41,9 +41,10 @@ from quotaflow.gateway.auth import authorize
 from quotaflow.gateway.auth.acl_admin import AclAdminHandler
 from quotaflow.gateway.auth.authz_audit import AuthzAudit
 from quotaflow.gateway.auth.hidden_topics import HiddenTopics
-from quotaflow.gateway.data import api_handlers, protocol
+from quotaflow.gateway.data import api_handlers
 from quotaflow.gateway.data.pending import Pending
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.wire import protocol
 from quotaflow.store.sqlite import SqliteStore
 
 from ..memory_authorizer import Acl, MemoryAuthorizer

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.gateway.auth import authorize, resources, rules, topic_names
-from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data import versions
+from quotaflow.gateway.wire import protocol
 
 MODES = [{"sasl_passthrough": p, "authorizer": a} for p in (False, True) for a in (False, True)]
 

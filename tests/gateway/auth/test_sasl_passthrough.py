@@ -14,7 +14,8 @@ from quotaflow.gateway.auth.sasl_passthrough import (
     plain_principal,
     scram_principal,
 )
-from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data import versions
+from quotaflow.gateway.wire import protocol
 
 
 def test_principals_from_client_tokens() -> None:

@@ -13,7 +13,7 @@ from quotaflow.gateway.data.addresses import REWRITTEN_APIS
 from quotaflow.gateway.data.api_handlers import DEFAULT, HANDLERS, LOCAL_APIS
 from quotaflow.gateway.data.enforcement import Enforcement, RequestDecisions
 from quotaflow.gateway.data.pending import Pending
-from quotaflow.gateway.data.protocol import RequestHeader
+from quotaflow.gateway.wire.protocol import RequestHeader
 from quotaflow.store import open_store
 
 NOW_MS = 1_700_000_000_000

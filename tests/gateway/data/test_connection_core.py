@@ -30,11 +30,12 @@ from quotaflow.engine.updates import _Change
 from quotaflow.gateway.auth import authorize
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper
 from quotaflow.gateway.auth.tls import ListenerTls
-from quotaflow.gateway.data import connection, enforcement, protocol
+from quotaflow.gateway.data import connection, enforcement
 from quotaflow.gateway.data.enforcement import RequestDecisions
 from quotaflow.gateway.observation.eventlog import REQUEST_LOG_SCHEMA
 from quotaflow.gateway.observation.row_queue import RowQueue
 from quotaflow.gateway.server import Gateway
+from quotaflow.gateway.wire import protocol
 from quotaflow.store import open_store
 from twins import assert_compiled, pure_twin
 

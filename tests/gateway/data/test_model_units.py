@@ -21,8 +21,9 @@ from quotaflow.core.keys import UNLIMITED
 from quotaflow.engine import StrictControllerMutationQuota
 from quotaflow.engine.controller_mutation import PermissiveControllerMutationQuota
 from quotaflow.gateway.config import GatewayConfig
-from quotaflow.gateway.data import mutations, protocol
+from quotaflow.gateway.data import mutations
 from quotaflow.gateway.data.enforcement import Enforcement
+from quotaflow.gateway.wire import protocol
 from quotaflow.store.base import Change, Snapshot
 
 NOW = 1_700_000_000_000

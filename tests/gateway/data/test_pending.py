@@ -10,7 +10,7 @@ import pytest
 
 from quotaflow.gateway.data import pending
 from quotaflow.gateway.data.enforcement import NO_DECISIONS, RequestDecisions
-from quotaflow.gateway.data.protocol import RequestHeader
+from quotaflow.gateway.wire.protocol import RequestHeader
 from twins import assert_compiled, forms, pure_twin
 
 FORMS = forms(pending)

@@ -175,8 +175,8 @@ def test_security_protocol_map() -> None:
 def test_a_refused_alteration_echoes_every_entry_as_sent() -> None:
     """AlterClientQuotasRequest.getErrorResponse: one result per request entry (a repeated entity included), its
     entity in the order sent, CLUSTER_AUTHORIZATION_FAILED with Errors.message()'s text; the store untouched."""
-    from quotaflow.gateway.data import protocol
     from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+    from quotaflow.gateway.wire import protocol
 
     cls = protocol.REQUESTS[49][1]
     entry = cls._struct.fields["entries"].data_class

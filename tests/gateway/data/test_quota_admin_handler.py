@@ -15,8 +15,8 @@ from kafka.protocol.admin import (
 )
 
 from quotaflow.admin import Admin
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
+from quotaflow.gateway.wire import protocol
 from quotaflow.store import open_store
 
 

@@ -4,8 +4,9 @@ import pytest
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data import versions
 from quotaflow.gateway.data.connection import _supported
+from quotaflow.gateway.wire import protocol
 
 
 def test_merge_offers_what_the_gateway_can_authorize_and_caps_what_it_decodes_or_names_brokers() -> None:

@@ -474,7 +474,7 @@ def test_each_request_field_is_logged_in_its_own_column(tmp_path: Path, form: An
     """``pending.request_row`` builds the row by position: each field of the connection and the request lands in the
     column named for it (distinct values everywhere, so a value in another's place shows), in both forms."""
     from quotaflow.gateway.data.enforcement import RequestDecisions
-    from quotaflow.gateway.data.protocol import RequestHeader
+    from quotaflow.gateway.wire.protocol import RequestHeader
 
     with EventLog(tmp_path / "events", "gw-a") as log:
         conn = SimpleNamespace(broker="gw-a-node-3", listener="SASL_SSL", principal="alice", client_ip="10.1.2.3")
@@ -504,7 +504,7 @@ def test_a_produce_with_acks_out_of_the_columns_range_does_not_stop_the_log(tmp_
     """The attack: ``acks`` is an int16 on the wire and an int8 column. A tenant's Produce with acks=1000 (which its
     broker refuses) must not make a row that stops the log, which would then refuse every client's next request.
     The row keeps what replay needs of acks (0 or not: KIP-124's exemption)."""
-    from quotaflow.gateway.data.protocol import RequestHeader
+    from quotaflow.gateway.wire.protocol import RequestHeader
 
     with EventLog(tmp_path / "events", "gw") as log:
         conn = SimpleNamespace(broker="gw", listener="PLAINTEXT", principal="mallory", client_ip="10.6.6.6")

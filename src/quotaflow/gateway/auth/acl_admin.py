@@ -43,7 +43,7 @@ from quotaflow.core.errors import (
     SecurityDisabledError,
     UnknownServerError,
 )
-from quotaflow.gateway.data.protocol import response_class
+from quotaflow.gateway.wire.protocol import response_class
 
 _NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
 _NO_AUTHORIZER = "No Authorizer is configured."

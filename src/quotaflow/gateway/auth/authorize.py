@@ -33,7 +33,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from kafka.protocol.api_key import ApiKey
 
@@ -47,10 +47,29 @@ from quotaflow.core.errors import (
 from quotaflow.gateway.auth import rules, topic_names
 from quotaflow.gateway.auth.authz_audit import AuthzAudit
 from quotaflow.gateway.auth.hidden_topics import RESERVED_PREFIX, HiddenTopics
-from quotaflow.gateway.data import error_response, protocol
+from quotaflow.gateway.wire import error_response, protocol
 
-if TYPE_CHECKING:
-    from quotaflow.gateway.data.api_handlers import HandlerScope
+
+class _Admins(Protocol):
+    @property
+    def admins(self) -> frozenset[str] | None:
+        """``--admin-principal`` (None: no list)."""
+
+
+class _AdminsOf(Protocol):
+    @property
+    def quota_admin(self) -> _Admins: ...
+
+
+class Requester(Protocol):
+    """What a decision uses of the connection asking: its principal, and its gateway's admin list (the data plane's
+    ``HandlerScope`` satisfies it; auth never imports the data plane, which calls it)."""
+
+    @property
+    def principal(self) -> str: ...
+    @property
+    def gateway(self) -> _AdminsOf: ...
+
 
 OP: Final = AclOperation
 RT: Final = ResourceType
@@ -209,7 +228,7 @@ def _reencode(request: Any, header: protocol.RequestHeader) -> bytes:
 
 def _response(header: protocol.RequestHeader, **fields: Any) -> Any:
     """The response as Kafka's error path builds it: ``fields``, the schema's defaults for the rest
-    (:mod:`quotaflow.gateway.data.error_response`)."""
+    (:mod:`quotaflow.gateway.wire.error_response`)."""
     return error_response.message(header.api_key, header.api_version, **fields)
 
 
@@ -1197,7 +1216,7 @@ def granted(access: Access, principal: str, host: str, header: protocol.RequestH
     return None if forward is frame else Plan(forward)
 
 
-def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, frame: bytes, client_ip: str, *,
+def plan(access: Access, scope: Requester, header: protocol.RequestHeader, frame: bytes, client_ip: str, *,
          passthrough: bool = False) -> Plan | None:
     """The plan for one request about to be forwarded (None: forward it as it is). Raises
     ``InvalidRequestError`` for a request that cannot be read, ``PermissionError`` for an API the gateway does not
@@ -1212,7 +1231,7 @@ def plan(access: Access, scope: HandlerScope, header: protocol.RequestHeader, fr
     return planner(Check(access, scope.principal, client_ip, header.api_key), header, frame)
 
 
-def cluster_allowed(access: Access, scope: HandlerScope, api: int, client_ip: str, op: AclOperation, *,
+def cluster_allowed(access: Access, scope: Requester, api: int, client_ip: str, op: AclOperation, *,
                     super_only: bool = False) -> bool:
     """The one cluster check of the APIs the gateway answers itself (the quota, ACL and SCRAM APIs): ``op`` on the
     cluster, decided, audited and counted as every other decision. Without an authorizer, the admin list

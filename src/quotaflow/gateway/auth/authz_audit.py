@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from quotaflow.core.acl import AclOperation, ResourceType
 from quotaflow.engine.metrics import MetricSample
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 GROUP: Final = "authorizer-metrics"
 LOG_ALLOWED: Final = "quotaflow.authorizer.log.allowed"

@@ -18,6 +18,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 RESERVED_PREFIX: Final = "__quotaflow"
+# the cluster-usage topic of ``quotaflow.quota.scope=cluster`` (:mod:`quotaflow.gateway.data.cluster_quota`, which
+# takes its name from here: the data plane imports auth, never the other way)
+USAGE_TOPIC: Final = "quotaflow.quota.cluster.usage.topic"
+DEFAULT_USAGE_TOPIC: Final = "__quotaflow_usage"
 
 
 class HiddenTopics:
@@ -52,8 +56,6 @@ class HiddenTopics:
 
 def hidden_topics_for(store: object, extra: Mapping[str, str]) -> HiddenTopics:
     """The topics a gateway hides: its ``kafka://`` store's topic, the cluster-usage topic, the reserved prefix."""
-    from quotaflow.gateway.data.cluster_quota import DEFAULT_USAGE_TOPIC, USAGE_TOPIC
-
     names = {DEFAULT_USAGE_TOPIC, (extra.get(USAGE_TOPIC) or DEFAULT_USAGE_TOPIC).strip() or DEFAULT_USAGE_TOPIC}
     spec = getattr(store, "spec", None)
     topic = getattr(spec, "topic", None)

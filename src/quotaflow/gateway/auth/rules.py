@@ -19,7 +19,7 @@ from typing import Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.gateway.auth import resources
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from typing import Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.gateway.auth.sasl import ANONYMOUS, PLAIN
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ClusterAuthorizationFailedError
-from quotaflow.gateway.data.protocol import response_class
+from quotaflow.gateway.wire.protocol import response_class
 from quotaflow.store.base import ScramCredential
 from quotaflow.store.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_SHA_256, SCRAM_SHA_512, digest, hmac_digest
 

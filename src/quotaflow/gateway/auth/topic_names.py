@@ -7,7 +7,7 @@ object (and hold the records). These walks read the names and skip everything el
 and Fetch v13+ name topics by id or carry broker addresses: :mod:`quotaflow.gateway.auth.authorize`). Fetch's session
 fields sit at fixed offsets, so sessions can be switched off in place (:func:`sessionless_fetch`).
 
-The walks themselves are the data plane's compiled frame readers (:mod:`quotaflow.gateway.data.frame_facts`: C byte
+The walks themselves are the data plane's compiled frame readers (:mod:`quotaflow.gateway.wire.frame_facts`: C byte
 reads, with their pure-Python twin): an authorizing gateway walks every Produce and Fetch it forwards.
 """
 
@@ -19,7 +19,7 @@ from typing import Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway.data import frame_facts, protocol
+from quotaflow.gateway.wire import frame_facts, protocol
 
 _I32: Final = struct.Struct(">i")
 PRODUCE_MAX: Final = 9

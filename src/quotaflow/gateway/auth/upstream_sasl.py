@@ -22,7 +22,7 @@ from quotaflow.admin.wire import jaas_options
 from quotaflow.core.errors import CommandError, QuotaflowError
 from quotaflow.gateway.auth.sasl import PLAIN, SaslAuthenticationError
 from quotaflow.gateway.auth.scram import ScramClient
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 from quotaflow.store.scram import HASHES
 
 SASL_MECHANISM: Final = "quotaflow.upstream.sasl.mechanism"

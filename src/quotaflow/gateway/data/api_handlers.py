@@ -29,16 +29,17 @@ from kafka.protocol.api_key import ApiKey
 from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, QuotaflowError, map_errors
 from quotaflow.engine import NOT_THROTTLED, ThrottleDecision
 from quotaflow.gateway.auth import authorize, scram_admin
-from quotaflow.gateway.data import mutations, protocol, versions
+from quotaflow.gateway.data import mutations, versions
 from quotaflow.gateway.data.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError
 from quotaflow.gateway.data.enforcement import NO_THROTTLE, RequestDecisions
 from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.wire import protocol
 
 if TYPE_CHECKING:
-    from quotaflow.gateway.auth.sasl_session import SaslSession
     from quotaflow.gateway.context import ConnectionContext
     from quotaflow.gateway.data.enforcement import Enforcement
+    from quotaflow.gateway.data.sasl_session import SaslSession
 
 # a request Kafka cannot parse closes the connection
 CLOSE_ON_INVALID: Final[Mapping[type[BaseException], type[QuotaflowError]]] = {InvalidRequestError: ConnectionClosed}
@@ -141,7 +142,7 @@ def _decide_create_topics(enforcement: Enforcement, pending: Pending, frame: byt
 # -- requests on their way upstream ----------------------------------------------------------------------------
 
 def _produce_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
-    if pending.acks is None:  # read with the header (gateway.data.frame_facts) unless it could not be
+    if pending.acks is None:  # read with the header (gateway.wire.frame_facts) unless it could not be
         raise ConnectionClosed("Produce request too short for acks")
     scope.hold_limited_produce(pending)
     if pending.acks == 0:  # no response will come; the writer still decides it and applies the mute

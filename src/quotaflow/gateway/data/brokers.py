@@ -31,7 +31,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 log = logging.getLogger(__name__)
 

@@ -46,6 +46,7 @@ from quotaflow.engine.cluster_share import (
 from quotaflow.engine.connection import GROUP as SOCKET_SERVER_GROUP
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.engine.quota_type import QuotaType
+from quotaflow.gateway.auth.hidden_topics import DEFAULT_USAGE_TOPIC, USAGE_TOPIC
 from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.signing import RecordSigner, ReplayGuard
 
@@ -60,14 +61,12 @@ Participants = Callable[[], Mapping[str, "Enforcement"]]  # broker -> its engine
 log = logging.getLogger(__name__)
 
 QUOTA_SCOPE: Final = "quotaflow.quota.scope"
-USAGE_TOPIC: Final = "quotaflow.quota.cluster.usage.topic"
 FLOOR_FRACTION: Final = "quotaflow.quota.cluster.floor.fraction"
 EXPIRY_WINDOWS: Final = "quotaflow.quota.cluster.expiry.windows"
 BOOTSTRAP_SERVERS: Final = "quotaflow.quota.cluster.bootstrap.servers"
 SIGNING_KEY_FILE: Final = "quotaflow.quota.cluster.signing.key.file"  # the store's file: one fleet key
 BROKER_SCOPE: Final = "broker"
 CLUSTER_SCOPE: Final = "cluster"
-DEFAULT_USAGE_TOPIC: Final = "__quotaflow_usage"
 USAGE_RETENTION_MS: Final = 3_600_000  # reports are read from the end: an hour of history is plenty
 APPLY_PER_WINDOW: Final = 4  # shares are re-applied a few times a window (new sensors, quota changes)
 _TYPES: Final = {t.name: t for t in (*SHARED_TYPES, IP_CONNECTION_RATE)}

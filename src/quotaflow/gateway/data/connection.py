@@ -3,7 +3,7 @@
 
 What it needs of the gateway is :class:`~quotaflow.gateway.context.ConnectionContext`; what each API does (request
 and response hooks, quota decisions, local answers) is the table in :mod:`quotaflow.gateway.data.api_handlers`; the SASL
-exchange is :class:`~quotaflow.gateway.auth.sasl_session.SaslSession`; a request on its way is a
+exchange is :class:`~quotaflow.gateway.data.sasl_session.SaslSession`; a request on its way is a
 :class:`~quotaflow.gateway.data.pending.Pending`.
 
 Two asyncio protocols per connection and no task of their own: :class:`ClientConnection` on the client's socket
@@ -59,11 +59,10 @@ from quotaflow.core.errors import ConnectionClosed, InvalidRequestError, map_err
 from quotaflow.engine import bandwidth_throttle
 from quotaflow.gateway.auth.authorize import SCAN_ONLY, granted
 from quotaflow.gateway.auth.sasl import ANONYMOUS
-from quotaflow.gateway.auth.sasl_session import SaslSession
 from quotaflow.gateway.auth.ssl_principal import SslPrincipalMappingError
 from quotaflow.gateway.auth.tls_errors import log_connection_failure
 from quotaflow.gateway.config import SASL_PROTOCOLS
-from quotaflow.gateway.data import protocol, versions
+from quotaflow.gateway.data import versions
 from quotaflow.gateway.data.api_handlers import (
     CLOSE_ON_INVALID,
     COUNTED_API_KEYS,
@@ -78,12 +77,14 @@ from quotaflow.gateway.data.api_handlers import (
 )
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.data.enforcement import NO_THROTTLE
-from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE, correlation_id, read_request
 from quotaflow.gateway.data.framing import FrameBuffer
 from quotaflow.gateway.data.pending import RAW_SASL, Pending, request_row
-from quotaflow.gateway.data.protocol import FLEXIBLE_FROM, SIZE, RequestHeader
+from quotaflow.gateway.data.sasl_session import SaslSession
 from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
 from quotaflow.gateway.observation.row_queue import RowQueue
+from quotaflow.gateway.wire import protocol
+from quotaflow.gateway.wire.frame_facts import ACKS_UNREADABLE, correlation_id, read_request
+from quotaflow.gateway.wire.protocol import FLEXIBLE_FROM, SIZE, RequestHeader
 
 if TYPE_CHECKING:
     from quotaflow.gateway.auth.tls import ListenerTls

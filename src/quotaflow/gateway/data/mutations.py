@@ -26,7 +26,7 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import ThrottlingQuotaExceededError
 from quotaflow.engine import ControllerMutationQuota
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 Counts = Callable[[str | None, uuid.UUID | None], int | None]
 """(topic name, topic id) -> current partition count, None when unknown."""

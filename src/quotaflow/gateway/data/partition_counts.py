@@ -18,8 +18,8 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import QuotaflowError
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
+from quotaflow.gateway.wire import protocol
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import Any, Final
 
 import cython
 
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.enforcement import NO_DECISIONS, RequestDecisions
 from quotaflow.gateway.data.mutations import TopicQuotaDecision
+from quotaflow.gateway.wire import protocol
 
 COMPILED: bool = cython.compiled
 """True when the Cython-compiled form of this module was imported."""

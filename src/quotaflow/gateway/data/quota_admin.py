@@ -23,7 +23,7 @@ from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
 from quotaflow.gateway.collector import collector_paused, drop_gradually
-from quotaflow.gateway.data.protocol import encode_response, response_class
+from quotaflow.gateway.wire.protocol import encode_response, response_class
 
 
 def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:

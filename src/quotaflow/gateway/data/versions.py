@@ -26,9 +26,9 @@ from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import UnsupportedVersionError
 from quotaflow.gateway.auth import authorize
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.addresses import ADDRESS_VERSION_CAPS, NEVER_OFFERED
-from quotaflow.gateway.data.protocol import RESPONSES, encode_response, max_known_version
+from quotaflow.gateway.wire import protocol
+from quotaflow.gateway.wire.protocol import RESPONSES, encode_response, max_known_version
 
 # Served by the gateway itself, whatever the upstream supports: key -> (min, max).
 GATEWAY_APIS: Final[dict[int, tuple[int, int]]] = {

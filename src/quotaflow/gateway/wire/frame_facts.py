@@ -9,7 +9,7 @@ decoded; ``gateway.auth.topic_names`` asks them).
 This module is written once and runs in two forms, as the engine's compiled loops do: ``make setup`` compiles it
 with Cython (pure-Python mode: the ``cython`` annotations type the locals, the byte reads become C), and the very
 same source is its pure-Python twin, which runs wherever the extension was not built and which the tests run beside
-the compiled form (``tests/gateway/data/test_frame_facts.py``). :data:`COMPILED` says which form was imported.
+the compiled form (``tests/gateway/wire/test_frame_facts.py``). :data:`COMPILED` says which form was imported.
 
 A hostile frame cannot make either form read outside it: every read is checked against the frame's length first,
 and what does not fit is an :class:`~quotaflow.core.errors.InvalidRequestError` (Kafka closes such a connection),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 
 def _known(cls: Any, values: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""gateway.data.frame_facts in its two forms: the Cython-compiled module (built by ``make setup``) and the pure-Python
+"""gateway.wire.frame_facts in its two forms: the Cython-compiled module (built by ``make setup``) and the pure-Python
 twin (the same source, executed as Python) read every frame alike, real and hostile; both agree with kafka-python."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway.data import frame_facts, protocol
-from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
+from quotaflow.gateway.wire import frame_facts, protocol
+from quotaflow.gateway.wire.frame_facts import ACKS_UNREADABLE
 from twins import assert_compiled, forms, pure_twin
 
 PURE = pure_twin(frame_facts)

@@ -1,5 +1,8 @@
 """One connection's SASL state machine, in both modes, driven by the connection.
 
+It belongs to the data plane: it answers the connection's requests (a ``Pending``'s local answer) and reads its
+gateway through ``ConnectionContext``; the exchanges it runs are auth's, which it calls (auth never imports back).
+
 *Terminate*: the gateway answers SaslHandshake (v0: raw tokens follow; v1+: SaslAuthenticate rounds) and checks
 PLAIN against the store's credentials (:mod:`quotaflow.gateway.auth.sasl`, in its bounded pool) or SCRAM-SHA-256/512
 against its stored keys (:mod:`quotaflow.gateway.auth.scram`). A failure is answered after
@@ -34,8 +37,8 @@ from quotaflow.core.errors import (
 from quotaflow.gateway.auth.sasl import PLAIN, SaslAuthenticationError
 from quotaflow.gateway.auth.sasl_passthrough import SaslPassthrough
 from quotaflow.gateway.auth.scram import ScramServer
-from quotaflow.gateway.data import protocol
 from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.wire import protocol
 
 if TYPE_CHECKING:
     from quotaflow.gateway.context import ConnectionContext

@@ -11,7 +11,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway.data import protocol
+from quotaflow.gateway.wire import protocol
 
 
 def _produce(version: int, acks: int, txn: str | None) -> bytes:

@@ -24,8 +24,8 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
 from quotaflow.core.errors import InvalidRequestError
-from quotaflow.gateway.data import frame_facts
-from quotaflow.gateway.data.frame_facts import ACKS_UNREADABLE
+from quotaflow.gateway.wire import frame_facts
+from quotaflow.gateway.wire.frame_facts import ACKS_UNREADABLE
 
 _INT16: Final = struct.Struct(">h")
 INT16: Final = _INT16
