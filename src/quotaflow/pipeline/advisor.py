@@ -26,9 +26,9 @@ Everything here is numpy over one set of rows holding whole entities (a Spark pa
 from __future__ import annotations
 
 import math
-from decimal import ROUND_CEILING, Decimal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from typing import Final
 
 import numpy as np

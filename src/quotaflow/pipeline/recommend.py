@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from quotaflow.admin.codec import describe_to_json
 from quotaflow.admin.local import DescribedEntity
-from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import CommandError
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from quotaflow.core.precedence import PREFIX_TAG_USER, entity_bit, prefix_index
@@ -502,7 +502,7 @@ def name_usage(usage: pa.Table, ents: Entities, pairs: Sequence[Pair], snapshot:
             if e >= 0 and q.value is not None and q.entity is not None:
                 prev = in_force.get((e, k))
                 if prev is None or q.value < prev[0]:
-                    in_force[(e, k)] = (q.value, str(q.entity))
+                    in_force[(e, k)] = (q.value, "{" + entity_text(q.entity.to_wire()) + "}")
     current_limit = [in_force.get((e, k), (None, None))[0] for e, k in zip(entity, keys, strict=True)]
     current_source = [in_force.get((e, k), (None, None))[1] for e, k in zip(entity, keys, strict=True)]
     seen = [counts[k].get(e, 0) for e, k in zip(entity, keys, strict=True)]
