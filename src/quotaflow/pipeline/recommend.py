@@ -71,6 +71,7 @@ from quotaflow.pipeline.resolve import (
 )
 from quotaflow.pipeline.windows import ENTITY_SCHEMA, WINDOW_SCHEMA, entity_table, window_table
 from quotaflow.store.base import Snapshot
+from quotaflow.store.factory import store_identity
 
 Progress = Callable[[str], None]
 PROPOSAL: Final = "proposal.json"
@@ -469,7 +470,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
                                   "min_rate": spec.advisor.min_rate,
                                   "min_active_seconds": spec.advisor.min_active_seconds, "window_seconds": window_s,
                                   "first_second": found.first_ms // 1000, "last_second": found.last_ms // 1000,
-                                  "store": str(spec.store)})  # fmt: skip
+                                  "store": store_identity(spec.store)})  # fmt: skip
     summary.write(spec.out)
     return summary
 
