@@ -79,14 +79,19 @@ def recommend(events: Path, store: str, out: Path, level: str, prefixes: str, ke
 
 
 def print_proposal(usage: list[dict[str, Any]]) -> None:
-    """The proposal as a table on stdout: per entity and key the quota in force and where it comes from, the
-    proposed value, the evidence (active seconds, share of them throttled now) and any warning."""
-    from quotaflow.pipeline.recommend import format_value
-
+    """The proposal as a table on stdout (:func:`proposal_table`)."""
     out = Console()
     if not out.is_terminal:
         out = Console(width=200)  # a log or a pipe: no squeezing into 80 columns
-    table = Table(title="proposal", title_justify="left")
+    out.print(proposal_table(usage))
+
+
+def proposal_table(usage: list[dict[str, Any]], title: str = "proposal") -> Table:
+    """Per entity and key (``usage/`` rows): the quota in force and the entity it comes from, the proposed value
+    ("-": withheld), the evidence (active seconds, share of them throttled now) and any warning."""
+    from quotaflow.pipeline.recommend import format_value
+
+    table = Table(title=title, title_justify="left")
     for name, justify in (("entity", "left"), ("key", "left"), ("in force (source)", "left"),
                           ("proposed", "right"), ("active s", "right"), ("throttled", "right"),
                           ("note", "left")):  # fmt: skip
@@ -99,4 +104,4 @@ def print_proposal(usage: list[dict[str, Any]]) -> None:
         proposed = format_value(r["recommended"]) if r["proposed"] else "-"
         table.add_row(", ".join(names), r["key"], current, proposed, str(r["active_seconds"]),
                       f"{r['throttled_share']:.0%}", r["warning"] or "")  # fmt: skip
-    out.print(table)
+    return table
