@@ -199,3 +199,29 @@ def test_a_proposal_from_the_console_store_applies_without_confirmation(store: S
         assert "Computed from this console's store" in c.get("/backtests/rec").text
         r = c.post("/api/proposals/rec", json={"entries": [1]}, auth=ADMIN)
         assert r.status_code == 200 and store.get(QuotaEntity(user="bob")) == {"producer_byte_rate": 800000.0}
+
+
+def test_apply_from_another_store_in_a_browser_asks_first(store: SqliteStore, tmp_path: Path) -> None:
+    """The page's own script: a proposal from another store is written only after the admin confirms it."""
+    from quotaflow.testing.asgi import serve
+
+    from .browser import browser
+
+    _recommend_of(tmp_path / "bt" / "rec", tmp_path / "elsewhere.db")
+    app = create_app(store, ConsoleConfig(backtests=tmp_path / "bt", admins=frozenset({"admin"})))
+    with serve(app) as url, browser(ADMIN) as context:
+        page = context.new_page()
+        page.goto(f"{url}/login?next=/backtests/rec")
+        page.wait_for_selector("#proposal-rows")
+        assert "not this console's store" in page.inner_text("#proposal-store")
+        page.locator("input.proposal-pick[value='2']").uncheck()
+        page.once("dialog", lambda dialog: dialog.dismiss())
+        page.click("#proposal-apply")
+        page.wait_for_selector("#proposal-result.bad")
+        assert "Not applied" in page.inner_text("#proposal-result")
+        assert store.get(QuotaEntity(user="bob")) == {}
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#proposal-apply")
+        page.wait_for_selector("#proposal-result.ok")
+        assert "Applied: 2 entities" in page.inner_text("#proposal-result")
+    assert store.get(QuotaEntity(user="bob")) == {"producer_byte_rate": 800000.0}
