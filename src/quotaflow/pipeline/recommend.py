@@ -329,8 +329,34 @@ def _recorded_exprs() -> dict[str, Any]:
 
 
 Pair = tuple[str, str]
-Active = Mapping[Pair, Mapping[str, frozenset[int]]]
-"""Per (user, client_id): per key, the epoch seconds in which the key's manager recorded one of its requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    """The epoch seconds in which each (user, client_id) was recorded: one row per (user, client_id, second) with,
+    per key asked for, whether the key's manager recorded one of its requests then (any broker)."""
+
+    table: pa.Table
+
+    def seconds(self, pairs: Sequence[Pair], of_pair: np.ndarray, key: str) -> dict[int, int]:
+        """Per entity (``of_pair``: each of ``pairs``' entity for the key's type, -1: none): the epoch seconds in
+        which the key's manager recorded a request of one of its clients, counted once however many clients or
+        brokers."""
+        t = self.table
+        if key not in t.column_names or not t.num_rows or not len(pairs):
+            return {}
+        t = t.filter(t[key])
+        names = pa.array([f"{u}\x00{c}" for u, c in pairs], pa.string())
+        idx = pc.index_in(pc.binary_join_element_wise(t["user"], t["client_id"], "\x00"), value_set=names)
+        idx_np = np.asarray(pc.fill_null(idx, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        entity = np.where(idx_np >= 0, of_pair[np.maximum(idx_np, 0)], -1)
+        keep = entity >= 0
+        second = t["second"].to_numpy()[keep].astype(np.int64)
+        if not len(second):
+            return {}
+        distinct = np.unique(entity[keep] * (1 << 40) + (second - int(second.min())))
+        counts = np.bincount(distinct >> 40)
+        return {int(e): int(counts[e]) for e in np.flatnonzero(counts)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,47 +368,38 @@ class Clients:
     used: dict[Pair, frozenset[str]]
     first_ms: int
     last_ms: int
-    active: dict[Pair, dict[str, frozenset[int]]] = field(default_factory=dict)
+    active: Active = field(default_factory=lambda: Active(pa.table({"user": [], "client_id": [], "second": []})))
 
 
 def clients(good: Any, keys: tuple[str, ...]) -> Clients:
-    """One aggregation by (broker, user, client_id, epoch second): a row per second a client was seen."""
+    """One aggregation by (broker, user, client_id, epoch second), brought to the driver as Arrow (a row per
+    second a client was seen on a broker: the evidence behind a value), the rest with pyarrow."""
     from pyspark.sql import functions as F
 
     recorded = _recorded_exprs()
-    rows = good.groupBy("broker", "user", "client_id", F.floor(F.col("ts_ms") / 1000).alias("second")).agg(
+    t = good.groupBy("broker", "user", "client_id", F.floor(F.col("ts_ms") / 1000).alias("second")).agg(
         F.min("ts_ms").alias("first"), F.max("ts_ms").alias("last"),
-        *(F.max(recorded[k].cast("int")).alias(k) for k in keys),
-    ).collect()  # fmt: skip
-    if not rows:
+        *(F.max(recorded[k]).alias(k) for k in keys),
+    ).toArrow()  # fmt: skip
+    if not t.num_rows:
         return Clients([], {}, 0, 0)
-    active: dict[Pair, dict[str, set[int]]] = {}
-    for r in rows:
-        per_key = active.setdefault((r["user"], r["client_id"]), {})
-        for k in keys:
-            if r[k]:
-                per_key.setdefault(k, set()).add(int(r["second"]))
-    return Clients(sorted({(r["broker"], r["user"], r["client_id"]) for r in rows}),
-                   {p: frozenset(k) for p, k in active.items()}, min(r["first"] for r in rows),
-                   max(r["last"] for r in rows),
-                   {p: {k: frozenset(v) for k, v in ks.items()} for p, ks in active.items()})  # fmt: skip
-
-
-def active_seconds(pairs: Sequence[Pair], of_pair: np.ndarray, key: str, active: Active) -> dict[int, int]:
-    """Per entity (``of_pair``: each pair's entity for the key's type, -1: none): the epoch seconds in which the
-    key's manager recorded a request of one of its clients, counted once however many clients or brokers."""
-    seen: dict[int, set[int]] = {}
-    for pair, e in zip(pairs, of_pair.tolist(), strict=True):
-        if e >= 0:
-            seen.setdefault(e, set()).update(active.get(pair, {}).get(key, ()))
-    return {e: len(s) for e, s in seen.items()}
+    for k in keys:  # a null flag (no row of the group) is not a use
+        t = t.set_column(t.schema.get_field_index(k), k, pc.fill_null(t[k], False))
+    found = t.group_by(["broker", "user", "client_id"]).aggregate([]).to_pylist()
+    per_pair = t.group_by(["user", "client_id"]).aggregate([(k, "max") for k in keys]).to_pylist()
+    used = {(r["user"], r["client_id"]): frozenset(k for k in keys if r[f"{k}_max"]) for r in per_pair}
+    seconds = t.group_by(["user", "client_id", "second"]).aggregate([(k, "max") for k in keys])
+    seconds = seconds.rename_columns([c.removesuffix("_max") for c in seconds.column_names])
+    span = pc.min_max(t["first"]).as_py()["min"], pc.min_max(t["last"]).as_py()["max"]
+    return Clients(sorted((r["broker"], r["user"], r["client_id"]) for r in found),
+                   used, int(span[0]), int(span[1]), Active(seconds))  # fmt: skip
 
 
 def with_evidence(ents: Entities, pairs: Sequence[Pair], active: Active, min_active: int) -> Entities:
     """``ents`` with the keys seen in fewer than ``min_active`` seconds taken off: no value is proposed from
     thin evidence (the store keeps what it holds), and the proposal config is built without them, so the
     backtest and the applied proposal agree."""
-    counts = {k: active_seconds(pairs, ents.of_type(KEY_TYPE[k]), k, active) for k in KEY_TYPE}
+    counts = {k: active.seconds(pairs, ents.of_type(KEY_TYPE[k]), k) for k in KEY_TYPE}
     keys = [frozenset(k for k in ks if counts[k].get(e, 0) >= min_active) for e, ks in enumerate(ents.keys)]
     return Entities(ents.of_pair, ents.wire, keys, ents.by_type)
 
@@ -496,7 +513,7 @@ def name_usage(usage: pa.Table, ents: Entities, pairs: Sequence[Pair], snapshot:
     index = QuotaIndex(snapshot)
     resolved = {p: index.resolve(*p) for p in set(pairs)}
     in_force: dict[tuple[int, str], tuple[float, str]] = {}
-    counts = {k: active_seconds(pairs, ents.of_type(KEY_TYPE[k]), k, active) for k in set(keys)}
+    counts = {k: active.seconds(pairs, ents.of_type(KEY_TYPE[k]), k) for k in set(keys)}
     for k in set(keys):
         for pair, e in zip(pairs, ents.of_type(KEY_TYPE[k]).tolist(), strict=True):
             q = resolved[pair].quotas[k]
