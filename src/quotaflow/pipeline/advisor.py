@@ -235,10 +235,28 @@ def usage_table(rows: RequestRows, m: Metered, u: UsageInputs, settings: Advisor
 def window_sums(key_of_second: I64, summed: I64, seconds: int, window: int) -> tuple[I64, I64]:
     """Sliding sums over ``window`` seconds of per-(group, second) integers: ``key_of_second`` = group × seconds +
     second (sorted, distinct), ``summed`` their totals. Returns the keys (group × seconds + last second) and sums
-    of every window that ends in the trace (a full window: last second ≥ window - 1) and holds a recorded second;
-    every other window sums to 0. Integer prefix sums: exact."""
+    of every window that ends in the trace (a full window: last second ≥ window - 1) and holds a recorded second,
+    in key order; every other window sums to 0. Integer prefix sums: exact. Dense rows per group when that is
+    no bigger than the sparse candidates (active seconds × window), else sparse."""
     if not len(key_of_second):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    groups, row = np.unique(key_of_second // seconds, return_inverse=True)
+    if len(groups) * seconds <= len(key_of_second) * window:
+        return _window_sums_dense(groups, row, key_of_second % seconds, summed, seconds, window)
+    return _window_sums_sparse(key_of_second, summed, seconds, window)
+
+
+def _window_sums_dense(groups: I64, row: I64, second: I64, summed: I64, seconds: int,
+                       window: int) -> tuple[I64, I64]:  # fmt: skip
+    prefix = np.zeros((len(groups), seconds + 1), dtype=np.int64)
+    prefix[row, second + 1] = summed
+    np.cumsum(prefix, axis=1, out=prefix)
+    sums = prefix[:, window:] - prefix[:, : seconds + 1 - window]  # windows ending at window - 1 .. seconds - 1
+    g, end = np.nonzero(sums)
+    return groups[g] * seconds + end + window - 1, sums[g, end]
+
+
+def _window_sums_sparse(key_of_second: I64, summed: I64, seconds: int, window: int) -> tuple[I64, I64]:
     second = key_of_second % seconds
     ends = (key_of_second[:, None] + np.arange(window, dtype=np.int64)[None, :]).ravel()
     end_second = (second[:, None] + np.arange(window, dtype=np.int64)[None, :]).ravel()
@@ -246,7 +264,9 @@ def window_sums(key_of_second: I64, summed: I64, seconds: int, window: int) -> t
     prefix = np.concatenate(([0], np.cumsum(summed))).astype(np.int64)
     upto = np.searchsorted(key_of_second, ends, side="right")
     before = np.searchsorted(key_of_second, ends - window, side="right")
-    return ends, prefix[upto] - prefix[before]
+    sums = prefix[upto] - prefix[before]
+    keep = sums != 0
+    return ends[keep], sums[keep]
 
 
 def _usage_of(rows: RequestRows, m: Metered, entity: I64, keys: list[str], u: UsageInputs,
