@@ -123,7 +123,8 @@ def test_the_proposal_is_printed_with_its_evidence_and_progress_without_a_termin
                  "50 ({user=ANONYMOUS, client-id=<default>})", "thin evidence"):  # fmt: skip
         assert text in table, text
     assert "1.9676" not in table
-    # no terminal: a line per stage on stderr, from before Spark starts to the proposal
+    # no terminal: a line on stderr for each stage still running after a second (here the clients query and the
+    # partitions' loop take seconds each; Spark is already up in the tests)
     lines = [line for line in result.stderr.splitlines() if line.startswith("recommend: ")]
     stages = [line.split(": ", 1)[1].split(" (+")[0] for line in lines]
-    assert stages[:2] == ["starting", "starting Spark"] and {"read", "decisions", "proposal"} <= set(stages)
+    assert {"clients", "decisions"} <= set(stages), result.stderr
