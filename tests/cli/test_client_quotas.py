@@ -233,6 +233,22 @@ def test_alter_from_file_applies_each_entity_all_or_nothing_and_says_what_change
     assert ok(store, "--describe", "--names", "client-id=bad") == ""
 
 
+def test_alter_from_file_shows_the_quota_in_force_where_the_entity_holds_none(store: str, tmp_path: Path) -> None:
+    """Issue 35: the advisor's proposal applied to an entity that holds nothing printed ``- -> 1.0`` where a
+    quota of 50 was in force through ``<default>``: the diff names what is in force and the entity it comes from."""
+    proposal = tmp_path / "proposal.json"
+    proposal.write_text(json.dumps([
+        {"entity": {"user": "new-user", "client-id": "app"}, "values": {"request_percentage": 1.0}},
+        {"entity": {"user": "user-one", "client-id": "other"}, "values": {"producer_byte_rate": 5000.0}},
+        {"entity": {"user": "nobody", "client-id": "app"}, "values": {"connection_creation_rate": 3.0}},
+    ]))
+    checked = run(store, "--alter", "--from-file", str(proposal), "--validate-only")
+    assert checked.exit_code == 1, checked.output  # connection_creation_rate is not a client quota: refused
+    assert "{user=new-user, client-id=app}\n  request_percentage: - (12.3 in force from {user=<default>}) -> 1.0\n" \
+        in checked.stdout
+    assert "  producer_byte_rate: - (1048576.0 in force from {user=user-one}) -> 5000.0\n" in checked.stdout
+
+
 def test_alter_from_file_rejects_a_malformed_file(store: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"entity": {"user": "u"}, "values": {"producer_byte_rate": "fast"}}]))

@@ -253,7 +253,11 @@ def test_pages_render(client: TestClient, tmp_path: Path) -> None:
 def test_resolve_links_from_quotas(client: TestClient) -> None:
     page = client.get("/quotas").text
     assert 'href="/resolve?user=alice&amp;client-id=ingest"' in page  # runs the resolve
-    assert 'href="/resolve?user=alice"' in page  # a user-only entity: fills the form, the client-id is asked for
+    # issue 35: a user alone, or a prefix, opened an empty form; the link now names a client the entity applies
+    # to (the part it leaves open is an empty name, Kafka's empty client-id), so it shows a resolution
+    assert 'href="/resolve?user=alice&amp;client-id="' in page
+    one = client.get("/resolve", params={"user": "alice", "client-id": ""})
+    assert one.status_code == 200 and "resolve-table" in one.text and "every client-id of user alice" in one.text
     partial = client.get("/resolve", params={"user": "alice"})
     assert partial.status_code == 200 and 'value="alice"' in partial.text and "resolve-table" not in partial.text
     full = client.get("/resolve", params={"user": "alice", "client-id": "ingest"}).text
@@ -305,3 +309,13 @@ def test_unknown_routes_and_methods_answer_in_the_apis_error_shape(client: TestC
     assert r.status_code == 404 and r.json()["error"]["name"] == "NOT_FOUND"
     page = client.get("/nope")  # outside the API: Starlette's plain answer
     assert page.status_code == 404 and page.text == "Not Found"
+
+
+def test_edit_buttons_only_for_a_signed_in_principal(client: TestClient, store: SqliteStore) -> None:
+    """Issue 35: a signed-out visitor saw Edit and Delete on every row (every write is refused to them)."""
+    signed_out = client.get("/quotas").text
+    assert 'class="edit"' not in signed_out and 'class="delete"' not in signed_out
+    assert 'id="sign-in-to-edit"' in signed_out
+    signed_in = client.get("/quotas", auth=ADMIN).text
+    assert signed_in.count('class="edit"') == len(store.snapshot().entities)
+    assert 'class="delete"' in signed_in and 'id="sign-in-to-edit"' not in signed_in

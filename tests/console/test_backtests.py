@@ -90,6 +90,19 @@ def test_the_rendered_report_is_found_and_served(api: TestClient, backtests_dir:
     assert listing["compared"]["compared"] and not listing["plain/backtest"]["compared"]
 
 
+def test_an_output_shows_its_own_report_before_a_sibling_s(tmp_path: Path) -> None:
+    """Issue 35: the demo's layout, pipeline/{backtest,report,advisor,advisor-report}: the advisor page showed the
+    backtest's report (``parent/report`` was tried before ``<name>-report``)."""
+    root = tmp_path / "pipeline"
+    for name in ("backtest", "advisor"):
+        write_backtest(root / name)
+    for report, text in (("report", "the backtest's"), ("advisor-report", "the advisor's")):
+        (root / report).mkdir()
+        (root / report / "report.html").write_text(text)
+    found = {b.id: bt.report_dir(b) for b in bt.discover(root)}
+    assert found == {"advisor": root / "advisor-report", "backtest": root / "report"}
+
+
 def test_api(api: TestClient) -> None:
     assert api.get("/api/backtests/compared").json()["comparison"]["totals"]["entities"] == 3
     assert api.get("/api/backtests/nope").status_code == 404

@@ -29,7 +29,13 @@ def test_prefix_and_range_edit_filter_and_resolve(client: TestClient, store: Sql
     assert produce["quota_id"] == {"user": "<client-id-prefix>", "client-id": "etl-"}
     page = client.get("/resolve", params={"user": "nobody", "client-id": "etl-7"}).text
     assert "client-id-prefix" in page and "every client whose client-id starts with etl-" in page
+    # issue 35: the quota-id as text, escaped as HTML, not as JSON inside HTML (\u003cclient-id-prefix\u003e)
+    assert "quota-id {user=&lt;client-id-prefix&gt;, client-id=etl-}" in page and "\\u003c" not in page
     ip_page = client.get("/resolve", params={"ip": "10.1.2.3"}).text
     assert "ip range (CIDR)" in ip_page
     quotas = client.get("/quotas").text
-    assert 'href="/resolve?client-id=etl-"' in quotas and 'href="/resolve?ip=10.1.0.0"' in quotas
+    # issue 35: a prefix's link opened an empty form; it names a client of the prefix (the prefix as its id, an
+    # empty user) and shows its resolution
+    assert 'href="/resolve?user=&amp;client-id=etl-"' in quotas and 'href="/resolve?ip=10.1.0.0"' in quotas
+    linked = client.get("/resolve", params={"user": "", "client-id": "etl-"}).text
+    assert "resolve-table" in linked and "every client whose client-id starts with etl-" in linked

@@ -22,11 +22,27 @@ KEY_TYPE = {"producer_byte_rate": "produce", "consumer_byte_rate": "fetch", "req
 Buckets = dict[str, dict[tuple[str, str], str]]  # quota type -> (user, client_id) -> the prefix whose bucket holds it
 
 
+def round_up_3(v: float) -> float:
+    """Up to 3 significant figures of the float's shortest form, written independently of the advisor's (exact
+    fractions and a ceiling)."""
+    import math
+    from fractions import Fraction
+
+    exact = Fraction(repr(v))
+    step = Fraction(10) ** (math.floor(math.log10(v)) - 2)
+    if exact >= step * 1000:  # log10 rounded down across a power of ten
+        step *= 10
+    return float(math.ceil(exact / step) * step)
+
+
 def expected(events: Path, level: str, percentile: float, headroom: float, min_rate: float,
-             buckets: Buckets | None = None) -> dict[Any, dict[str, float]]:  # fmt: skip
-    """The definition, written out directly: per entity, zero-filled (broker, second) cells, np.percentile.
-    ``client-id-prefix``: the entity of a row, per key, is the prefix whose bucket holds its client (``buckets``);
-    a bucket's cells are the union of its clients' usage."""
+             buckets: Buckets | None = None, window: int = 11,
+             min_active: int = 1) -> dict[Any, dict[str, float]]:  # fmt: skip
+    """The definition, written out directly: per entity, zero-filled (broker, second) usage, its rate over every
+    quota window (``window`` seconds, or the whole trace if shorter) ending at a second of the trace,
+    np.percentile, × headroom rounded up to 3 significant figures; no value for a key seen in fewer than
+    ``min_active`` epoch seconds. ``client-id-prefix``: the entity of a row, per key, is the prefix whose bucket
+    holds its client (``buckets``); a bucket's cells are the union of its clients' usage."""
     t = read_dataset(events, "requests")
     assert t is not None
     api = t["api_key"].to_numpy()
@@ -68,16 +84,18 @@ def expected(events: Path, level: str, percentile: float, headroom: float, min_r
         for key in KEYS:
             rows = (name_ids[key] == ids[name]) & recorded[key]
             used = sorted(set(brokers[rows]))  # the brokers where this key's manager recorded the entity
-            if not used:
-                continue  # never used the key: no value
+            if not used or len(set((ts[rows] // 1000).tolist())) < min_active:
+                continue  # never used the key (or too seldom): no value
             cells = np.zeros((len(used), seconds), dtype=np.int64)
             for i, b in enumerate(used):
                 sel = rows & (brokers == b)
                 np.add.at(cells[i], ts[sel] // 1000 - first, values[key][sel])
-            usage = cells.ravel().astype(np.float64)
+            w = min(window, seconds)
+            sums = np.array([[row[end - w + 1:end + 1].sum() for end in range(w - 1, seconds)] for row in cells])
+            usage = sums.ravel().astype(np.float64)
             if key == "request_percentage":
                 usage = usage * (100.0 / 1e9)  # KIP-124: nanoseconds of one thread per second, in percent
-            v = max(float(np.percentile(usage, percentile)) * headroom, min_rate)
+            v = max(round_up_3(float(np.percentile(usage / w, percentile)) * headroom), min_rate)
             vals[key] = float(np.ceil(v)) if key != "request_percentage" else v
         if vals:
             out[name] = vals
@@ -106,7 +124,7 @@ def test_recommended_values_equal_numpy_of_the_definition(spark: Any, traffic: P
 
     out = tmp_path / "rec"
     run(RecommendSpec(traffic, quota_store, out, level, AdvisorSettings(percentile, headroom, 1.0)), spark=spark)
-    want = expected(traffic, level, percentile, headroom, 1.0)
+    want = expected(traffic, level, percentile, headroom, 1.0, min_active=5)  # the defaults: 11 s window, 5 s
     got = proposal_by_name(out, level)
     assert len(want) > 10
     assert any(len(v) < 3 for v in want.values())  # some entities do not use every key, and get no value for it
@@ -195,11 +213,12 @@ def test_prefix_values_equal_numpy_of_the_definition(spark: Any, traffic: Path, 
     assert ("tenant-0004", "tenant-0004-app-1") not in buckets["request"]
     assert buckets["fetch"][("tenant-0004", "tenant-0004-app-1")] == "tenant-000"
     assert not any(u == "tenant-0002" for q in buckets.values() for u, _ in q)
-    want = expected(traffic, "client-id-prefix", 95.0, 1.5, 1.0, buckets)
+    want = expected(traffic, "client-id-prefix", 95.0, 1.5, 1.0, buckets, min_active=5)
     got = proposal_by_name(out, "client-id-prefix")
     # nobody-: no client; tenant-0002-: its clients used every key, but the user quota holds them (dropped once
     # resolved: a placeholder left for it would make the proposal config differ from the applied store)
-    assert set(want) == {("tenant-000",), ("tenant-0001-",), ("tenant-001",), ("ANONYMOUS-",)}
+    # ANONYMOUS-: its clients were seen in fewer seconds than --min-active-seconds (5): thin evidence, no value
+    assert set(want) == {("tenant-000",), ("tenant-0001-",), ("tenant-001",)}
     summary = json.loads((out / "_SUMMARY.json").read_text())
     assert sorted(summary["advisor"]["prefixes"]) == sorted(n for (n,) in want)
     assert all(set(v) == set(KEYS) for v in want.values())

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from quotaflow.cli.jobopts import job_options, print_summary, spec_from
+from quotaflow.cli.progress import progress
 from quotaflow.core.errors import QuotaflowError
 
 
@@ -25,8 +26,10 @@ def backtest(events: Path, store: str, out: Path, broker_config: Path | None, co
         spec.validate()  # a clear error before Spark starts
         from quotaflow.pipeline.session import session_scope
 
-        with console.status("backtest") as status, session_scope("local", master) as spark:
-            summary = job.run(spec, spark=spark, progress=lambda s: status.update(f"backtest: {s}"))
+        with progress(console, "backtest") as report:
+            report("starting Spark")
+            with session_scope("local", master) as spark:
+                summary = job.run(spec, spark=spark, progress=report)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     print_summary(summary, out)

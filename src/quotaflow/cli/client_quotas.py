@@ -29,7 +29,7 @@ from quotaflow.cli.common import (
 )
 from quotaflow.core.cidr import is_cidr
 from quotaflow.core.entities import QuotaEntity, entity_text
-from quotaflow.core.errors import CommandError
+from quotaflow.core.errors import CommandError, QuotaflowError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
 
@@ -214,6 +214,8 @@ def alter_from_file(path: Path, validate_only: bool, output: str, store: str | N
     alterations = alterations_from_json(doc, str(path))
     backend = open_backend(store, bootstrap_server, create=True)
     try:
+        in_force = {} if output == "json" else {
+            frozenset(a.entity.items()): _in_force(backend, a.entity) for a in alterations}
         done = apply(backend, alterations, validate_only)
     finally:
         backend.close()
@@ -224,8 +226,13 @@ def alter_from_file(path: Path, validate_only: bool, output: str, store: str | N
         for c in done:
             click.echo(f"{render_entity(_known(c.alteration.entity))}"
                        + ("" if c.result is None or c.result.ok else f"  FAILED: {c.result.error.message}"))
+            resolved = in_force.get(frozenset(c.alteration.entity.items()))
             for k in c.keys:
                 old = "-" if k.old is None else java_double_str(k.old)
+                held = None if resolved is None or k.old is not None else resolved.quotas.get(str(k.key))
+                if held is not None and held.value is not None and held.entity is not None:
+                    # nothing on this entity, but a quota is in force for its clients: say which, from where
+                    old += f" ({java_double_str(held.value)} in force from {render_entity(held.entity.to_wire())})"
                 new = "(removed)" if k.new is None else java_double_str(k.new)
                 click.echo(f"  {k.key}: {old} -> {new}" + ("" if k.changed else " (unchanged)"))
         verb = "Validated (nothing written)" if validate_only else "Altered"
@@ -233,6 +240,19 @@ def alter_from_file(path: Path, validate_only: bool, output: str, store: str | N
         click.echo(f"{verb}: {len(ok)} entities, {sum(c.changed for c in ok)} values changed; {len(failed)} failed")
     if failed:
         raise SystemExit(1)
+
+
+def _in_force(backend: AdminBackend, entity: Mapping[str | None, str | None]) -> Resolution | None:
+    """What a client of this entity is held to now (``--resolve``): a named user and/or client-id, the part the
+    entity leaves open an empty name; a client-id prefix, the prefix as a client-id. None for defaults and ips."""
+    parts = _known(entity)
+    if not parts or "ip" in parts or any(v is None for v in parts.values()):
+        return None
+    client = parts.get("client-id") or parts.get("client-id-prefix") or ""
+    try:
+        return backend.resolve(parts.get("user") or "", client)
+    except QuotaflowError:
+        return None
 
 
 def _known(entity: Mapping[str | None, str | None]) -> dict[str, str | None]:

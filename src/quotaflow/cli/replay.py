@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from quotaflow.cli.jobopts import job_options, print_summary, spec_from
+from quotaflow.cli.progress import progress
 from quotaflow.core.errors import QuotaflowError
 
 
@@ -21,8 +22,8 @@ def replay(events: Path, store: str, out: Path, broker_config: Path | None, comp
     spec = spec_from(events, store, out, broker_config, compare, headroom, with_inputs)
     console = Console(stderr=True)
     try:
-        with console.status("replay") as status:
-            summary = job.run(spec, progress=lambda s: status.update(f"replay: {s}"))
+        with progress(console, "replay") as report:
+            summary = job.run(spec, progress=report)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     print_summary(summary, out)

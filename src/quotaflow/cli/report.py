@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from quotaflow.cli.progress import progress
 from quotaflow.core.errors import QuotaflowError
 
 
@@ -21,8 +22,8 @@ def report(in_dir: Path, out_dir: Path) -> None:
 
     console = Console(stderr=True)
     try:
-        with console.status("report") as status:
-            result = build_report(in_dir, out_dir, progress=lambda msg: status.update(f"report: {msg}"))
+        with progress(console, "report") as stage:
+            result = build_report(in_dir, out_dir, progress=stage)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     console.print(f"wrote {len(result.png_paths)} charts to {out_dir}")

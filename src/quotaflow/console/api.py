@@ -213,8 +213,9 @@ async def backtest_windows(request: Request) -> Response:
 
 
 async def apply_proposal(request: Request) -> Response:
-    """``POST /api/proposals/{id}`` ``{"entries": [i, ...] | null, "validate_only": bool}``: apply entries of a
-    recommend output's proposal.json (each entity all-or-nothing); admins only, like every write."""
+    """``POST /api/proposals/{id}`` ``{"entries": [i, ...] | null, "validate_only": bool, "confirm_store": str}``:
+    apply entries of a recommend output's proposal.json (each entity all-or-nothing); admins only, like every
+    write; a proposal computed from another store only with ``confirm_store`` naming the console's store."""
     console = console_of(request)
     body, refused = await _admin_write(request, "/api/proposals")
     if refused is not None:
@@ -225,9 +226,13 @@ async def apply_proposal(request: Request) -> Response:
     if entries is not None and not isinstance(entries, list):
         return error_response(InvalidRequestError("entries must be a list of indexes, or null for all"))
     validate_only = bool(body.get("validate_only", False))
+    confirm = body.get("confirm_store")
+    if confirm is not None and not isinstance(confirm, str):
+        return error_response(InvalidRequestError("confirm_store must be the console's store, as a string"))
     try:
         found = await run_in_threadpool(console.backtest, request.path_params["id"])
-        done = await run_in_threadpool(proposals.apply_entries, found, console.admin, entries, validate_only)
+        done = await run_in_threadpool(proposals.apply_entries, found, console.admin, entries, validate_only,
+                                       console.store_id, confirm)  # fmt: skip
     except (CommandError, KafkaError) as e:
         return error_response(e)
     doc: dict[str, Any] = {"validate_only": validate_only, "results": done,

@@ -3,7 +3,8 @@
 A backtest output is a directory with ``decisions/``, ``windows/`` and ``entities/`` (docs/backtest.md); ``compare/``
 and ``compare_summary/`` are there when it ran with ``--compare OTHER_STORE``. The report ``quotaflow report``
 rendered for it (``report.html`` and its PNG charts, docs/report.md) is shown when it sits next to the output
-(``OUT/report``, ``OUT/../report`` or ``OUT-report``). Only the columns a view needs are read, never ``decisions/``.
+(``OUT/report`` or ``OUT-report``, else ``OUT/../report``). Only the columns a view needs are read, never
+``decisions/``.
 """
 
 from __future__ import annotations
@@ -158,8 +159,10 @@ def comparison(bt: Backtest, n: int = TABLE_ROWS) -> dict[str, Any] | None:
 
 
 def report_dir(bt: Backtest) -> Path | None:
-    """The rendered report for this output, when one sits next to it."""
-    for candidate in (bt.path / "report", bt.path.parent / "report", bt.path.with_name(bt.path.name + "-report")):
+    """The rendered report for this output, when one sits next to it: its own (``OUT/report``, ``OUT-report``)
+    before a ``report`` beside it (``OUT/../report``), which may be a sibling output's (the demo writes
+    ``pipeline/report`` for its backtest beside ``pipeline/advisor`` and ``pipeline/advisor-report``)."""
+    for candidate in (bt.path / "report", bt.path.with_name(bt.path.name + "-report"), bt.path.parent / "report"):
         if (candidate / "report.html").is_file():
             return candidate
     return None

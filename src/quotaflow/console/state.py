@@ -21,6 +21,7 @@ from quotaflow.console.access import DEFAULT_FAILED_RATE_PER_IP, Access, Princip
 from quotaflow.console.live import DEFAULT_HISTORY, DEFAULT_INTERVAL_S, LiveMetrics
 from quotaflow.core.errors import CommandError, SaslAuthenticationFailedError
 from quotaflow.store.base import QuotaStore
+from quotaflow.store.factory import store_identity
 
 
 @dataclass(slots=True)
@@ -100,7 +101,12 @@ class Console:
     def describe_backtest(self, backtest_id: str) -> dict[str, Any]:
         """Everything the backtest page shows (``/api/backtests/{id}``); blocking (Parquet reads)."""
         found = self.backtest(backtest_id)
-        return {**bt.describe(found), "proposal": proposals.proposal(found, self.admin)}
+        return {**bt.describe(found), "proposal": proposals.proposal(found, self.admin, self.store_id)}
+
+    @property
+    def store_id(self) -> str:
+        """The console's store as ``recommend`` records the store a proposal was computed from."""
+        return store_identity(getattr(self.store, "path", ""))
 
 
 def client_ip(request: Request) -> str:

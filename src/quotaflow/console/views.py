@@ -39,7 +39,8 @@ def quotas_link(entity: dict[str, str | None] | None) -> str:
 
 
 def resolve_link(entity: dict[str, str | None] | None) -> str | None:
-    """Resolve for the clients this entity applies to: its names, the default parts left for the user to fill."""
+    """Resolve for a client this entity applies to: its names, a part it leaves open (a user alone, a prefix) as
+    an empty name (Kafka's empty client-id), so the link shows a resolution; the default parts left to fill."""
     if not entity:
         return None
     named = {t: n for t, n in entity.items() if n is not None}
@@ -47,6 +48,8 @@ def resolve_link(entity: dict[str, str | None] | None) -> str | None:
         named = {"client-id": named.pop("client-id-prefix")}
     if "/" in named.get("ip", ""):  # a CIDR range: its first address
         named["ip"] = named["ip"].split("/", 1)[0]
+    if named and "ip" not in named:  # a client needs both parts: the one the entity leaves open is empty
+        named = {"user": named.get("user", ""), "client-id": named.get("client-id", "")}
     return "/resolve" + ("?" + urlencode(named) if named else "")
 
 
@@ -68,6 +71,12 @@ def shares_text(quota_id: dict[str, str] | None) -> str:
     if client:
         return f"every user with client-id {client}"
     return "everyone (no tags)"
+
+
+def tags_text(tags: dict[str, str] | None) -> str:
+    """A quota-id's metric tags as text (``{user=<client-id-prefix>, client-id=etl-}``), escaped by the template as
+    any text: JSON in a page escapes ``<`` as ``\u003c`` for scripts, which a person then reads."""
+    return "{" + ", ".join(f"{k}={v}" for k, v in (tags or {}).items()) + "}"
 
 
 def level_name(level: int, entity: dict[str, str | None]) -> str:
@@ -100,6 +109,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["jd"] = lambda v: "unlimited" if v is None else java_double_str(float(v))
     env.filters["entity"] = entity_label
     env.filters["num"] = num
+    env.filters["tags"] = tags_text
     env.globals.update(
         quotas_link=quotas_link, resolve_link=resolve_link, shares_text=shares_text, level_name=level_name
     )

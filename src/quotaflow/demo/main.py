@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+import pyarrow.dataset as ds
 from rich.console import Console
 from rich.table import Table
 
 from quotaflow.admin import Admin, Alteration
 from quotaflow.admin.codec import describe_to_json
+from quotaflow.cli.recommend import proposal_table
 from quotaflow.core.entities import DEFAULT, QuotaEntity, entity_text
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.javafmt import java_double_str
@@ -167,13 +169,9 @@ def stage_backtest_report(ctx: DemoContext) -> None:
     ctx.results["report (HTML)"] = Path(result["report"])
     ctx.results["quota advisor (proposal.json, usage, backtest)"] = Path(result["advisor"])
     ctx.results["quota advisor report (HTML)"] = Path(result["advisor_report"])
-    table = Table(title="quota advisor: proposed quotas for the demo's clients (p99 of per-broker-second usage x 1.2)")
-    for column in ("entity", "key", "current", "proposed", "p99", "peak"):
-        table.add_column(column, justify="left" if column in ("entity", "key") else "right")
-    for r in result["proposal"]:
-        table.add_row(r["entity"], r["key"], "unlimited" if r["current"] is None else f"{r['current']:,.6g}",
-                      f"{r['proposed']:,.6g}", f"{r['p99']:,.6g}", f"{r['peak']:,.6g}")
-    print_table(ctx.console, table)
+    usage = ds.dataset(Path(result["advisor"]) / "usage", format="parquet").to_table().to_pylist()
+    title = "quota advisor: proposed quotas for the demo's clients (p99 of the rate over the quota window x 1.2)"
+    print_table(ctx.console, proposal_table(usage, title))
     ctx.console.print(f"apply it: quotaflow client-quotas --store {ctx.store_path} --alter --from-file "
                       f"{Path(result['advisor']) / 'proposal.json'} --validate-only", highlight=False, soft_wrap=True)
 

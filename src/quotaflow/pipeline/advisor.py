@@ -1,8 +1,8 @@
 """The quota advisor's definition: observed usage per entity as Kafka meters it, and the value it recommends.
 
 For an entity at the chosen level (``user``, ``client-id``, ``user,client-id`` or ``client-id-prefix``) and a quota
-key, a **cell** is one (broker, epoch second): what that broker's quota manager would record for the entity in that
-second.
+key, a **second** is one (broker, epoch second): what that broker's quota manager would record for the entity in
+that second.
 
 * ``producer_byte_rate``: ``request_bytes`` of Produce requests (acks=0 included: the byte quota records them);
 * ``consumer_byte_rate``: ``response_bytes`` of consumer Fetch requests (follower fetches are not recorded);
@@ -10,13 +10,15 @@ second.
   ones: exempt-throttle APIs, follower fetches, produce with acks=0), as KIP-124 counts it: nanoseconds × 1e-7,
   percent of one thread (the integer nanoseconds of the second are summed first, then converted).
 
-Cells are zero-filled from the trace's first to its last epoch second, over the brokers where the key's manager
-recorded the entity (at least one of its requests); an entity gets a value for the keys it used. The recommended
-value is the P-th percentile (numpy's default linear interpolation) of the entity's cells × headroom, never below
-``min_rate``; byte rates (Kafka ``LONG`` keys, which take whole numbers only) are rounded up. The zeros are never
-materialised: the percentile is read off the sorted
-non-zero cells and the zero count, with numpy's own interpolation arithmetic (equal bit for bit; a test checks it
-against ``np.percentile`` of the zero-filled array).
+A **cell** is the rate over one quota window (``quota.window.num`` × ``quota.window.size.seconds``, the span Kafka
+measures a quota's rate over) ending at a second of the trace: the window's usage / its length; one cell per
+(broker, second) from the first second a whole window fits (the whole trace when it is shorter than a window).
+Cells are zero-filled over the brokers where the key's manager recorded the entity; an entity gets a value for the
+keys it used in at least ``min_active_seconds`` epoch seconds. The recommended value is the P-th percentile
+(numpy's default linear interpolation) of the entity's cells × headroom, rounded up to three significant figures,
+never below ``min_rate``; byte rates (Kafka ``LONG`` keys) are whole numbers. The zeros are never materialised:
+the percentile is read off the sorted non-zero cells and the zero count, with numpy's own interpolation arithmetic
+(equal bit for bit; a test checks it against ``np.percentile`` of the zero-filled array).
 
 Everything here is numpy over one set of rows holding whole entities (a Spark partition, or all rows).
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from typing import Final
 
 import numpy as np
@@ -46,6 +49,11 @@ DEFAULT_PERCENTILE: Final = 99.0
 DEFAULT_HEADROOM: Final = 1.2
 DEFAULT_MIN_RATE: Final = 1.0
 """Kafka rejects a quota of 0 ("must be greater than 0"): the floor keeps every recommended value valid."""
+DEFAULT_MIN_ACTIVE_SECONDS: Final = 5
+"""An entity's key seen in fewer epoch seconds than this gets no value: one second of traffic says nothing about
+the rate a tenant needs (a proposal from it would cut a quota to ``min_rate``)."""
+SIGNIFICANT_DIGITS: Final = 3
+"""Recommended values are rounded up to this many significant figures: a quota a person reads and sets."""
 QUANTILE_GRID: Final = tuple(float(q) for q in range(101))
 """Percentiles stored per (entity, key) to chart its usage distribution."""
 
@@ -55,10 +63,10 @@ USAGE_SCHEMA: Final = pa.schema(
         pa.field("key", pa.string()),
         pa.field("seconds", pa.int64()),  # the trace's seconds (first to last, inclusive)
         pa.field("brokers", pa.int64()),  # brokers the entity used
-        pa.field("cells", pa.int64()),  # seconds × brokers
+        pa.field("cells", pa.int64()),  # windows × brokers (a window ends at each second once one fits)
         pa.field("active_cells", pa.int64()),  # cells with usage > 0
         pa.field("total", pa.float64()),  # bytes, or % × s for request_percentage
-        pa.field("mean", pa.float64()),
+        pa.field("mean", pa.float64()),  # total / (seconds × brokers): the mean rate per broker
         pa.field("p50", pa.float64()),
         pa.field("p90", pa.float64()),
         pa.field("p99", pa.float64()),
@@ -66,18 +74,20 @@ USAGE_SCHEMA: Final = pa.schema(
         pa.field("peak", pa.float64()),
         pa.field("recommended", pa.float64()),
         pa.field("quantiles", pa.list_(pa.float64())),  # percentiles 0..100 of the cells
+        pa.field("throttled_seconds", pa.int64()),  # epoch seconds with a request this key's manager throttled now
     ]
 )
 
 
 @dataclass(frozen=True, slots=True)
 class AdvisorSettings:
-    """``--percentile``, ``--headroom``, ``--min-rate`` and ``--keys``."""
+    """``--percentile``, ``--headroom``, ``--min-rate``, ``--keys`` and ``--min-active-seconds``."""
 
     percentile: float = DEFAULT_PERCENTILE
     headroom: float = DEFAULT_HEADROOM
     min_rate: float = DEFAULT_MIN_RATE
     keys: tuple[str, ...] = ADVISOR_KEYS
+    min_active_seconds: int = DEFAULT_MIN_ACTIVE_SECONDS
 
     def validate(self) -> None:
         from quotaflow.core.errors import CommandError
@@ -91,13 +101,28 @@ class AdvisorSettings:
         unknown = [k for k in self.keys if k not in ADVISOR_KEYS]
         if unknown or not self.keys:
             raise CommandError(f"--keys takes {', '.join(ADVISOR_KEYS)}; got {', '.join(self.keys) or 'none'}")
+        if self.min_active_seconds < 1:
+            raise CommandError(f"--min-active-seconds must be at least 1, got {self.min_active_seconds}")
 
     def recommend(self, key: str, at_percentile: F64) -> F64:
-        """P-th percentile × headroom, floored at ``min_rate``; whole numbers (rounded up) for LONG keys."""
-        value = np.maximum(at_percentile * self.headroom, self.min_rate)
+        """P-th percentile × headroom rounded up to :data:`SIGNIFICANT_DIGITS` significant figures (whole numbers
+        for LONG keys), floored at ``min_rate``."""
+        raw = np.asarray(at_percentile * self.headroom, dtype=np.float64)
+        rounded = np.array([round_up_significant(float(v)) for v in raw.ravel()], dtype=np.float64)
+        value = np.maximum(rounded.reshape(raw.shape), self.min_rate)
         if QUOTA_KEYS[key].config_type.integral:
             value = np.ceil(value)
         return np.asarray(value, dtype=np.float64)
+
+
+def round_up_significant(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """``value`` rounded up to ``digits`` significant figures (1735047.2 -> 1740000.0, 1.1100745 -> 1.12), never
+    below it: a proposal is made of round numbers a person can read, and rounding up keeps the headroom. Decimal
+    arithmetic on the float's shortest form, so a value already round (1.11) stays as it is."""
+    if not (value > 0 and math.isfinite(value)):
+        return value
+    d = Decimal(repr(value))
+    return float(d.quantize(Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=ROUND_CEILING))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +193,9 @@ def percentile_zero_filled(group: I64, values: F64, total: I64, q: float) -> F64
 
 @dataclass(frozen=True, slots=True)
 class UsageInputs:
-    """What the usage of one set of rows needs beyond the rows: each row's entity (-1: none), the trace's seconds.
+    """What the usage of one set of rows needs beyond the rows: each row's entity (-1: none), the trace's seconds,
+    the quota window (``quota.window.num`` × ``quota.window.size.seconds``, the span Kafka's rate is measured
+    over) and, per quota type, what today's quotas throttled each row (ms; the evidence beside a value).
     ``by_type``: each row's entity per quota type where it depends on the type (a ``client-id-prefix`` bucket:
     which clients share it is resolved per quota manager); else ``entity`` for every key."""
 
@@ -176,6 +203,8 @@ class UsageInputs:
     first_second: int
     last_second: int
     by_type: Mapping[str, I64] | None = None
+    window_seconds: int = 1
+    throttled: Mapping[str, I64] | None = None
 
     def of_key(self, key: str) -> I64:
         return self.entity if self.by_type is None else self.by_type[KEY_TYPE[key]]
@@ -183,6 +212,11 @@ class UsageInputs:
     @property
     def seconds(self) -> int:
         return self.last_second - self.first_second + 1
+
+    @property
+    def window(self) -> int:
+        """The window a cell's rate is measured over: the quota window, or the whole trace if it is shorter."""
+        return max(1, min(self.window_seconds, self.seconds))
 
 
 def usage_table(rows: RequestRows, m: Metered, u: UsageInputs, settings: AdvisorSettings) -> pa.Table:
@@ -193,15 +227,57 @@ def usage_table(rows: RequestRows, m: Metered, u: UsageInputs, settings: Advisor
     for key in settings.keys:
         entity = u.of_key(key)
         groups.setdefault(id(entity), (entity, []))[1].append(key)
-    parts = [_usage_of(rows, m, entity, keys, u.seconds, u.first_second, settings)
-             for entity, keys in groups.values()]  # fmt: skip
+    parts = [_usage_of(rows, m, entity, keys, u, settings) for entity, keys in groups.values()]
     parts = [p for p in parts if p.num_rows]
     return pa.concat_tables(parts) if parts else USAGE_SCHEMA.empty_table()
 
 
-def _usage_of(rows: RequestRows, m: Metered, entity: I64, keys: list[str], seconds: int, first_second: int,
+def window_sums(key_of_second: I64, summed: I64, seconds: int, window: int) -> tuple[I64, I64]:
+    """Sliding sums over ``window`` seconds of per-(group, second) integers: ``key_of_second`` = group × seconds +
+    second (sorted, distinct), ``summed`` their totals. Returns the keys (group × seconds + last second) and sums
+    of every window that ends in the trace (a full window: last second ≥ window - 1) and holds a recorded second,
+    in key order; every other window sums to 0. Integer prefix sums: exact. Dense rows per group when that is
+    no bigger than the sparse candidates (active seconds × window), else sparse."""
+    if not len(key_of_second):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    groups, row = np.unique(key_of_second // seconds, return_inverse=True)
+    if len(groups) * seconds <= len(key_of_second) * window:
+        return _window_sums_dense(groups, row, key_of_second % seconds, summed, seconds, window)
+    return _window_sums_sparse(key_of_second, summed, seconds, window)
+
+
+def _window_sums_dense(groups: I64, row: I64, second: I64, summed: I64, seconds: int,
+                       window: int) -> tuple[I64, I64]:  # fmt: skip
+    prefix = np.zeros((len(groups), seconds + 1), dtype=np.int64)
+    prefix[row, second + 1] = summed
+    np.cumsum(prefix, axis=1, out=prefix)
+    sums = prefix[:, window:] - prefix[:, : seconds + 1 - window]  # windows ending at window - 1 .. seconds - 1
+    g, end = np.nonzero(sums)
+    return groups[g] * seconds + end + window - 1, sums[g, end]
+
+
+def _window_sums_sparse(key_of_second: I64, summed: I64, seconds: int, window: int) -> tuple[I64, I64]:
+    second = key_of_second % seconds
+    ends = (key_of_second[:, None] + np.arange(window, dtype=np.int64)[None, :]).ravel()
+    end_second = (second[:, None] + np.arange(window, dtype=np.int64)[None, :]).ravel()
+    ends = np.unique(ends[(end_second >= window - 1) & (end_second < seconds)])
+    prefix = np.concatenate(([0], np.cumsum(summed))).astype(np.int64)
+    upto = np.searchsorted(key_of_second, ends, side="right")
+    before = np.searchsorted(key_of_second, ends - window, side="right")
+    sums = prefix[upto] - prefix[before]
+    keep = sums != 0
+    return ends[keep], sums[keep]
+
+
+def _usage_of(rows: RequestRows, m: Metered, entity: I64, keys: list[str], u: UsageInputs,
               settings: AdvisorSettings) -> pa.Table:  # fmt: skip
-    """:func:`usage_table` for the ``keys`` whose cells belong to the rows' ``entity``."""
+    """:func:`usage_table` for the ``keys`` whose cells belong to the rows' ``entity``.
+
+    A cell is one (broker, window of the quota's span ending at a second of the trace): the rate Kafka's quota
+    manager compares with the quota at that second (the usage of the window / its length). Per-second cells would
+    size a quota for a throttled client's start-up burst (it spends a whole window's quota in its first second);
+    the quota is enforced over the window, so the window is the statistic."""
+    seconds, window = u.seconds, u.window
     recorded = np.zeros(len(entity), dtype=bool)
     for key in keys:
         recorded |= m.records[key]
@@ -211,11 +287,13 @@ def _usage_of(rows: RequestRows, m: Metered, entity: I64, keys: list[str], secon
     ent = entity[take]
     width = int(ent.max()) + 1  # entity ids are dense
     n_brokers = int(rows.broker[take].max()) + 1
-    cell_key = (ent * n_brokers + rows.broker[take]) * seconds + (rows.ts_ms[take] // 1000 - first_second)
+    second = rows.ts_ms[take] // 1000 - u.first_second
+    cell_key = (ent * n_brokers + rows.broker[take]) * seconds + second
     order = np.argsort(cell_key, kind="stable")
     sorted_key = cell_key[order]
     starts = np.flatnonzero(np.diff(sorted_key, prepend=-1) != 0)
-    cell_eb = sorted_key[starts] // seconds  # entity * n_brokers + broker of each cell
+    cell_eb = sorted_key[starts] // seconds  # entity * n_brokers + broker of each (broker, second)
+    windows = seconds - window + 1  # per (entity, broker)
     parts = []
     for key in keys:
         hits = np.add.reduceat(m.records[key][take][order].astype(np.int64), starts)
@@ -226,18 +304,34 @@ def _usage_of(rows: RequestRows, m: Metered, entity: I64, keys: list[str], secon
             continue
         dense = np.full(width, -1, dtype=np.int64)
         dense[present] = np.arange(len(present))
-        value = cell_value(key, np.add.reduceat(m.of_key(key)[take][order], starts))
+        summed = np.add.reduceat(m.of_key(key)[take][order], starts)
+        ends, sums = window_sums(sorted_key[starts], summed, seconds, window)
+        value = cell_value(key, sums) / window
         pos = value > 0
-        parts.append(_usage_rows(key, present, dense[cell_eb[pos] // n_brokers], value[pos],
-                                 brokers_used[present].astype(np.int64), seconds, settings))  # fmt: skip
+        throttled = _throttled_seconds(key, u, take, ent, second, width)
+        owner = cell_eb // n_brokers
+        total = np.bincount(owner, weights=cell_value(key, summed), minlength=width).astype(np.float64)
+        parts.append(_usage_rows(key, present, dense[ends[pos] // seconds // n_brokers], value[pos],
+                                 brokers_used[present].astype(np.int64), windows, seconds, total[present],
+                                 throttled[present], settings))  # fmt: skip
     return pa.concat_tables(parts) if parts else USAGE_SCHEMA.empty_table()
 
 
-def _usage_rows(key: str, ents: I64, g: I64, v: F64, brokers_used: I64, seconds: int,
-                settings: AdvisorSettings) -> pa.Table:  # fmt: skip
-    """The usage rows of one key: entities ``ents``, their positive cells ``v`` (``g``: index into ``ents``)."""
+def _throttled_seconds(key: str, u: UsageInputs, take: I64, ent: I64, second: I64, width: int) -> I64:
+    """Per entity: the epoch seconds in which today's quotas throttled one of its requests for this key's type."""
+    if u.throttled is None:
+        return np.zeros(width, dtype=np.int64)
+    hit = np.flatnonzero(u.throttled[KEY_TYPE[key]][take] > 0)
+    distinct = np.unique(ent[hit] * (1 << 32) + second[hit])
+    return np.bincount(distinct >> 32, minlength=width).astype(np.int64)
+
+
+def _usage_rows(key: str, ents: I64, g: I64, v: F64, brokers_used: I64, windows: int, seconds: int, total: F64,
+                throttled: I64, settings: AdvisorSettings) -> pa.Table:  # fmt: skip
+    """The usage rows of one key: entities ``ents``, their positive cells ``v`` (``g``: index into ``ents``),
+    ``total`` their usage over the trace (bytes, or % × s)."""
     n = len(ents)
-    cells_total = brokers_used * seconds
+    cells_total = brokers_used * windows
     by = np.lexsort((v, g))
     g, v = g[by], v[by]
 
@@ -245,15 +339,15 @@ def _usage_rows(key: str, ents: I64, g: I64, v: F64, brokers_used: I64, seconds:
         return percentile_zero_filled(g, v, cells_total, q)
 
     chosen = pct(settings.percentile)
-    total = np.bincount(g, weights=v, minlength=n)
     peak = np.zeros(n)
     np.maximum.at(peak, g, v)
     grid = np.stack([pct(q) for q in QUANTILE_GRID], axis=1)
     cols = {
         "entity": ents, "key": [key] * n, "seconds": np.full(n, seconds), "brokers": brokers_used,
         "cells": cells_total, "active_cells": np.bincount(g, minlength=n), "total": total,
-        "mean": total / cells_total, "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "at_percentile": chosen,
-        "peak": peak, "recommended": settings.recommend(key, chosen), "quantiles": list(grid),
+        "mean": total / (brokers_used * seconds), "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0),
+        "at_percentile": chosen, "peak": peak, "recommended": settings.recommend(key, chosen), "quantiles": list(grid),
+        "throttled_seconds": throttled,
     }  # fmt: skip
     return pa.table({f.name: pa.array(cols[f.name], f.type) for f in USAGE_SCHEMA}, schema=USAGE_SCHEMA)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from quotaflow.admin.codec import describe_to_json
 from quotaflow.admin.local import DescribedEntity
-from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import CommandError
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from quotaflow.core.precedence import PREFIX_TAG_USER, entity_bit, prefix_index
@@ -71,6 +71,7 @@ from quotaflow.pipeline.resolve import (
 )
 from quotaflow.pipeline.windows import ENTITY_SCHEMA, WINDOW_SCHEMA, entity_table, window_table
 from quotaflow.store.base import Snapshot
+from quotaflow.store.factory import store_identity
 
 Progress = Callable[[str], None]
 PROPOSAL: Final = "proposal.json"
@@ -85,10 +86,16 @@ ENTITY_PARTS: Final = ("user", "client-id", "client-id-prefix")
 """The wire types of :data:`ENTITY_COLUMNS`, in order."""
 USAGE_OUT_SCHEMA: Final = pa.schema(
     [*ENTITY_COLUMNS, *(f for f in USAGE_SCHEMA if f.name != "entity"),
-     pa.field("current_value", pa.float64()), pa.field("current_limit", pa.float64())]
+     pa.field("current_value", pa.float64()), pa.field("current_limit", pa.float64()),
+     pa.field("current_source", pa.string()), pa.field("active_seconds", pa.int64()),
+     pa.field("throttled_share", pa.float64()), pa.field("proposed", pa.bool_()), pa.field("lifts", pa.bool_()),
+     pa.field("warning", pa.string())]
 )
 """``current_value``: what the store holds for this entity and key (null: nothing); ``current_limit``: the quota
-the entity's traffic is held to now (the smallest over its clients; null: unlimited)."""
+the entity's traffic is held to now (the smallest over its clients; null: unlimited), ``current_source`` the
+entity that supplies it; ``active_seconds``: epoch seconds with a recorded request; ``throttled_share``: the
+share of those in which today's quota throttled it; ``proposed``: false when the evidence is thin (the value is
+not in ``proposal.json``); ``lifts``: the value is above the quota in force; ``warning``: why to look twice."""
 OUTCOME_OUT_SCHEMA: Final = pa.schema(
     [*ENTITY_COLUMNS, *(f for f in OUTCOME_SCHEMA if f.name != "entity"), pa.field("throttle_s_delta", pa.float64())]
 )
@@ -166,14 +173,16 @@ def store_prefixes(snapshot: Snapshot) -> set[str]:
 
 
 def prefix_entities(config: QuotaConfig, res_a: pa.Table, used: Mapping[tuple[str, str], frozenset[str]],
-                    prefixes: set[str], keys: tuple[str, ...]) -> tuple[Entities, pa.Table]:  # fmt: skip
+                    prefixes: set[str], keys: tuple[str, ...], active: Active | None = None,
+                    min_active: int = 1) -> tuple[Entities, pa.Table]:  # fmt: skip
     """``client-id-prefix`` entities and the proposal config's resolution (``res_b``).
 
     A prefix's bucket for a quota type is every client the model resolves to it (``quota_tags``, the engine's and
     the backtest's code) in the proposal config: an exact client-id entity, a longer prefix or a user level takes
     the client out, per type. Which clients that is depends on which prefixes hold which keys, and a prefix gets
     a key only if some client of its bucket used it; so keys whose bucket is empty (every client taken by a more
-    specific entity) are dropped and the config resolved again, until none is (keys only go, so this ends)."""
+    specific entity) are dropped and the config resolved again, until none is (keys only go, so this ends). Keys
+    whose bucket was seen in fewer than ``min_active`` seconds (``active``) are dropped the same way."""
     pairs = list(zip(res_a.column("user").to_pylist(), res_a.column("client_id").to_pylist(), strict=True))
     names = sorted(prefixes)
     starting: dict[str, set[str]] = {p: set() for p in names}  # keys used by clients whose id starts with p
@@ -198,6 +207,9 @@ def prefix_entities(config: QuotaConfig, res_a: pa.Table, used: Mapping[tuple[st
         for t, of_pair in by_type.items():
             for i in np.flatnonzero(of_pair >= 0).tolist():
                 found[of_pair[i]].update(k for k in used[pairs[i]] if KEY_TYPE[k] == t and k in held[of_pair[i]])
+        if active is not None:
+            seen = Entities(ents.of_pair, wire, [frozenset(f) for f in found], by_type)
+            found = [set(k) for k in with_evidence(seen, pairs, active, min_active).keys]
         if found == held:
             break
         held = found
@@ -272,10 +284,14 @@ class Plan:
         m = metered(rows)
         entity = self.entity[pair]
         by_type = None if self.by_type is None else {t: e[pair] for t, e in self.by_type.items()}
-        usage = usage_table(rows, m, UsageInputs(entity, self.first_second, self.last_second, by_type), self.advisor)
+        before = decide_rows(rows, pair, self.views_a, self.windows, windows=True)
+        throttled = dict(zip(QUOTA_TYPES, (before.throttle_ms_produce, before.throttle_ms_fetch,
+                                           before.throttle_ms_request), strict=True))  # fmt: skip
+        window_s = self.windows.samples * self.windows.window_seconds
+        usage = usage_table(rows, m, UsageInputs(entity, self.first_second, self.last_second, by_type, window_s,
+                                                 throttled), self.advisor)  # fmt: skip
         res_b = self.proposed(usage)
         views_b = {t: ManagerView.of_resolution(res_b, t) for t in QUOTA_TYPES}
-        before = decide_rows(rows, pair, self.views_a, self.windows, windows=True)
         after = decide_rows(rows, pair, views_b, self.windows, windows=True)
         send_tables(
             self.acc, window_table(before, self.res_a, self.brokers),
@@ -312,33 +328,80 @@ def _recorded_exprs() -> dict[str, Any]:
             REQUEST_PERCENTAGE: ~exempt}  # fmt: skip
 
 
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    """The epoch seconds in which each (user, client_id) was recorded: one row per (user, client_id, second) with,
+    per key asked for, whether the key's manager recorded one of its requests then (any broker)."""
+
+    table: pa.Table
+
+    def seconds(self, pairs: Sequence[Pair], of_pair: np.ndarray, key: str) -> dict[int, int]:
+        """Per entity (``of_pair``: each of ``pairs``' entity for the key's type, -1: none): the epoch seconds in
+        which the key's manager recorded a request of one of its clients, counted once however many clients or
+        brokers."""
+        t = self.table
+        if key not in t.column_names or not t.num_rows or not len(pairs):
+            return {}
+        t = t.filter(t[key])
+        names = pa.array([f"{u}\x00{c}" for u, c in pairs], pa.string())
+        idx = pc.index_in(pc.binary_join_element_wise(t["user"], t["client_id"], "\x00"), value_set=names)
+        idx_np = np.asarray(pc.fill_null(idx, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        entity = np.where(idx_np >= 0, of_pair[np.maximum(idx_np, 0)], -1)
+        keep = entity >= 0
+        second = t["second"].to_numpy()[keep].astype(np.int64)
+        if not len(second):
+            return {}
+        distinct = np.unique(entity[keep] * (1 << 40) + (second - int(second.min())))
+        counts = np.bincount(distinct >> 40)
+        return {int(e): int(counts[e]) for e in np.flatnonzero(counts)}
+
+
 @dataclass(frozen=True, slots=True)
 class Clients:
     """The distinct-clients query: (broker, user, client_id) seen, the keys each (user, client_id) used (of those
-    asked for), the trace's span."""
+    asked for) and in which epoch seconds (the evidence behind a value), the trace's span."""
 
     found: list[tuple[str, str, str]]
-    used: dict[tuple[str, str], frozenset[str]]
+    used: dict[Pair, frozenset[str]]
     first_ms: int
     last_ms: int
+    active: Active = field(default_factory=lambda: Active(pa.table({"user": [], "client_id": [], "second": []})))
 
 
 def clients(good: Any, keys: tuple[str, ...]) -> Clients:
+    """One aggregation by (broker, user, client_id, epoch second), brought to the driver as Arrow (a row per
+    second a client was seen on a broker: the evidence behind a value), the rest with pyarrow."""
     from pyspark.sql import functions as F
 
     recorded = _recorded_exprs()
-    rows = good.groupBy("broker", "user", "client_id").agg(
+    t = good.groupBy("broker", "user", "client_id", F.floor(F.col("ts_ms") / 1000).alias("second")).agg(
         F.min("ts_ms").alias("first"), F.max("ts_ms").alias("last"),
-        *(F.max(recorded[k].cast("int")).alias(k) for k in keys),
-    ).collect()  # fmt: skip
-    if not rows:
+        *(F.max(recorded[k]).alias(k) for k in keys),
+    ).toArrow()  # fmt: skip
+    if not t.num_rows:
         return Clients([], {}, 0, 0)
-    used: dict[tuple[str, str], set[str]] = {}
-    for r in rows:
-        used.setdefault((r["user"], r["client_id"]), set()).update(k for k in keys if r[k])
-    return Clients([(r["broker"], r["user"], r["client_id"]) for r in rows],
-                   {p: frozenset(k) for p, k in used.items()}, min(r["first"] for r in rows),
-                   max(r["last"] for r in rows))  # fmt: skip
+    for k in keys:  # a null flag (no row of the group) is not a use
+        t = t.set_column(t.schema.get_field_index(k), k, pc.fill_null(t[k], False))
+    found = t.group_by(["broker", "user", "client_id"]).aggregate([]).to_pylist()
+    per_pair = t.group_by(["user", "client_id"]).aggregate([(k, "max") for k in keys]).to_pylist()
+    used = {(r["user"], r["client_id"]): frozenset(k for k in keys if r[f"{k}_max"]) for r in per_pair}
+    seconds = t.group_by(["user", "client_id", "second"]).aggregate([(k, "max") for k in keys])
+    seconds = seconds.rename_columns([c.removesuffix("_max") for c in seconds.column_names])
+    span = pc.min_max(t["first"]).as_py()["min"], pc.min_max(t["last"]).as_py()["max"]
+    return Clients(sorted((r["broker"], r["user"], r["client_id"]) for r in found),
+                   used, int(span[0]), int(span[1]), Active(seconds))  # fmt: skip
+
+
+def with_evidence(ents: Entities, pairs: Sequence[Pair], active: Active, min_active: int) -> Entities:
+    """``ents`` with the keys seen in fewer than ``min_active`` seconds taken off: no value is proposed from
+    thin evidence (the store keeps what it holds), and the proposal config is built without them, so the
+    backtest and the applied proposal agree."""
+    counts = {k: active.seconds(pairs, ents.of_type(KEY_TYPE[k]), k) for k in KEY_TYPE}
+    keys = [frozenset(k for k in ks if counts[k].get(e, 0) >= min_active) for e, ks in enumerate(ents.keys)]
+    return Entities(ents.of_pair, ents.wire, keys, ents.by_type)
 
 
 def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
@@ -373,11 +436,13 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
     res_a = resolve_clients(config, [(u, c) for _, u, c in found.found])
     # principals excluded from client quotas (quotaflow.quota.excluded.principals) are recorded by no manager
     used = {p: k for p, k in found.used.items() if p[0] not in config.excluded}
+    pairs = list(zip(res_a.column("user").to_pylist(), res_a.column("client_id").to_pylist(), strict=True))
     if spec.level == PREFIX_LEVEL:
         ents, res_b = prefix_entities(config, res_a, used, store_prefixes(snapshot) | set(spec.prefixes),
-                                      spec.advisor.keys)  # fmt: skip
+                                      spec.advisor.keys, found.active, spec.advisor.min_active_seconds)  # fmt: skip
     else:
-        ents = entities_of(res_a, spec.level, used)
+        ents = with_evidence(entities_of(res_a, spec.level, used), pairs, found.active,
+                             spec.advisor.min_active_seconds)  # fmt: skip
         res_b = resolve_clients(proposal_config(config, ents), [(u, c) for _, u, c in found.found])
     entity_group = np.where(ents.of_pair >= 0, ents.of_pair, len(ents.wire) + np.arange(res_a.num_rows))
     component = components(res_a, *(res_b.column(f"{t}_qid").to_pylist() for t in QUOTA_TYPES),
@@ -388,6 +453,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
     sink = TableSink(spark, SINK_SCHEMAS)
     plan = Plan(res_a, res_b, ents, brokers, found.first_ms // 1000, found.last_ms // 1000, windows, spec.advisor,
                 sink, spec.advisor.headroom)  # fmt: skip
+    window_s = windows.samples * windows.window_seconds
     code = F.create_map(*[x for i, b in enumerate(brokers) for x in (F.lit(b), F.lit(i))])[F.col("broker")]
     df = req.good.join(F.broadcast(spark.createDataFrame(keys)), ["user", "client_id"], "inner")
     df = df.withColumn("_broker", code)
@@ -409,7 +475,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
         cmp = compare_windows(win_a, win_b)
         _write_arrow(cmp, spec.out / job.COMPARE)
         _write_arrow(compare_summary(cmp), spec.out / job.COMPARE_SUMMARY)
-        named_usage = name_usage(usage, ents, res_a, snapshot)
+        named_usage = name_usage(usage, ents, pairs, snapshot, found.active, spec.advisor)
         _write_arrow(named_usage, spec.out / USAGE)
         _write_arrow(name_outcome(outcome, ents), spec.out / OUTCOME)
         proposal = proposal_json(named_usage)
@@ -418,8 +484,10 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
     summary.extra.update(advisor={"entity_type": spec.level, "keys": list(spec.advisor.keys),
                                   "prefixes": [w[PREFIX_LEVEL] for w in ents.wire if PREFIX_LEVEL in w],
                                   "percentile": spec.advisor.percentile, "headroom": spec.advisor.headroom,
-                                  "min_rate": spec.advisor.min_rate, "first_second": found.first_ms // 1000,
-                                  "last_second": found.last_ms // 1000})  # fmt: skip
+                                  "min_rate": spec.advisor.min_rate,
+                                  "min_active_seconds": spec.advisor.min_active_seconds, "window_seconds": window_s,
+                                  "first_second": found.first_ms // 1000, "last_second": found.last_ms // 1000,
+                                  "store": store_identity(spec.store)})  # fmt: skip
     summary.write(spec.out)
     return summary
 
@@ -429,24 +497,65 @@ def _entity_columns(entity: pa.Array | pa.ChunkedArray, ents: Entities) -> list[
     return [pa.array([w.get(part) for w in ents.wire], pa.string()).take(pa.array(idx)) for part in ENTITY_PARTS]
 
 
-def name_usage(usage: pa.Table, ents: Entities, res_a: pa.Table, snapshot: Snapshot) -> pa.Table:
-    """Usage rows with their entity's names, what the store holds for it and the limit its clients have now."""
+def name_usage(usage: pa.Table, ents: Entities, pairs: Sequence[Pair], snapshot: Snapshot, active: Active,
+               settings: AdvisorSettings) -> pa.Table:  # fmt: skip
+    """Usage rows with their entity's names and the evidence behind each value: what the store holds for the
+    entity, the quota its clients are held to now and which entity supplies it (the admin's resolve, the
+    smallest over its clients), the seconds it was active and throttled, whether the value is proposed, and
+    why a person should look twice (:func:`warning`)."""
+    from quotaflow.admin.local import QuotaIndex
+
     usage = usage.sort_by([("entity", "ascending"), ("key", "ascending")])
-    entity = usage["entity"].to_numpy()
+    entity = usage["entity"].to_numpy().tolist()
     keys = usage["key"].to_pylist()
     current_value = [snapshot.entities.get(QuotaEntity.from_wire(ents.wire[e]), {}).get(k)
-                     for e, k in zip(entity.tolist(), keys, strict=True)]  # fmt: skip
-    limits: dict[tuple[int, str], float | None] = {}
-    for t in QUOTA_TYPES:
-        lim = res_a.column(f"{t}_limit").to_pylist()
-        for pair, e in enumerate(ents.of_type(t).tolist()):
-            if e >= 0 and lim[pair] is not None:
-                prev = limits.get((e, t))
-                limits[(e, t)] = lim[pair] if prev is None else min(prev, lim[pair])
-    current_limit = [limits.get((e, KEY_TYPE[k])) for e, k in zip(entity.tolist(), keys, strict=True)]
+                     for e, k in zip(entity, keys, strict=True)]  # fmt: skip
+    index = QuotaIndex(snapshot)
+    resolved = {p: index.resolve(*p) for p in set(pairs)}
+    in_force: dict[tuple[int, str], tuple[float, str]] = {}
+    counts = {k: active.seconds(pairs, ents.of_type(KEY_TYPE[k]), k) for k in set(keys)}
+    for k in set(keys):
+        for pair, e in zip(pairs, ents.of_type(KEY_TYPE[k]).tolist(), strict=True):
+            q = resolved[pair].quotas[k]
+            if e >= 0 and q.value is not None and q.entity is not None:
+                prev = in_force.get((e, k))
+                if prev is None or q.value < prev[0]:
+                    in_force[(e, k)] = (q.value, "{" + entity_text(q.entity.to_wire()) + "}")
+    current_limit = [in_force.get((e, k), (None, None))[0] for e, k in zip(entity, keys, strict=True)]
+    current_source = [in_force.get((e, k), (None, None))[1] for e, k in zip(entity, keys, strict=True)]
+    seen = [counts[k].get(e, 0) for e, k in zip(entity, keys, strict=True)]
+    throttled = usage["throttled_seconds"].to_pylist()
+    share = [t / a if a else 0.0 for t, a in zip(throttled, seen, strict=True)]
+    proposed = [k in ents.keys[e] for e, k in zip(entity, keys, strict=True)]
+    recommended = usage["recommended"].to_pylist()
+    lifts = [p and lim is not None and r > lim for p, lim, r in zip(proposed, current_limit, recommended, strict=True)]
+    warnings = [warning(proposed[i], lifts[i], seen[i], share[i], recommended[i], current_limit[i], current_source[i],
+                        settings.min_active_seconds) for i in range(usage.num_rows)]  # fmt: skip
     cols = [*_entity_columns(usage["entity"], ents), *(usage[f.name] for f in USAGE_SCHEMA if f.name != "entity"),
-            pa.array(current_value, pa.float64()), pa.array(current_limit, pa.float64())]  # fmt: skip
+            pa.array(current_value, pa.float64()), pa.array(current_limit, pa.float64()),
+            pa.array(current_source, pa.string()), pa.array(seen, pa.int64()), pa.array(share, pa.float64()),
+            pa.array(proposed, pa.bool_()), pa.array(lifts, pa.bool_()), pa.array(warnings, pa.string())]  # fmt: skip
     return pa.table(cols, schema=USAGE_OUT_SCHEMA)
+
+
+def warning(proposed: bool, lifts: bool, active: int, share: float, recommended: float, limit: float | None,
+            source: str | None, min_active: int) -> str | None:  # fmt: skip
+    """Why a person should look twice at a row: a value withheld for thin evidence, or one that lifts the quota
+    in force (a throttled client's traffic is what its quota let through: demand above it is not evidence that
+    the tenant should get it)."""
+    if not proposed:
+        kept = "no quota" if limit is None else f"{format_value(limit)} from {source}"
+        return (f"thin evidence: active {active} s (fewer than --min-active-seconds {min_active}); "
+                f"not proposed, {kept} stays in force")
+    if lifts and limit is not None:
+        return (f"lifts the quota in force, {format_value(limit)} from {source}, {recommended / limit:.1f}x; "
+                f"throttled {share:.0%} of its active seconds under it: raise it only if that demand is wanted")
+    return None
+
+
+def format_value(value: float) -> str:
+    """A quota as a person reads it: whole numbers with thousands separators, others to 3 significant figures."""
+    return f"{value:,.0f}" if value == int(value) else f"{value:.3g}"
 
 
 def name_outcome(outcome: pa.Table, ents: Entities) -> pa.Table:
@@ -460,10 +569,11 @@ def name_outcome(outcome: pa.Table, ents: Entities) -> pa.Table:
 
 
 def proposal_json(usage: pa.Table) -> list[dict[str, object]]:
-    """``client-quotas --describe --output json``'s shape: one entry per entity, its recommended values."""
+    """``client-quotas --describe --output json``'s shape: one entry per entity, its proposed values (not those
+    withheld for thin evidence)."""
     values: dict[tuple[str | None, ...], dict[str, float]] = {}
     columns = [f.name for f in ENTITY_COLUMNS]
-    for r in usage.select([*columns, "key", "recommended"]).to_pylist():
+    for r in usage.filter(usage["proposed"]).select([*columns, "key", "recommended"]).to_pylist():
         values.setdefault(tuple(r[c] for c in columns), {})[r["key"]] = r["recommended"]
     found = []
     for names, vals in sorted(values.items(), key=lambda kv: tuple(n or "" for n in kv[0])):

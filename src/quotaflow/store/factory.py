@@ -91,3 +91,12 @@ def open_store(value: str | os.PathLike[str] | None = None, *, create: bool = Tr
 def describe_store(value: str | os.PathLike[str] | None = None) -> str:
     """The store for messages: a path, or a Kafka URL without credentials."""
     return str(parse_store(value))
+
+
+def store_identity(value: str | os.PathLike[str]) -> str:
+    """One spelling per store, to tell whether two ``--store`` values name the same one: a SQLite file's
+    absolute path, a Kafka store's URL as parsed (a recommend output records it; the console compares)."""
+    loc = parse_store(value)
+    if isinstance(loc, SqliteLocation):
+        return str(loc.path.expanduser().resolve())
+    return str(loc)

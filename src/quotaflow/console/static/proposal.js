@@ -12,9 +12,16 @@
     const entries = picks().filter(p => p.checked).map(p => Number(p.value));
     result.className = ""; result.textContent = "";
     if (!entries.length) { result.className = "bad"; result.textContent = "Tick at least one entity."; return; }
+    const body = {entries, validate_only: validateOnly};
+    if (!validateOnly && table.dataset.other) {  // computed from another store: written here only when confirmed
+      if (!window.confirm(`This proposal was computed from another store. Write it to ${table.dataset.store}?`)) {
+        result.className = "bad"; result.textContent = "Not applied: the proposal is from another store."; return;
+      }
+      body.confirm_store = table.dataset.store;
+    }
     const r = await qf.json(`/api/proposals/${encodeURI(table.dataset.id)}`, {method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", "X-Quotaflow-Page": "backtest"},
-      body: JSON.stringify({entries, validate_only: validateOnly})});
+      body: JSON.stringify(body)});
     if (r.status === 401) {
       result.className = "bad";
       result.innerHTML = `Sign in first: <a href="/login?next=${encodeURIComponent(location.pathname)}">sign in</a> with an admin principal.`;
