@@ -1,8 +1,10 @@
 """One librdkafka (confluent-kafka) client step against a gateway, in its own process: librdkafka aborts the process
 on some responses (SIGABRT), which must fail the test that runs it rather than kill pytest.
 
-usage: python rd_refusals.py '<json spec>'; spec: {bootstrap, user, password, step, topic, group, seconds}
-steps: fetch (assign partition 0 and poll ``seconds``), join (subscribe in ``group`` for up to ``seconds``), produce,
+usage: python rd_refusals.py '<json spec>'; spec: {bootstrap, user, password, step, topic, group, seconds, and
+ssl_ca: the CA file of a SASL_SSL listener (absent: SASL_PLAINTEXT)}
+steps: fetch (assign partition 0 and poll ``seconds``), join (subscribe in ``group`` for up to ``seconds``, until the
+first error), subscribe (as join, polling all ``seconds``: the errors and the back-off between them), produce,
 create_topics, delete_topics, describe_configs, describe_scram. Prints one JSON line: {"codes": [Kafka error codes
 the client reported], "parse_errors": n}.
 """
@@ -34,9 +36,11 @@ def main(spec: dict[str, Any]) -> dict[str, Any]:
     conf = {"bootstrap.servers": spec["bootstrap"], "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
             "sasl.username": spec["user"], "sasl.password": spec["password"],
             "logger": _logs(logs), "log_level": 3}
+    if spec.get("ssl_ca"):
+        conf |= {"security.protocol": "SASL_SSL", "ssl.ca.location": spec["ssl_ca"]}
     step, topic, seconds = spec["step"], spec["topic"], float(spec.get("seconds", 5))
     codes: list[int] = []
-    if step in ("fetch", "join"):
+    if step in ("fetch", "join", "subscribe"):
         consumer = Consumer({**conf, "group.id": spec["group"], "enable.auto.commit": False,
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                              "heartbeat.interval.ms": 1000})
