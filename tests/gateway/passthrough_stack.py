@@ -12,14 +12,13 @@ refuses what it does not advertise. With ``tls`` its listener is SASL_SSL, with 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import trustme
 
-from quotaflow.gateway.config import GatewayConfig
 from quotaflow.gateway.server import GatewayThread
 
 from .authz_gateway import start_authorizing_gateway
@@ -53,8 +52,10 @@ class PassthroughStack:
 
 
 @contextmanager
-def passthrough_stack(upstream: str, workdir: Path, *, tls: bool = False) -> Iterator[PassthroughStack]:
-    """The stack in front of ``upstream`` (tansu's bootstrap), stopped on exit."""
+def passthrough_stack(upstream: str, workdir: Path, *, tls: bool = False,
+                      front_props: Mapping[str, str] | None = None) -> Iterator[PassthroughStack]:
+    """The stack in front of ``upstream`` (tansu's bootstrap), stopped on exit; ``front_props``: more of the
+    front gateway's configuration."""
     with ExitStack() as stack:
         (workdir / "cluster").mkdir(exist_ok=True)
         cluster = start_authorizing_gateway(upstream, workdir / "cluster")
@@ -70,8 +71,11 @@ def passthrough_stack(upstream: str, workdir: Path, *, tls: bool = False) -> Ite
             server = str(workdir / "server.pem")
             ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(server)
             props |= {"ssl.keystore.type": "PEM", "ssl.keystore.location": server}
+        props |= dict(front_props or {})
+        config = workdir / "front.properties"  # as ``--config``: all of it is read (the authorizer's settings too)
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         front = GatewayThread(relay.bootstrap, {listener: "127.0.0.1:0"}, workdir / "front.db",
-                              config=GatewayConfig.from_properties(props)).start()
+                              config_path=config).start()
         stack.callback(front.stop)
         assert front.gateway is not None and front.gateway.sasl_passthrough
         yield PassthroughStack(front, cluster, relay, listener, ca_file)

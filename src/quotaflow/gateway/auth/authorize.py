@@ -90,8 +90,13 @@ class Access:
     applies to the first request after the store refresh loads it. An authorizer whose generation is None is asked
     every time."""
 
-    def __init__(self, authorizer: Authorizer | None, hidden: HiddenTopics, audit: AuthzAudit | None = None) -> None:
+    def __init__(self, authorizer: Authorizer | None, hidden: HiddenTopics, audit: AuthzAudit | None = None, *,
+                 own: Authorizer | None = None) -> None:
         self.authorizer = authorizer
+        # the configured authorizer, which decides the APIs the gateway answers from its own store in every mode
+        # (:func:`cluster_allowed`); in SASL passthrough ``authorizer`` is None (the cluster decides what is
+        # forwarded) but the cluster knows nothing of the gateway's quotas
+        self.own = own if own is not None else authorizer
         self.hidden = hidden
         self.audit = audit or AuthzAudit()
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
@@ -1251,9 +1256,12 @@ def cluster_allowed(access: Access, scope: HandlerScope, api: int, client_ip: st
     """The one cluster check of the APIs the gateway answers itself (the quota, ACL and SCRAM APIs): ``op`` on the
     cluster, decided, audited and counted as every other decision. Without an authorizer, the admin list
     (``--admin-principal``, Kafka's super users: ``core.acl.principal_allowed``): no list means everyone, as a
-    broker without an authorizer, except with ``super_only`` (KIP-554), where it means nobody."""
-    if access.authorizer is not None:
-        return Check(access, scope.principal, client_ip, api).cluster(op)
+    broker without an authorizer, except with ``super_only`` (KIP-554), where it means nobody. The authorizer is the
+    configured one (``Access.own``) in SASL passthrough too: these APIs are the gateway's, not the cluster's."""
+    if access.own is not None:
+        check = Check(access, scope.principal, client_ip, api)
+        check.authorizer = access.own
+        return check.cluster(op)
     admins = scope.gateway.quota_admin.admins
     if super_only and admins is None:
         return False
