@@ -9,6 +9,12 @@ advertise, which its per-version readers never looked at.
 
 Every one is refused as Kafka refuses a version it does not support (the connection closed) without a byte reaching
 the upstream, with and without an authorizer; the topic is still there and holds what it held.
+
+Each test runs in four modes (the ``stack`` fixture): PLAINTEXT without an authorizer and SASL/PLAIN with Kafka's
+authorizer, both in front of tansu; and SASL passthrough on SASL_PLAINTEXT and on SASL_SSL (``passthrough_stack``),
+in front of an upstream that authenticates and authorizes, where the gateway must still keep quotaflow's topics and
+what it does not advertise from the cluster. In passthrough the generated test found the ACL APIs forwarded with
+quotaflow's topic named in their patterns and filters (now refused, 31).
 """
 
 from __future__ import annotations
@@ -279,6 +285,32 @@ def test_an_api_not_offered_closes_the_connection_unseen(stack: Stack, api_key: 
         wire.sock.sendall(_raw_request(api_key, version, b"\x00\x11" + USAGE.encode()))
         assert wire.closed(10.0)
     assert not [s for s in relay.since(mark) if s.api_key == api_key or USAGE.encode() in s.frame]
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_before_authentication_nothing_naming_quotaflows_topic_reaches_the_upstream(
+        stack: Stack, tansu: Tansu, version: int) -> None:
+    """On a SASL listener, a request other than SASL or ApiVersions before the client has authenticated (in
+    passthrough: before the cluster accepted it) closes the connection, as Kafka's SaslServerAuthenticator does;
+    it never reaches the upstream, by name or (v12) by id."""
+    if stack.user is None:
+        pytest.skip("a PLAINTEXT listener has no authentication to come before")
+    usage_id = _ensure_topic(tansu, USAGE)
+    relay = stack.relay
+    mark = relay.mark()
+    wire = Wire(stack.gw.address(stack.listener), tls=stack.tls)
+    try:
+        wire.send(SaslHandshakeRequest[1](mechanism="PLAIN"), 1)
+        assert SaslHandshakeResponse.decode(wire.recv(), version=1, header=True).error_code == 0
+        entry = MetadataRequest.MetadataRequestTopic
+        topics = [entry(name=USAGE, topic_id=None)] if version < 10 else [entry(name=None, topic_id=usage_id)]
+        wire.send(MetadataRequest[version](topics=topics, allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False), version)
+        assert wire.closed(10.0)
+    finally:
+        wire.sock.close()
+    assert not [s for s in relay.since(mark)
+                if s.api_key == int(ApiKey.Metadata) or USAGE.encode() in s.frame or usage_id.bytes in s.frame]
 
 
 def _acl_requests(name: str) -> list[tuple[Any, int]]:
