@@ -1,7 +1,7 @@
 """quotaflow's topics refused to librdkafka (confluent-kafka) through a SASL-passthrough gateway, on SASL_PLAINTEXT
 and SASL_SSL (issue 34): the cluster authenticates and authorizes bob, yet a consumer reading ``__quotaflow_usage``
-or a producer writing it gets TOPIC_AUTHORIZATION_FAILED from the gateway, parses it, and backs off; nothing naming
-the topic reaches the cluster.
+or a producer writing it gets TOPIC_AUTHORIZATION_FAILED from the gateway, parses it, and backs off, and an ACL
+request naming it gets CLUSTER_AUTHORIZATION_FAILED; nothing naming the topic reaches the cluster.
 
 The cluster is itself a gateway with Kafka's StandardAuthorizer (``passthrough_stack``) whose ACLs allow bob
 everything on the topic and READ on his group, so only the front gateway stands between him and the topic; the
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).parent / "rd_refusals.py"
 USAGE = "__quotaflow_usage"
 GROUP = "pt-rd"
-TOPIC_AUTHORIZATION_FAILED = 29
+TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 31
 FETCH_SECONDS = 6.0
 MAX_REQUEST_RATE = 50.0  # refused requests naming the topic per second: librdkafka backs off (Kafka's answer)
 
@@ -111,3 +111,18 @@ def test_a_producer_writing_quotaflows_topic_gets_29(stack: PassthroughStack) ->
     result = rd_step(stack, "produce")
     assert result == {"codes": [TOPIC_AUTHORIZATION_FAILED], "parse_errors": 0}, result
     assert _hidden_refusals(stack.cluster) == cluster_before
+
+
+@pytest.mark.parametrize("step", ["create_acls", "describe_acls", "delete_acls"])
+def test_acl_requests_naming_quotaflows_topic_get_31(stack: PassthroughStack, step: str) -> None:
+    """The ACL APIs are the cluster's in passthrough, except for quotaflow's topics: librdkafka parses the
+    gateway's refusal (Kafka's answer to an ACL request it does not allow) and the cluster never sees it."""
+    cluster_before = _hidden_refusals(stack.cluster)
+    front_before = _hidden_refusals(stack.front)
+    result = rd_step(stack, step)
+    # librdkafka's describe_acls drops DescribeAcls' top-level error and yields an empty list (docs/security.md)
+    codes = [] if step == "describe_acls" else [CLUSTER_AUTHORIZATION_FAILED]
+    assert result == {"codes": codes, "parse_errors": 0}, result
+    assert _hidden_refusals(stack.front) > front_before  # the gateway's refusal, not the cluster's answer
+    assert _hidden_refusals(stack.cluster) == cluster_before
+
