@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
 
 class Wire:
-    """A raw Kafka connection for byte-level checks."""
+    """A raw Kafka connection for byte-level checks (over TLS with ``tls``, checked against ``address``'s host)."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=10)
+    def __init__(self, address: tuple[str, int], tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection(address, timeout=10)
+        self.sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=address[0])
         self.cid = 0
 
     def send(self, request: Any, version: int, client_id: str = "wire") -> None:

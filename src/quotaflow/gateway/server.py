@@ -159,7 +159,7 @@ class Gateway:
         self.authz_audit = AuthzAudit(self._on_authorization,
                                       log_allowed=self.config.extra.get(LOG_ALLOWED, "false").strip() == "true")
         self.access = Access(None if self.sasl_passthrough else authorizer,
-                             hidden_topics_for(self.store, self.config.extra), self.authz_audit)
+                             hidden_topics_for(self.store, self.config.extra), self.authz_audit, own=authorizer)
         self.scram_admin = ScramAdmin(self.scram_store) if self.scram_store is not None else None
         self.acl_store = self.store if isinstance(self.store, AclStore) else None
         if isinstance(authorizer, StandardAuthorizer) and authorizer.store_backed and self.acl_store is None:

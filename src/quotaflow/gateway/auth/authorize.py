@@ -109,8 +109,13 @@ class Access:
     applies to the first request after the store refresh loads it. An authorizer whose generation is None is asked
     every time."""
 
-    def __init__(self, authorizer: Authorizer | None, hidden: HiddenTopics, audit: AuthzAudit | None = None) -> None:
+    def __init__(self, authorizer: Authorizer | None, hidden: HiddenTopics, audit: AuthzAudit | None = None, *,
+                 own: Authorizer | None = None) -> None:
         self.authorizer = authorizer
+        # the configured authorizer, which decides the APIs the gateway answers from its own store in every mode
+        # (:func:`cluster_allowed`); in SASL passthrough ``authorizer`` is None (the cluster decides what is
+        # forwarded) but the cluster knows nothing of the gateway's quotas
+        self.own = own if own is not None else authorizer
         self.hidden = hidden
         self.audit = audit or AuthzAudit()
         self._cache: dict[tuple[str, str, int, int, str], bool] = {}
@@ -1010,8 +1015,42 @@ def _update_features_refused(header: protocol.RequestHeader, _request: Any) -> A
     return _response(header, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=[])
 
 
-def _no_check(_check: Check, _header: protocol.RequestHeader, _frame: bytes) -> Plan | None:
-    return None
+_ACL_NAMED: Final[Mapping[int, tuple[str | None, str, str, AclOperation]]] = {
+    # API -> (its array of patterns or filters, None: the request is the one filter; the resource type and name
+    # fields; the cluster operation Kafka's AclApis checks)
+    ApiKey.DescribeAcls: (None, "resource_type_filter", "resource_name_filter", OP.DESCRIBE),
+    ApiKey.CreateAcls: ("creations", "resource_type", "resource_name", OP.ALTER),
+    ApiKey.DeleteAcls: ("filters", "resource_type_filter", "resource_name_filter", OP.ALTER),
+}
+_ACL_TOPIC_TYPES: Final = frozenset({int(RT.ANY), int(RT.TOPIC)})
+
+
+def _acl_resources(check: Check, header: protocol.RequestHeader, frame: bytes) -> Plan | None:
+    """DescribeAcls, CreateAcls, DeleteAcls, forwarded in SASL passthrough only (otherwise the gateway answers them
+    from its store, ``gateway.auth.acl_admin``): the cluster decides them, except that an ACL binding or filter
+    naming one of quotaflow's topics (a topic or ANY resource whose name is hidden) never reaches it, as no other
+    request naming them does: who may read or write quotaflow's topics on the cluster is not a tenant's to see or
+    change through the gateway. Such a request is refused whole with CLUSTER_AUTHORIZATION_FAILED, as Kafka's
+    ``AclApis`` refuses an ACL request whose cluster operation is not allowed (one error for every entry, message
+    null). Wildcards and prefixes that merely cover quotaflow's topics among others stay the cluster's to decide."""
+    if not check.hidden.may_name(frame):
+        return None
+    array, type_field, name_field, op = _ACL_NAMED[header.api_key]
+    request = _decode(frame, header)
+    entries = [request] if array is None else list(getattr(request, array) or [])
+    named = [str(getattr(e, name_field)) for e in entries
+             if int(getattr(e, type_field)) in _ACL_TOPIC_TYPES and getattr(e, name_field) in check.hidden]
+    if not named:
+        return None
+    for name in named:
+        check.access.audit.hidden_topic(check.principal, check.host, check.api, name, op)
+    code = CLUSTER_AUTHORIZATION_FAILED
+    if array is None:
+        return _error_only(header, code, error_message=None, resources=[])
+    owner = protocol.response_class(header.api_key, header.api_version)
+    field = "results" if header.api_key == ApiKey.CreateAcls else "filter_results"
+    results = [_new(owner, field, error_code=code, error_message=None, matching_acls=[]) for _ in entries]
+    return Plan(None, _local(header, _response(header, **{field: results})))
 
 
 TOPIC_MUTATIONS: Final[dict[int, AclOperation]] = {ApiKey.DeleteTopics: OP.DELETE, ApiKey.CreatePartitions: OP.ALTER}
@@ -1095,9 +1134,9 @@ PLANNERS: Final[dict[int, Planner]] = {
     ApiKey.EndTxn: _end_txn,
     ApiKey.TxnOffsetCommit: _offset_commit,
     # the ACL APIs: answered by the gateway in terminate mode (gateway.auth.acl_admin), the cluster's in passthrough
-    ApiKey.DescribeAcls: _no_check,
-    ApiKey.CreateAcls: _no_check,
-    ApiKey.DeleteAcls: _no_check,
+    ApiKey.DescribeAcls: _acl_resources,
+    ApiKey.CreateAcls: _acl_resources,
+    ApiKey.DeleteAcls: _acl_resources,
     ApiKey.DescribeConfigs: _configs(OP.DESCRIBE_CONFIGS, "results", configs=[]),
     ApiKey.AlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
     ApiKey.IncrementalAlterConfigs: _configs(OP.ALTER_CONFIGS, "responses"),
@@ -1236,9 +1275,12 @@ def cluster_allowed(access: Access, scope: Requester, api: int, client_ip: str, 
     """The one cluster check of the APIs the gateway answers itself (the quota, ACL and SCRAM APIs): ``op`` on the
     cluster, decided, audited and counted as every other decision. Without an authorizer, the admin list
     (``--admin-principal``, Kafka's super users: ``core.acl.principal_allowed``): no list means everyone, as a
-    broker without an authorizer, except with ``super_only`` (KIP-554), where it means nobody."""
-    if access.authorizer is not None:
-        return Check(access, scope.principal, client_ip, api).cluster(op)
+    broker without an authorizer, except with ``super_only`` (KIP-554), where it means nobody. The authorizer is the
+    configured one (``Access.own``) in SASL passthrough too: these APIs are the gateway's, not the cluster's."""
+    if access.own is not None:
+        check = Check(access, scope.principal, client_ip, api)
+        check.authorizer = access.own
+        return check.cluster(op)
     admins = scope.gateway.quota_admin.admins
     if super_only and admins is None:
         return False

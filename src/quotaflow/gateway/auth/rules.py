@@ -35,6 +35,8 @@ _TXN_ID = "WRITE on the transactional id (53)"
 _PID = "the producer id of the transactional id checked: the coordinator matches them, no ACL of its own"
 _PLACEMENT = "broker ids of a replica placement: no ACL of their own in Kafka (the topic's operation decides)"
 _UPSTREAM = "SASL passthrough only: the cluster authenticates and authorizes the client's own principal"
+_UPSTREAM_ACL = ("the cluster decides, but a topic (or ANY) pattern or filter naming quotaflow's topics is refused"
+                 " whole (31) at the gateway: authorize._acl_resources")
 
 RULES: Final[Mapping[int, Rule]] = {
     ApiKey.Produce: Rule("WRITE per topic (29); WRITE on the transactional id (53)", {
@@ -98,9 +100,9 @@ RULES: Final[Mapping[int, Rule]] = {
     ApiKey.TxnOffsetCommit: Rule("WRITE on the transactional id (53), READ on the group (30), READ per topic", {
         "TransactionalId": _TXN_ID, "ProducerId": _PID, "GroupId": "READ", "Topics.Name": "READ each",
     }),
-    ApiKey.DescribeAcls: Rule(_UPSTREAM, {"ResourceNameFilter": _UPSTREAM}),
-    ApiKey.CreateAcls: Rule(_UPSTREAM, {"Creations.ResourceName": _UPSTREAM}),
-    ApiKey.DeleteAcls: Rule(_UPSTREAM, {"Filters.ResourceNameFilter": _UPSTREAM}),
+    ApiKey.DescribeAcls: Rule(_UPSTREAM, {"ResourceNameFilter": _UPSTREAM_ACL}),
+    ApiKey.CreateAcls: Rule(_UPSTREAM, {"Creations.ResourceName": _UPSTREAM_ACL}),
+    ApiKey.DeleteAcls: Rule(_UPSTREAM, {"Filters.ResourceNameFilter": _UPSTREAM_ACL}),
     ApiKey.DescribeUserScramCredentials: Rule(_UPSTREAM, {"Users.Name": _UPSTREAM}),
     ApiKey.AlterUserScramCredentials: Rule(_UPSTREAM, {"Deletions.Name": _UPSTREAM, "Upsertions.Name": _UPSTREAM}),
     ApiKey.DescribeConfigs: Rule("DESCRIBE_CONFIGS per resource (topic 29, cluster 31, group 30)", {
