@@ -61,12 +61,15 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 def ran(spark: Any, case: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     from click.testing import CliRunner
 
+    from quotaflow.cli import progress
     from quotaflow.cli.main import cli
 
     events, store, props = case
     out = tmp_path_factory.mktemp("rec") / "out"
-    result = CliRunner().invoke(cli, ["recommend", "--events", str(events), "--store", str(store), "--out", str(out),
-                                      "--entity-type", "user,client-id", "--broker-config", str(props)])  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(progress, "QUIET_S", 0.0)  # every stage's line, however fast this host runs it
+        result = CliRunner().invoke(cli, ["recommend", "--events", str(events), "--store", str(store), "--out",
+                                          str(out), "--entity-type", "user,client-id", "--broker-config", str(props)])
     assert result.exit_code == 0, result.output
     return result, out
 
@@ -123,8 +126,8 @@ def test_the_proposal_is_printed_with_its_evidence_and_progress_without_a_termin
                  "50 ({user=ANONYMOUS, client-id=<default>})", "thin evidence"):  # fmt: skip
         assert text in table, text
     assert "1.9676" not in table
-    # no terminal: a line on stderr for each stage still running after a second (here the clients query and the
-    # partitions' loop take seconds each; Spark is already up in the tests)
+    # no terminal: a line on stderr per stage (the fixture reports every stage at once: QUIET_S 0; the one-second
+    # quiet time itself is tests/cli/test_progress.py's)
     lines = [line for line in result.stderr.splitlines() if line.startswith("recommend: ")]
     stages = [line.split(": ", 1)[1].split(" (+")[0] for line in lines]
     assert {"clients", "decisions"} <= set(stages), result.stderr

@@ -18,9 +18,11 @@ command that fails at once still prints its one error line and nothing else."""
 
 
 @contextmanager
-def progress(console: Console, command: str, quiet_s: float = QUIET_S) -> Iterator[Report]:
+def progress(console: Console, command: str, quiet_s: float | None = None) -> Iterator[Report]:
     """Yields ``report(stage)``: the stage under way. On a terminal a status line that each stage replaces;
-    elsewhere ``command: stage (+N.Ns)``, one line per stage still running after ``quiet_s``, flushed."""
+    elsewhere ``command: stage (+N.Ns)``, one line per stage still running after ``quiet_s`` (default
+    :data:`QUIET_S`, read at the call; 0 or less: every stage at once), flushed."""
+    quiet = QUIET_S if quiet_s is None else quiet_s
     if console.is_terminal:
         with console.status(command) as status:
             yield lambda stage: status.update(f"{command}: {stage}")
@@ -35,10 +37,13 @@ def progress(console: Console, command: str, quiet_s: float = QUIET_S) -> Iterat
             console.file.flush()
 
     def report(stage: str) -> None:
+        if quiet <= 0:
+            line(stage)
+            return
         for timer in pending:
             timer.cancel()
         pending.clear()
-        timer = threading.Timer(quiet_s, line, (stage,))
+        timer = threading.Timer(quiet, line, (stage,))
         timer.daemon = True
         pending.append(timer)
         timer.start()
