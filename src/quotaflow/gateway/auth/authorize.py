@@ -1180,12 +1180,10 @@ VERSION_MINS: Final[dict[int, int]] = {
 }
 
 
-def forwardable(api_key: int, *, passthrough: bool, authorizer: bool = False) -> bool:
+def forwardable(api_key: int) -> bool:
     """Whether the gateway offers and forwards ``api_key``: one it has a planner for or answers itself, with a row
-    in the rule table (``rules.RULES``) and a message definition (``rules.covered_range``). ``passthrough`` and
-    ``authorizer`` (the mode) no longer widen it: every API the gateway forwards is read and authorized in every
-    mode."""
-    del passthrough, authorizer
+    in the rule table (``rules.RULES``) and a message definition (``rules.covered_range``). The same in every mode:
+    every API the gateway forwards is read and authorized whether SASL is passed through or an authorizer is on."""
     return (api_key in PLANNERS or api_key in GATEWAY_ANSWERED) and rules.covered_range(api_key) is not None
 
 
@@ -1263,7 +1261,7 @@ def plan(access: Access, scope: Requester, header: protocol.RequestHeader, frame
     key = header.api_key
     planner = PLANNERS.get(key)
     if planner is None:
-        if forwardable(header.api_key, passthrough=passthrough, authorizer=access.authorizer is not None):
+        if forwardable(header.api_key):
             return None
         raise PermissionError(f"{protocol.api_name(header.api_key)} is not forwarded by the gateway: it cannot "
                               "authorize it")

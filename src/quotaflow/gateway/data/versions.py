@@ -67,7 +67,7 @@ def offered(key: int, *, sasl_passthrough: bool = False, authorizer: bool = Fals
     forward)."""
     if not (sasl_passthrough and key in PASSTHROUGH_APIS) and key in GATEWAY_APIS:
         return GATEWAY_APIS[key]
-    if key in NEVER_OFFERED or not authorize.forwardable(key, passthrough=sasl_passthrough, authorizer=authorizer):
+    if key in NEVER_OFFERED or not authorize.forwardable(key):
         return None  # an API the gateway cannot authorize is not offered (nor forwarded)
     cls, known = protocol.REQUESTS.get(key), max_known_version(key)
     if cls is None or known is None:
