@@ -81,6 +81,29 @@ CONNECTION_DECISION_FIELDS: Final = (
 )
 """Optional decision columns on connection events."""
 
+SHADOW_ID: Final = pa.field("shadow_id", pa.int64())
+"""The shadow quota set a row was also decided under (``quotaflow shadow start``: its id in the store), null when
+none was running."""
+
+SHADOW_REQUEST_FIELDS: Final = (
+    SHADOW_ID,
+    pa.field("shadow_throttle_ms_produce", pa.int64()),
+    pa.field("shadow_throttle_ms_fetch", pa.int64()),
+    pa.field("shadow_throttle_ms_request", pa.int64()),
+    pa.field("shadow_throttle_ms", pa.int64()),
+)
+"""Optional columns on request events: the same request decided under the shadow set (the enforced quotas with the
+shadow's changes applied) by separate managers at the same clock reading, never enforced. Named as
+:data:`REQUEST_DECISION_FIELDS` with ``shadow_`` in front; null when ``shadow_id`` is."""
+
+SHADOW_CONNECTION_FIELDS: Final = (
+    SHADOW_ID,
+    pa.field("shadow_accept_delay_ms", pa.int64()),
+    pa.field("shadow_ip_throttle_ms", pa.int64()),
+    pa.field("shadow_result", pa.string()),  # ACCEPTED | IP_THROTTLED under the shadow set
+)
+"""Optional columns on connection events: the admission the shadow set would have made (never applied)."""
+
 AUTHORIZATION_SCHEMA: Final = pa.schema(
     [
         pa.field("ts_ms", pa.int64(), nullable=False),

@@ -134,3 +134,81 @@ class AclStore(Protocol):
     def remove_acls(self, bindings: Sequence[AclBinding]) -> int:
         """Remove every binding (an absent one changes nothing); the ACL version after."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowSet:
+    """A proposal tried on live traffic before it is enforced (``quotaflow shadow start``): changes over the enforced
+    quotas, in ``client-quotas --alter --from-file``'s sense (a value sets a key, None removes it). The quotas a
+    gateway evaluates in shadow are always the enforced ones *with these changes applied*, so an enforced change made
+    while a shadow runs reaches both sets, and promoting applies exactly these changes."""
+
+    id: int
+    """Unique per start (the store's position when it started): the event log's ``shadow_id``."""
+    name: str
+    started_by: str
+    started_ms: int
+    changes: tuple[EntityChange, ...]
+    outcome: str = "running"  # running | stopped | replaced | promoted
+    ended_by: str | None = None
+    ended_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """One promote or rollback, kept in the store's history: the enforced keys it changed, with their values before
+    (``previous``, None: the key was absent) and after (``applied``), written as one change-log batch that every
+    gateway applies at once, at ``effective_ms``."""
+
+    id: int
+    """The store's position of the batch: its changes are the ones with ``first_seq <= seq <= last_seq``."""
+    kind: str  # "promote" | "rollback"
+    shadow_id: int
+    shadow_name: str
+    by: str
+    at_ms: int
+    effective_ms: int
+    first_seq: int
+    last_seq: int
+    previous: tuple[EntityChange, ...]
+    applied: tuple[EntityChange, ...]
+
+
+@runtime_checkable
+class ShadowStore(Protocol):
+    """A store that also keeps the shadow set and the promotion history (both stores do), shared by every gateway
+    on it. Gateways poll :meth:`shadow_version` and read :meth:`shadow` only when it moved. Validation is the
+    caller's (``quotaflow.admin.shadow``)."""
+
+    def shadow(self) -> ShadowSet | None:
+        """The running shadow set, None when none runs."""
+        ...
+
+    def shadow_version(self) -> int:
+        """Grows with every start, stop, promote and rollback."""
+        ...
+
+    def start_shadow(self, name: str, started_by: str, changes: Sequence[EntityChange]) -> ShadowSet:
+        """Start a shadow set; one already running is replaced (kept in the history as stopped)."""
+        ...
+
+    def stop_shadow(self, stopped_by: str) -> ShadowSet | None:
+        """End the running shadow set without enforcing it; the one stopped, None when none ran."""
+        ...
+
+    def promote_shadow(self, by: str, effective_ms: int) -> Promotion:
+        """Apply the running shadow's changes to the enforced quotas and end the shadow, in one change-log batch
+        (one SQLite transaction; one record of the Kafka store's log) taking effect at ``effective_ms``."""
+        ...
+
+    def rollback(self, by: str, effective_ms: int) -> Promotion:
+        """Restore the keys the last promotion changed to their values before it, in one batch likewise."""
+        ...
+
+    def shadow_sets(self) -> list[ShadowSet]:
+        """Every shadow set ever started, oldest first, with how it ended (a report can name one after it ended)."""
+        ...
+
+    def promotions(self) -> list[Promotion]:
+        """Every promote and rollback, oldest first."""
+        ...
