@@ -17,7 +17,7 @@ from quotaflow.store.base import Change, ShadowStore
 
 ALICE = QuotaEntity(user="alice")
 BOB = QuotaEntity(user="bob", client_id="app")
-PREFIX = QuotaEntity(user="carol", client_id_prefix="etl-")
+PREFIX = QuotaEntity(client_id_prefix="etl-")
 RANGE = QuotaEntity(ip="10.1.0.0/16")
 ANY_USER = QuotaEntity(user=DEFAULT)
 
