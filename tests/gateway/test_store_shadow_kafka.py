@@ -196,3 +196,31 @@ def test_a_shadow_set_too_large_for_one_record_is_refused(store: KafkaStore, mon
     with pytest.raises(StoreError, match="too large for one record: its promotion takes"):
         store.promote_shadow("ann", 0)
     assert store.last_seq() == position and store.shadow() is not None
+
+
+def test_the_cli_on_a_kafka_store(url: str, tmp_path: Path) -> None:
+    """``quotaflow shadow`` against ``kafka://``: a reader following the topic (as a gateway does) sees the set,
+    then the whole promotion at one seq with its effective time."""
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    proposal = tmp_path / "p.json"
+    proposal.write_text('[{"entity": {"user": "alice"}, "values": {"producer_byte_rate": 2000}},'
+                        ' {"entity": {"client-id-prefix": "etl-"}, "values": {"request_percentage": 20}}]')
+    with KafkaStore(url) as gateway:
+        result = CliRunner().invoke(cli, ["shadow", "start", "--from-file", str(proposal), "--name", "k", "--by",
+                                          "ann", "--store", url])
+        assert result.exit_code == 0, result.output
+        contract._wait(lambda: gateway.shadow() is not None)
+        assert gateway.shadow().name == "k"  # type: ignore[union-attr]
+        seq = gateway.last_seq()
+        result = CliRunner().invoke(cli, ["shadow", "promote", "--in", "3", "--store", url])
+        assert result.exit_code == 0 and "Promoted shadow set" in result.stdout, result.output
+        contract._wait(lambda: gateway.promotions() != [])
+        (promotion,) = gateway.promotions()
+        assert promotion.effective_ms - promotion.at_ms <= 3000
+        changes = gateway.changes_since(seq)
+        assert len(changes) == 2 and {c.seq for c in changes} == {promotion.first_seq}
+        result = CliRunner().invoke(cli, ["shadow", "history", "--output", "json", "--store", url])
+        assert result.exit_code == 0 and '"kind": "promote"' in result.stdout
