@@ -72,7 +72,7 @@ def test_the_rollout_loop(store: str, proposal: str) -> None:
     code, out, err = run("shadow", "rollback", "--store", store)
     assert code == 1 and out == ""
     assert err.splitlines() == ["Error: rollback refused: 1 key(s) that promotion 2 (shadow set 'q4') applied changed "
-                                "since ({user=alice} producer_byte_rate: 2000 -> 2500); restoring them would undo "
+                                "since ({user=alice} producer_byte_rate: 2000.0 -> 2500.0); restoring them would undo "
                                 "those later changes; --force restores them anyway"]
     code, out, err = run("shadow", "rollback", "--force", "--in", "0.1", "--store", store)
     assert code == 0 and out.startswith("Rolled back the promotion of shadow set 1 'q4'")
