@@ -114,3 +114,19 @@ def test_store_copy_carries_the_running_shadow_set(tmp_path: Path) -> None:
             running.name, running.started_by, running.changes)
         src.stop_shadow("ann")
         assert copy_store(src, dst, overwrite=True).shadow is None and dst.shadow() is None
+
+
+def test_overlay_is_what_promoting_would_enforce(store: SqliteStore) -> None:
+    """``shadowing.overlay`` (the quotas a shadow set is evaluated under) equals the store after the promotion."""
+    from quotaflow.store.shadowing import overlay
+
+    contract._seed(store)
+    zed = QuotaEntity(user="zed")
+    store.alter([(zed, {"consumer_byte_rate": 1.0})])
+    enforced = store.snapshot().entities
+    shadow = store.start_shadow("s", "ann", (*contract.PROPOSAL, (zed, {"consumer_byte_rate": None})))
+    expected = overlay(enforced, shadow.changes)
+    assert store.snapshot().entities == enforced  # not modified, not enforced
+    assert zed not in expected and expected[contract.ALICE] == {"producer_byte_rate": 1500.0}
+    store.promote_shadow("ann", 0)
+    assert store.snapshot().entities == expected

@@ -56,6 +56,22 @@ def effective(changes: Sequence[EntityChange], current: Callable[[QuotaEntity], 
     return tuple(previous), tuple(applied)
 
 
+def overlay(enforced: Mapping[QuotaEntity, Values], changes: Sequence[EntityChange]) -> dict[QuotaEntity, Values]:
+    """The quotas a shadow set is evaluated under: the enforced ones with its changes applied (a value sets a key,
+    None removes it; an entity left without keys disappears, as in the stores). ``enforced`` is not modified."""
+    out = {entity: dict(values) for entity, values in enforced.items()}
+    for entity, ops in changes:
+        values = out.setdefault(entity, {})
+        for key, value in ops.items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        if not values:
+            del out[entity]
+    return out
+
+
 def rollback_target(promotions: Sequence[Promotion]) -> Promotion:
     """The newest promotion not rolled back yet (a rollback names its promotion's shadow set, promoted once)."""
     undone = {p.shadow_id for p in promotions if p.kind == ROLLBACK}
