@@ -95,8 +95,37 @@ class ShadowFollower:
         state = await asyncio.get_running_loop().run_in_executor(None, self.read)
         if state is None:
             return
-        self.known.update(p.id for p in state.promotions if p.last_seq <= snapshot_seq)
+        now = self.clock_ms()
+        for promotion in state.promotions:
+            if promotion.last_seq > snapshot_seq:
+                continue  # its batch comes with the change log: held as any
+            self.known.add(promotion.id)
+            if promotion.effective_ms > now:
+                self._hold_loaded(promotion, snapshot_seq)
         await self.update(state, [])
+
+    def _hold_loaded(self, promotion: Promotion, snapshot_seq: int) -> None:
+        """A batch the snapshot already holds while its ``effective_ms`` is still ahead (this gateway started
+        during the grace): its keys go back to their values before it until then, as on every other gateway, unless
+        a later change moved them since. (Connection-rate keys are left as loaded.)"""
+        current = self.broker_quotas.entities
+        revert: list[Change] = []
+        held: list[Change] = []
+        previous = {(entity, key): value for entity, values in promotion.previous for key, value in values.items()}
+        for entity, values in promotion.applied:
+            for key, value in values.items():
+                if current.get(entity, {}).get(key) != value:
+                    continue
+                revert.append(Change(snapshot_seq, promotion.at_ms, entity, key, previous.get((entity, key))))
+                held.append(Change(snapshot_seq, promotion.at_ms, entity, key, value))
+        if revert:
+            self.broker_quotas.apply_changes(revert)
+        self.pending.waiting.append(Promotion(
+            promotion.id, promotion.kind, promotion.shadow_id, promotion.shadow_name, promotion.by, promotion.at_ms,
+            promotion.effective_ms, snapshot_seq, snapshot_seq, promotion.previous, promotion.applied))
+        self.pending.held.extend(held)
+        log.info("%s %d takes effect at %d, after this gateway started: its %d keys keep their previous values "
+                 "until then", promotion.kind, promotion.id, promotion.effective_ms, len(held))
 
     async def update(self, state: ShadowState | None, changes: Sequence[Change]) -> list[Change]:
         """Take the store's new shadow state (None: unchanged) and this poll's changes; returns the changes to

@@ -265,3 +265,31 @@ def test_pending_switch_applies_batches_in_log_order() -> None:
     applied, done = pending.due(NOW + 10)
     assert [c.seq for c in applied] == [3, 4, 5, 6] and [p.id for p in done] == [1]
     assert pending.effective_ms == NEVER and pending.split(changes[:1]) == changes[:1]
+
+
+def test_a_gateway_starting_during_the_grace_keeps_the_old_values_until_the_effective_time(tmp_path: Path) -> None:
+    """The store shows a promotion's values at once; a gateway that loads it before ``effective_ms`` still switches
+    at ``effective_ms`` with the rest of the fleet."""
+    from quotaflow.store import open_store
+
+    async def run() -> None:
+        with open_store(tmp_path / "q.db") as store:
+            store.alter([(PROD, {"producer_byte_rate": 1e9})])
+            store.start_shadow("tighter", "ops", [(PROD, {"producer_byte_rate": 1_000.0})])
+            promotion = store.promote_shadow("ops", NOW + 60_000)
+            snapshot = store.snapshot()
+            assert snapshot.entities[PROD] == {"producer_byte_rate": 1_000.0}
+            quotas = BrokerQuotas(CONFIG)
+            quotas.load(snapshot)
+            live = quotas.for_broker("1")
+            clock = [NOW]
+            follower = ShadowFollower(store, quotas, ObservedConnectionQuotas(), lambda: clock[0], lambda _on: None)
+            await follower.start(snapshot.seq)
+            assert live.managers.produce.quota_limit("alice", "p") == 1e9  # the old value until effective_ms
+            assert live.switch_ms == NOW + 60_000
+            live.switch(NOW + 60_000)
+            assert live.managers.produce.quota_limit("alice", "p") == 1_000.0
+            assert [s.promotion.id for s in follower.switched] == [promotion.id]
+            follower.close()
+
+    asyncio.run(run())

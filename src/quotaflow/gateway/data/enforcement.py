@@ -224,7 +224,8 @@ class Enforcement:
         return manager.new_controller_mutation_quota(user, client_id, is_strict(api_key, api_version), now_ms)
 
     def mutations_metered(self, user: str) -> bool:
-        """Whether this principal's topic mutations meet a controller-mutation quota (KIP-599)."""
+        """Whether this principal's topic mutations meet a controller-mutation quota (KIP-599), the live one or a
+        running shadow's (whose permits need the same partition counts)."""
         if user in self.excluded:
             return False
         shadow = self.shadow
