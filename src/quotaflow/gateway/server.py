@@ -70,10 +70,10 @@ from quotaflow.gateway.descriptors import bounded_by_descriptors, connection_bud
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
-from quotaflow.gateway.shadow_follower import ShadowFollower
+from quotaflow.gateway.shadow_follower import ShadowFollower, ShadowState
 from quotaflow.gateway.wire import protocol
 from quotaflow.store import open_store
-from quotaflow.store.base import AclStore, QuotaStore, ScramStore
+from quotaflow.store.base import AclStore, Change, QuotaStore, ScramStore
 
 if TYPE_CHECKING:  # imported when a log is opened: pyarrow is only loaded by gateways that log
     from quotaflow.gateway.observation.eventlog import EventLog
@@ -511,10 +511,7 @@ class Gateway:
                 except Exception:
                     log.exception("reloading the connection settings of %s failed", self.config_path)
             try:
-                changes = await loop.run_in_executor(None, self.store.changes_since, self._store_seq)
-                # after the change log: a promotion's batch read there always has its promotion read here
-                shadow_state = None if self.shadow.store is None else await loop.run_in_executor(None,
-                                                                                                  self.shadow.read)
+                changes, shadow_state = await loop.run_in_executor(None, self._read_store, self._store_seq)
             except Exception:
                 log.exception("polling the quota store failed; retrying")
                 continue
@@ -534,6 +531,11 @@ class Gateway:
                         await self.shadow.enforced_changes(enforced)
                     except Exception:
                         log.exception("connection quota reload failed")
+
+    def _read_store(self, seq: int) -> tuple[list[Change], ShadowState | None]:
+        """One poll's reads (executor): the change log, then the shadow state when it moved. In this order a
+        promotion's batch read from the log always has its promotion read with it (``gateway.shadow_follower``)."""
+        return self.store.changes_since(seq), self.shadow.read()
 
     async def _poll_acls(self) -> None:
         """ACL changes (through any gateway, the CLI or the console) reach this authorizer within a second: poll the

@@ -293,3 +293,9 @@ def test_a_gateway_starting_during_the_grace_keeps_the_old_values_until_the_effe
             follower.close()
 
     asyncio.run(run())
+
+
+def test_every_decide_hook_has_a_shadow_twin() -> None:
+    from quotaflow.gateway.data.api_handlers import _SHADOW_HOOKS, DEFAULT
+
+    assert {h.decide for h in [*HANDLERS.values(), DEFAULT]} <= set(_SHADOW_HOOKS)
