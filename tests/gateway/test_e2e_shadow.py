@@ -245,3 +245,36 @@ def test_a_promotion_switches_two_gateways_on_one_store_at_the_same_instant(
         assert (before["throttle_ms"] == 0).all() and (before["shadow_id"] == shadow.id).all()
         assert before["shadow_throttle_ms_produce"].gt(0).any()
         assert after["shadow_id"].isna().all() and after["throttle_ms_produce"].gt(0).any()
+
+
+def test_topic_mutations_meet_the_shadows_controller_mutation_quota_and_only_it(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    """KIP-599 in shadow: a CreateTopics the enforced quotas let through entirely is throttled in the shadow's
+    columns only, by the shadow's own token bucket recorded with the same topics."""
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+    store_path = tmp_path / "mutation-quotas.db"
+    with open_store(store_path) as store:
+        started = store.start_shadow("mutations", "test",
+                                     [(QuotaEntity(client_id="creator"), {"controller_mutation_rate": 2.0})])
+    config = GatewayConfig(store_poll_ms=100, controller_quota_window_num=2, controller_quota_window_size_seconds=1)
+    gw = gateway_factory(store=store_path, config=config)
+    stamp = time.time_ns()
+    names = [f"m-{stamp}-{i}" for i in range(3)]
+    t = CreateTopicsRequest.CreatableTopic
+    wire = Wire(gw.address)
+    wire.send(CreateTopicsRequest[6](topics=[t(name=n, num_partitions=3, replication_factor=1, assignments=[],
+                                                configs=[]) for n in names], timeout_ms=10_000, validate_only=False),
+              6, client_id="creator")
+    response = CreateTopicsResponse.decode(wire.recv(), version=6, header=True)
+    wire.sock.close()
+    assert sorted((r.name, r.error_code) for r in response.topics) == [(n, 0) for n in names]  # nothing refused
+    assert response.throttle_time_ms == 0
+    gw.flush_events()
+    rows = read_dataset(gw.events, REQUESTS_DIR)
+    assert rows is not None
+    created = [r for r in rows.to_pylist() if r["api_key"] == 19]
+    assert len(created) == 1 and created[0]["throttle_ms"] == 0 and created[0]["shadow_id"] == started.id
+    # 4 permits in the shadow's bucket, 9 taken (strict: the third topic would have been refused): in debt
+    assert created[0]["shadow_throttle_ms"] > 0 and created[0]["shadow_throttle_ms_request"] == 0
