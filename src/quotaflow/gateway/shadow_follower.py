@@ -166,11 +166,13 @@ class ShadowFollower:
             await self._start(shadow)
 
     async def _start(self, shadow: ShadowSet) -> None:
+        # managers and row queue in one step (no await between): a row decided under the shadow must never reach
+        # the plain queue, whose files have no shadow columns
         self.broker_quotas.start_shadow(shadow)
         quotas = self.connections.start_shadow(shadow.id)
-        if self.reloader is not None:
-            await self.reloader.apply_to(quotas, self.broker_quotas.shadow_entities())
         self._rows(True)
+        if self.reloader is not None:  # awaits only to resolve a hostname entity
+            await self.reloader.apply_to(quotas, self.broker_quotas.shadow_entities())
         log.info("shadow quota set %d (%r, started by %s) evaluated beside the enforced quotas: %d entities "
                  "changed", shadow.id, shadow.name, shadow.started_by, len(shadow.changes))
 

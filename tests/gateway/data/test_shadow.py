@@ -299,3 +299,19 @@ def test_every_decide_hook_has_a_shadow_twin() -> None:
     from quotaflow.gateway.data.api_handlers import _SHADOW_HOOKS, DEFAULT
 
     assert {h.decide for h in [*HANDLERS.values(), DEFAULT]} <= set(_SHADOW_HOOKS)
+
+
+def test_the_connection_shadow_counts_the_connections_its_listener_rate_delays() -> None:
+    config = ConnectionQuotaConfig(quota_window_num=2, quota_window_size_seconds=1, listener_rates={"PLAINTEXT": 2})
+    rows: list[dict[str, object]] = []
+    quotas = ObservedConnectionQuotas(config, rows.append)
+    quotas.add_listener("PLAINTEXT")
+    quotas.start_shadow(3)
+    for i in range(4):
+        delay = quotas.record_connection_and_get_throttle_ms("PLAINTEXT", NOW + i)
+        quotas.record_ip_connection_maybe_throttle("PLAINTEXT", "127.0.0.1", NOW + i + delay)
+    assert [r["shadow_accept_delay_ms"] for r in rows] == [r["accept_delay_ms"] for r in rows]  # same settings
+    delayed = sum(1 for r in rows if int(r["shadow_accept_delay_ms"]) > 0)  # type: ignore[call-overload]
+    assert delayed > 0
+    counts = {s.tags: s.value for s in quotas.metric_samples(NOW + 10) if s.group == "Shadow"}
+    assert counts == {(("result", "delayed"), ("listener", "PLAINTEXT"), ("shadow_id", "3")): delayed}
