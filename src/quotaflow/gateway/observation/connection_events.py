@@ -36,7 +36,8 @@ class ObservedConnectionQuotas(ConnectionQuotas):
         self._arrival: dict[str, tuple[int, int, int]] = {}
         self.shadow: ConnectionQuotas | None = None
         self.shadow_id: int | None = None
-        self.shadow_counts: dict[tuple[str, str, int], int] = {}  # (result, listener, shadow id) -> connections
+        # (result, listener, shadow id) -> connections; the last set's kept after it ends, until the next starts
+        self.shadow_counts: dict[tuple[str, str, int], int] = {}
 
     def reconfigure(self, cfg: ConnectionQuotaConfig) -> None:
         super().reconfigure(cfg)
@@ -52,6 +53,7 @@ class ObservedConnectionQuotas(ConnectionQuotas):
         for name in self.listeners:
             shadow.add_listener(name)
         self.shadow, self.shadow_id = shadow, shadow_id
+        self.shadow_counts = {key: n for key, n in self.shadow_counts.items() if key[2] == shadow_id}  # bounded
         return shadow
 
     def stop_shadow(self) -> None:
