@@ -315,3 +315,13 @@ def test_the_connection_shadow_counts_the_connections_its_listener_rate_delays()
     assert delayed > 0
     counts = {s.tags: s.value for s in quotas.metric_samples(NOW + 10) if s.group == "Shadow"}
     assert counts == {(("result", "delayed"), ("listener", "PLAINTEXT"), ("shadow_id", "3")): delayed}
+
+
+def test_a_principals_connection_rate_in_shadow_is_counted_and_never_applied() -> None:
+    quotas = ObservedConnectionQuotas(ConnectionQuotaConfig(quota_window_num=2, quota_window_size_seconds=1))
+    quotas.start_shadow(4).update_principal_connection_rate_quota("alice", 1)
+    throttles = [quotas.record_principal_connection_and_get_throttle_ms("alice", NOW + i) for i in range(4)]
+    assert throttles == [0, 0, 0, 0]  # the live quotas have no such rate
+    counts = {s.tags: s.value for s in quotas.metric_samples(NOW + 10) if s.group == "Shadow"}
+    refused = counts[(("result", "refused"), ("listener", ""), ("shadow_id", "4"))]
+    assert 0 < refused < 4
