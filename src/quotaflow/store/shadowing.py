@@ -14,8 +14,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import ShadowStateError
+from quotaflow.core.javafmt import java_double_str
 from quotaflow.store.base import EntityChange, Promotion, Values
 
 PROMOTE: Final = "promote"
@@ -67,13 +68,14 @@ def rollback_target(promotions: Sequence[Promotion]) -> Promotion:
 
 
 def rollback_conflicts(promotion: Promotion, current: Callable[[QuotaEntity], Values]) -> list[str]:
-    """The keys of ``promotion`` that no longer hold the value it applied, one ``path key: applied -> now`` each."""
+    """The keys of ``promotion`` that no longer hold the value it applied, one ``{entity} key: applied -> now``
+    each."""
     out = []
     for entity, ops in promotion.applied:
         now = current(entity)
         for key, value in ops.items():
             if not same(now.get(key), value):
-                out.append(f"{entity.path} {key}: {_show(value)} -> {_show(now.get(key))}")
+                out.append(f"{{{entity_text(entity.to_wire())}}} {key}: {_show(value)} -> {_show(now.get(key))}")
     return out
 
 
@@ -89,7 +91,7 @@ def check_rollback(promotion: Promotion, current: Callable[[QuotaEntity], Values
 
 
 def _show(value: float | None) -> str:
-    return "absent" if value is None else f"{value:g}"
+    return "absent" if value is None else java_double_str(value)
 
 
 # -- JSON ----------------------------------------------------------------------------------------------------------
