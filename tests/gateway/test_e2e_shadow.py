@@ -1,7 +1,7 @@
 """Shadow quotas through real gateways in front of tansu (issue 36): a proposal started as a shadow on a running
 gateway shows its would-be throttles in ``/metrics`` within seconds while nothing is enforced; replaying the event
 log under the shadow's quotas reproduces its shadow columns row for row (and under the enforced ones the live
-columns); and a promotion switches two gateways on one store at the same instant.
+columns); and a promotion switches two gateway processes on one store (SQLite, kafka://) at the same instant.
 
 Traffic: confluent-kafka (librdkafka) producing, kafka-python consuming, Metadata over a raw socket, and bursts of TCP
 connections; bounded (~6 s of traffic), loopback only.
@@ -16,7 +16,6 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -205,37 +204,49 @@ def test_a_shadow_shows_within_seconds_and_replaying_the_log_under_it_reproduces
           f"{len(conns_df)} connections, {int((conns_df['shadow_result'] == 'IP_THROTTLED').sum())} refused in shadow")
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "kafka"])
 def test_a_promotion_switches_two_gateways_on_one_store_at_the_same_instant(
-    gateway_factory: GatewayFactory, tansu: Tansu, tmp_path: Path
+    backend: str, tansu: Tansu, tmp_path: Path
 ) -> None:
+    """Two ``quotaflow gateway`` processes on one store, SQLite or kafka://, a producer through each: both switch at
+    the promotion's effective_ms, each at its first decision from that instant, as their event logs show."""
+    from quotaflow.testing.gateway_process import GatewayProcess
+
     topic = _topic(tansu.bootstrap, 0)
-    store_path = tmp_path / "promote-quotas.db"
+    store: str | Path = (tmp_path / "promote-quotas.db" if backend == "sqlite"
+                         else f"kafka://{tansu.bootstrap}/quotas-{uuid.uuid4().hex[:8]}")
     entity = QuotaEntity(client_id="pr-prod")
-    with open_store(store_path) as store:
-        store.alter([(entity, {"producer_byte_rate": 10_000_000.0})])
-        shadow = store.start_shadow("promote-me", "test", [(entity, {"producer_byte_rate": 40_000.0})])
-    gateways = [gateway_factory(store=store_path, config=CONFIG) for _ in range(2)]
-    stop = threading.Event()
-    threads = [threading.Thread(target=_produce, args=(gw.bootstrap, topic, stop, "pr-prod"), daemon=True)
-               for gw in gateways]
-    for t in threads:
-        t.start()
+    with open_store(store) as s:
+        s.alter([(entity, {"producer_byte_rate": 10_000_000.0})])
+        shadow = s.start_shadow("promote-me", "test", [(entity, {"producer_byte_rate": 40_000.0})])
+    props = tmp_path / "gateway.properties"
+    props.write_text("quotaflow.store.poll.ms=100\n")
+    gateways = [GatewayProcess(tansu.bootstrap, store, tmp_path / f"gw-{i}", event_log=tmp_path / f"events-{i}",
+                               extra_args=("--config", str(props))) for i in range(2)]
     try:
-        time.sleep(1.5)
-        with open_store(store_path) as store:
-            promotion = store.promote_shadow("test", int(time.time() * 1000) + 2_500)
-        time.sleep(4.5)
-    finally:
-        stop.set()
+        for gw in gateways:
+            gw.start()
+        stop = threading.Event()
+        threads = [threading.Thread(target=_produce, args=(gw.bootstrap, topic, stop, "pr-prod"), daemon=True)
+                   for gw in gateways]
         for t in threads:
-            t.join(30)
+            t.start()
+        try:
+            time.sleep(2)
+            with open_store(store) as s:
+                promotion = s.promote_shadow("test", int(time.time() * 1000) + 3_000)
+            time.sleep(5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
+    finally:
+        for gw in gateways:
+            gw.stop(30)  # SIGTERM: the event log is flushed
     effective = promotion.effective_ms
-    for gw in gateways:
-        follower: Any = gw.thread.gateway.shadow
-        assert [(s.promotion.id, s.late_ms) for s in follower.switched] == [(promotion.id, 0)]
-        assert follower.switched[0].applied_ms >= effective
-        gw.flush_events()
-        rows = read_dataset(gw.events, REQUESTS_DIR)
+    for i, gw in enumerate(gateways):
+        assert "after its effective time" not in gw.log_path.read_text()  # read in time: no late switch
+        rows = read_dataset(tmp_path / f"events-{i}", REQUESTS_DIR)
         assert rows is not None
         df = rows.to_pandas().sort_values(["ts_ms", "seq"])
         before, after = df[df["ts_ms"] < effective], df[df["ts_ms"] >= effective]
