@@ -361,6 +361,10 @@ class ClusterQuotas:
             own[CONNECTIONS], self.shares[CONNECTIONS] = share_ip_connection_rates(
                 self.table, self.connections, self.gateway_id, self.published.get(CONNECTIONS, {}), now_ms,
                 engine_now, elapsed)
+            shadow = getattr(self.connections, "shadow", None)  # a shadow set's: bounded the same way, not published
+            if shadow is not None:
+                share_ip_connection_rates(self.table, shadow, self.gateway_id, self.published.get(CONNECTIONS, {}),
+                                          now_ms, engine_now, elapsed)
         for broker, shares in targets.items():
             applied = self.shares[broker] = {}
             for key, target in shares.items():
