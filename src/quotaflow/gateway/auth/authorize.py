@@ -1253,8 +1253,7 @@ def granted(access: Access, principal: str, host: str, header: protocol.RequestH
     return None if forward is frame else Plan(forward)
 
 
-def plan(access: Access, scope: Requester, header: protocol.RequestHeader, frame: bytes, client_ip: str, *,
-         passthrough: bool = False) -> Plan | None:
+def plan(access: Access, scope: Requester, header: protocol.RequestHeader, frame: bytes, client_ip: str) -> Plan | None:
     """The plan for one request about to be forwarded (None: forward it as it is). Raises
     ``InvalidRequestError`` for a request that cannot be read, ``PermissionError`` for an API the gateway does not
     forward. The caller first asks :data:`SCAN_ONLY` (the hot path without an authorizer)."""

@@ -377,8 +377,7 @@ def _authorize_request(inner: RequestHook | None) -> RequestHook:
         try:  # (try/except, not map_errors: this runs for every request)
             plan = authorize.granted(access, scope.principal, scope.client_ip, header, frame)
             if plan is authorize.UNDECIDED:
-                plan = authorize.plan(access, scope, header, frame, scope.client_ip,
-                                      passthrough=scope.sasl.passthrough is not None)
+                plan = authorize.plan(access, scope, header, frame, scope.client_ip)
             if plan is not None:
                 pending.authz = plan
                 if plan.forward is None:
