@@ -156,3 +156,17 @@ def test_resolve_sees_a_removed_default(counted: tuple[Admin, CountingStore]) ->
     admin.alter([Alteration.of(QuotaEntity(user=DEFAULT), {"producer_byte_rate": None})])
     assert admin.resolve("v", "c").quotas["producer_byte_rate"].unlimited
     assert admin.resolve("u", "c").quotas["producer_byte_rate"].value == 10.0
+
+
+def test_changes_sharing_one_seq_all_apply() -> None:
+    """A ``kafka://`` record is one seq for all its changes (an entity's keys, a whole promotion): every one of them
+    reaches the index, not only the first (the old bound was the last change applied)."""
+    a, b = QuotaEntity(user="a"), QuotaEntity(user="b")
+    index = QuotaIndex()
+    index.apply([Change(5, 0, a, "producer_byte_rate", 10.0), Change(5, 0, a, "consumer_byte_rate", 11.0),
+                 Change(5, 0, b, "producer_byte_rate", 20.0)])
+    assert index.seq == 5
+    assert index.resolve("b", "x").quotas["producer_byte_rate"].value == 20.0
+    assert index.resolve("a", "x").quotas["consumer_byte_rate"].value == 11.0
+    index.apply([Change(5, 0, b, "producer_byte_rate", None)])  # already applied: skipped
+    assert index.resolve("b", "x").quotas["producer_byte_rate"].value == 20.0

@@ -198,9 +198,12 @@ class QuotaIndex:
             self.seq = snapshot.seq
 
     def apply(self, changes: Iterable[Change]) -> None:
-        """Apply store changes (``changes_since(self.seq)``) in order; those at or before :attr:`seq` are skipped."""
+        """Apply store changes (``changes_since(self.seq)``) in order; those at or before :attr:`seq` are skipped.
+        Several changes may share one seq (a ``kafka://`` record: one entity's keys, or a whole promotion), so the
+        bound is the seq this call started from, not the last change applied."""
+        start = self.seq
         for change in changes:
-            if change.seq <= self.seq:
+            if change.seq <= start:
                 continue
             if change.value is None:
                 self._remove(change.entity, change.key)

@@ -30,6 +30,8 @@ with :func:`map_errors`, chained so the cause stays visible. Classes defined out
     ├── CommandError                        a CLI argument or config file error (kafka-configs.sh's
     │                                       IllegalArgumentException)
     ├── StoreError                          the quota store cannot be opened, read or migrated
+    ├── ShadowStateError                    a shadow-set operation the store's state refuses (none running, a
+    │                                       rollback over keys changed since the promotion) (store.shadowing)
     ├── BrokerConnectionError               the admin client's gateway/broker is unreachable or not speaking Kafka
     ├── ConnectionClosed                    the gateway stops serving one client connection
     │   └── LoginQueueFullError             a login found no hash slot in time: closed unanswered
@@ -265,6 +267,11 @@ class CommandError(QuotaflowError):
 
 class StoreError(QuotaflowError):
     """The quota store cannot be opened, read or migrated."""
+
+
+class ShadowStateError(QuotaflowError):
+    """A shadow-set operation the store's current state refuses: promote or stop with none running, rollback with
+    nothing to roll back or over keys changed since the promotion (``quotaflow shadow``)."""
 
 
 class BrokerConnectionError(QuotaflowError):

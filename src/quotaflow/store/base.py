@@ -189,7 +189,7 @@ class ShadowStore(Protocol):
         ...
 
     def start_shadow(self, name: str, started_by: str, changes: Sequence[EntityChange]) -> ShadowSet:
-        """Start a shadow set; one already running is replaced (kept in the history as stopped)."""
+        """Start a shadow set; one already running is replaced (kept in the history as ``replaced``)."""
         ...
 
     def stop_shadow(self, stopped_by: str) -> ShadowSet | None:
@@ -198,11 +198,14 @@ class ShadowStore(Protocol):
 
     def promote_shadow(self, by: str, effective_ms: int) -> Promotion:
         """Apply the running shadow's changes to the enforced quotas and end the shadow, in one change-log batch
-        (one SQLite transaction; one record of the Kafka store's log) taking effect at ``effective_ms``."""
+        (one SQLite transaction; one record of the Kafka store's log) taking effect at ``effective_ms``; a
+        :class:`~quotaflow.core.errors.ShadowStateError` when none runs."""
         ...
 
-    def rollback(self, by: str, effective_ms: int) -> Promotion:
-        """Restore the keys the last promotion changed to their values before it, in one batch likewise."""
+    def rollback(self, by: str, effective_ms: int, *, force: bool = False) -> Promotion:
+        """Restore the keys the last promotion not rolled back yet changed to their values before it, in one batch
+        likewise; refused (:class:`~quotaflow.core.errors.ShadowStateError`) when one of those keys no longer holds
+        the value the promotion applied, unless ``force``."""
         ...
 
     def shadow_sets(self) -> list[ShadowSet]:

@@ -69,6 +69,40 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         permission_type INTEGER NOT NULL
     );
     """,
+    # 4: shadow quota sets (issue 36) and the promotion history; every start, stop, promote and rollback is a row of
+    # shadow_log, whose last version is the shadow version gateways poll (and a shadow set's / promotion's id)
+    """
+    CREATE TABLE shadow_log (
+        version INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts_ms   INTEGER NOT NULL,
+        event   TEXT NOT NULL,            -- start | stop | promote | rollback
+        shadow  INTEGER NOT NULL          -- the shadow set it concerns
+    );
+    CREATE TABLE shadow_sets (
+        id         INTEGER PRIMARY KEY,   -- the shadow_log version of its start
+        name       TEXT NOT NULL,
+        started_by TEXT NOT NULL,
+        started_ms INTEGER NOT NULL,
+        changes    TEXT NOT NULL,         -- JSON [{"entity": path, "ops": {key: value | null}}]
+        outcome    TEXT NOT NULL,         -- running | stopped | replaced | promoted
+        ended_by   TEXT,
+        ended_ms   INTEGER
+    );
+    CREATE UNIQUE INDEX shadow_sets_running ON shadow_sets (outcome) WHERE outcome = 'running';
+    CREATE TABLE promotions (
+        id           INTEGER PRIMARY KEY, -- the shadow_log version of the promote / rollback
+        kind         TEXT NOT NULL,       -- promote | rollback
+        shadow_id    INTEGER NOT NULL,
+        shadow_name  TEXT NOT NULL,
+        by           TEXT NOT NULL,
+        at_ms        INTEGER NOT NULL,
+        effective_ms INTEGER NOT NULL,
+        first_seq    INTEGER NOT NULL,    -- its changes: first_seq <= changes.seq <= last_seq
+        last_seq     INTEGER NOT NULL,
+        previous     TEXT NOT NULL,       -- JSON, as shadow_sets.changes (null: the key was absent)
+        applied      TEXT NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -7,6 +7,8 @@ change log is always exactly the history of the data. Entities are stored under 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import sqlite3
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from quotaflow.core.acl import (
     AccessControlEntry,
@@ -28,19 +30,35 @@ from quotaflow.core.acl import (
     ResourceType,
 )
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import StoreError
+from quotaflow.core.errors import ShadowStateError, StoreError
 from quotaflow.store.base import (
     AclSnapshot,
     AclStore,
     Change,
     Credential,
     EntityChange,
+    Promotion,
     QuotaStore,
     ScramCredential,
+    ShadowSet,
+    ShadowStore,
     Snapshot,
     Values,
 )
 from quotaflow.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from quotaflow.store.shadowing import (
+    PROMOTE,
+    PROMOTED,
+    REPLACED,
+    ROLLBACK,
+    RUNNING,
+    STOPPED,
+    changes_from_json,
+    changes_to_json,
+    check_rollback,
+    effective,
+    rollback_target,
+)
 
 BUSY_TIMEOUT_MS: Final = 30_000
 _NAN: Final = "NaN"
@@ -177,30 +195,35 @@ class SqliteStore:
         key are no-ops and are not logged, so the log holds exactly the effective changes."""
         ts = self._clock_ms()
         with self._write() as db:
-            for entity, ops in changes:
-                path = entity.path
-                current = dict(db.execute("SELECT key, value FROM quotas WHERE path = ?", (path,)).fetchall())
-                for key, value in ops.items():
-                    old = current.get(key)
-                    if value is None:
-                        if old is None:
-                            continue
-                        db.execute("DELETE FROM quotas WHERE path = ? AND key = ?", (path, key))
-                        current.pop(key)
-                    else:
-                        if old is not None and _same(_decode(old), value):
-                            continue
-                        db.execute(
-                            "INSERT INTO quotas (path, key, value) VALUES (?, ?, ?) "
-                            "ON CONFLICT (path, key) DO UPDATE SET value = excluded.value",
-                            (path, key, _encode(value)),
-                        )
-                        current[key] = value
-                    db.execute(
-                        "INSERT INTO changes (ts_ms, path, key, value) VALUES (?, ?, ?, ?)",
-                        (ts, path, key, None if value is None else _encode(value)),
-                    )
+            self._alter_in(db, changes, ts)
             return self._last_seq(db)
+
+    @staticmethod
+    def _alter_in(db: sqlite3.Connection, changes: Sequence[EntityChange], ts: int) -> None:
+        """``alter``'s work inside the caller's transaction."""
+        for entity, ops in changes:
+            path = entity.path
+            current = dict(db.execute("SELECT key, value FROM quotas WHERE path = ?", (path,)).fetchall())
+            for key, value in ops.items():
+                old = current.get(key)
+                if value is None:
+                    if old is None:
+                        continue
+                    db.execute("DELETE FROM quotas WHERE path = ? AND key = ?", (path, key))
+                    current.pop(key)
+                else:
+                    if old is not None and _same(_decode(old), value):
+                        continue
+                    db.execute(
+                        "INSERT INTO quotas (path, key, value) VALUES (?, ?, ?) "
+                        "ON CONFLICT (path, key) DO UPDATE SET value = excluded.value",
+                        (path, key, _encode(value)),
+                    )
+                    current[key] = value
+                db.execute(
+                    "INSERT INTO changes (ts_ms, path, key, value) VALUES (?, ?, ?, ?)",
+                    (ts, path, key, None if value is None else _encode(value)),
+                )
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         sql = "SELECT seq, ts_ms, path, key, value FROM changes WHERE seq > ? ORDER BY seq"
@@ -317,6 +340,118 @@ class SqliteStore:
                                f"VALUES (?, ?, {placeholders})", (ts, int(added), *row))
             return self._acl_version(db)
 
+    # -- shadow sets ----------------------------------------------------------------------------------------------
+
+    _SHADOW_COLUMNS: Final = "id, name, started_by, started_ms, changes, outcome, ended_by, ended_ms"
+    _PROMOTION_COLUMNS: Final = ("id, kind, shadow_id, shadow_name, by, at_ms, effective_ms, first_seq, last_seq, "
+                                 "previous, applied")
+
+    def shadow(self) -> ShadowSet | None:
+        with self._locked() as db:
+            return self._running(db)
+
+    def shadow_version(self) -> int:
+        with self._locked() as db:
+            return self._shadow_version(db)
+
+    @staticmethod
+    def _shadow_version(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'shadow_log'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _running(self, db: sqlite3.Connection) -> ShadowSet | None:
+        row = db.execute(f"SELECT {self._SHADOW_COLUMNS} FROM shadow_sets WHERE outcome = ?", (RUNNING,)).fetchone()
+        return None if row is None else _shadow_set(row)
+
+    @staticmethod
+    def _log_shadow(db: sqlite3.Connection, ts: int, event: str, shadow: int) -> int:
+        """A row of the shadow log; its version (the new shadow version)."""
+        cursor = db.execute("INSERT INTO shadow_log (ts_ms, event, shadow) VALUES (?, ?, ?)", (ts, event, shadow))
+        return int(cursor.lastrowid or 0)
+
+    def _end(self, db: sqlite3.Connection, shadow: ShadowSet, outcome: str, by: str, ts: int) -> ShadowSet:
+        db.execute("UPDATE shadow_sets SET outcome = ?, ended_by = ?, ended_ms = ? WHERE id = ?",
+                   (outcome, by, ts, shadow.id))
+        return dataclasses.replace(shadow, outcome=outcome, ended_by=by, ended_ms=ts)
+
+    def start_shadow(self, name: str, started_by: str, changes: Sequence[EntityChange]) -> ShadowSet:
+        """One transaction: the running set (if any) ends ``replaced``, the new one starts."""
+        ts = self._clock_ms()
+        with self._write() as db:
+            running = self._running(db)
+            if running is not None:
+                self._end(db, running, REPLACED, started_by, ts)
+                self._log_shadow(db, ts, "stop", running.id)
+            version = self._log_shadow(db, ts, "start", 0)
+            db.execute("UPDATE shadow_log SET shadow = version WHERE version = ?", (version,))
+            shadow = ShadowSet(version, name, started_by, ts, tuple(changes))
+            db.execute(f"INSERT INTO shadow_sets ({self._SHADOW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+                       (shadow.id, name, started_by, ts, _json(changes_to_json(shadow.changes)), RUNNING))
+            return shadow
+
+    def stop_shadow(self, stopped_by: str) -> ShadowSet | None:
+        ts = self._clock_ms()
+        with self._write() as db:
+            running = self._running(db)
+            if running is None:
+                return None
+            self._log_shadow(db, ts, "stop", running.id)
+            return self._end(db, running, STOPPED, stopped_by, ts)
+
+    def promote_shadow(self, by: str, effective_ms: int) -> Promotion:
+        """One transaction: the running set's effective changes go to the quotas and the change log, the set ends
+        ``promoted`` and the promotion (with the values it replaced) joins the history."""
+        ts = self._clock_ms()
+        with self._write() as db:
+            running = self._running(db)
+            if running is None:
+                raise ShadowStateError("no shadow set is running: nothing to promote (`quotaflow shadow start`)")
+            previous, applied = effective(running.changes, lambda e: self._values(db, e))
+            self._end(db, running, PROMOTED, by, ts)
+            return self._batch(db, PROMOTE, running, by, ts, effective_ms, previous, applied)
+
+    def rollback(self, by: str, effective_ms: int, *, force: bool = False) -> Promotion:
+        """One transaction: the check against the current values and the restoring batch, so no write slips
+        between them."""
+        ts = self._clock_ms()
+        with self._write() as db:
+            target = rollback_target(self._promotions(db))
+            check_rollback(target, lambda e: self._values(db, e), force)
+            previous, applied = effective(target.previous, lambda e: self._values(db, e))
+            shadow = ShadowSet(target.shadow_id, target.shadow_name, "", 0, ())
+            return self._batch(db, ROLLBACK, shadow, by, ts, effective_ms, previous, applied)
+
+    def _batch(self, db: sqlite3.Connection, kind: str, shadow: ShadowSet, by: str, ts: int, effective_ms: int,
+               previous: tuple[EntityChange, ...], applied: tuple[EntityChange, ...]) -> Promotion:
+        """Apply ``applied`` and record it (inside the caller's transaction): its changes are contiguous seqs."""
+        first = self._last_seq(db) + 1
+        self._alter_in(db, applied, ts)
+        version = self._log_shadow(db, ts, kind, shadow.id)
+        promotion = Promotion(version, kind, shadow.id, shadow.name, by, ts, effective_ms, first, self._last_seq(db),
+                              previous, applied)
+        db.execute(f"INSERT INTO promotions ({self._PROMOTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (promotion.id, kind, shadow.id, shadow.name, by, ts, effective_ms, promotion.first_seq,
+                    promotion.last_seq, _json(changes_to_json(previous)), _json(changes_to_json(applied))))
+        return promotion
+
+    @staticmethod
+    def _values(db: sqlite3.Connection, entity: QuotaEntity) -> Values:
+        return {k: _decode(v) for k, v in db.execute("SELECT key, value FROM quotas WHERE path = ?",
+                                                     (entity.path,)).fetchall()}
+
+    def shadow_sets(self) -> list[ShadowSet]:
+        with self._locked() as db:
+            return [_shadow_set(row) for row in
+                    db.execute(f"SELECT {self._SHADOW_COLUMNS} FROM shadow_sets ORDER BY id").fetchall()]
+
+    def promotions(self) -> list[Promotion]:
+        with self._locked() as db:
+            return self._promotions(db)
+
+    def _promotions(self, db: sqlite3.Connection) -> list[Promotion]:
+        return [_promotion(row) for row in
+                db.execute(f"SELECT {self._PROMOTION_COLUMNS} FROM promotions ORDER BY id").fetchall()]
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -364,6 +499,24 @@ def _binding(row: tuple[int, str, int, str, str, int, int]) -> AclBinding:
                       AccessControlEntry(str(principal), str(host), AclOperation(op), AclPermissionType(perm)))
 
 
+def _json(doc: object) -> str:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+def _shadow_set(row: tuple[Any, ...]) -> ShadowSet:
+    shadow_id, name, started_by, started_ms, changes, outcome, ended_by, ended_ms = row
+    return ShadowSet(int(shadow_id), str(name), str(started_by), int(started_ms),
+                     changes_from_json(json.loads(changes)), str(outcome), ended_by,
+                     None if ended_ms is None else int(ended_ms))
+
+
+def _promotion(row: tuple[Any, ...]) -> Promotion:
+    pid, kind, shadow_id, shadow_name, by, at_ms, effective_ms, first, last, previous, applied = row
+    return Promotion(int(pid), str(kind), int(shadow_id), str(shadow_name), str(by), int(at_ms), int(effective_ms),
+                     int(first), int(last), changes_from_json(json.loads(previous)),
+                     changes_from_json(json.loads(applied)))
+
+
 def _same(a: float, b: float) -> bool:
     """Java ``Double.equals`` semantics for "set equal to current": NaN equals NaN."""
     return a == b or (math.isnan(a) and math.isnan(b))
@@ -372,3 +525,4 @@ def _same(a: float, b: float) -> bool:
 if TYPE_CHECKING:  # mypy checks that SqliteStore satisfies the QuotaStore protocol exactly
     _conforms: QuotaStore = SqliteStore(":memory:")
     _acls: AclStore = SqliteStore(":memory:")
+    _shadows: ShadowStore = SqliteStore(":memory:")
