@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,20 +219,29 @@ def logged_events(root: Path, traffic: Path, enforced: Path, shadow: Path, shado
     return root
 
 
+def rewrite(events: Path, out: Path, kind: str, change: Callable[[pa.Table], pa.Table]) -> None:
+    """``out``: a copy of ``events`` (made once) with ``kind``'s rows changed by ``change`` (one file)."""
+    if not out.exists():
+        shutil.copytree(events, out)
+    t = read_dataset(out, kind)
+    assert t is not None
+    for p in (out / kind).iterdir():
+        p.unlink()
+    pq.write_table(change(t), out / kind / "part-0.parquet")
+
+
 def tamper(events: Path, out: Path, column: str, rows: int, broker: str = "broker-0") -> list[int]:
     """A copy of ``events`` with ``column`` raised by 1 ms on the first ``rows`` request rows of ``broker``
     that the column throttles; their seqs."""
-    shutil.copytree(events, out)
-    t = read_dataset(out, "requests")
-    assert t is not None
-    hit = pc.and_(pc.equal(t["broker"], broker), pc.greater(t[column], 0))
-    seqs = t.filter(hit)["seq"].to_pylist()[:rows]
-    bump = pc.and_(pc.equal(t["broker"], broker), pc.is_in(t["seq"], pa.array(seqs, pa.int64())))
-    t = t.set_column(t.schema.get_field_index(column), column,
-                     pc.if_else(bump, pc.add(t[column], 1), t[column]))  # fmt: skip
-    for p in (out / "requests").iterdir():
-        p.unlink()
-    pq.write_table(t, out / "requests" / "part-0.parquet")
+    seqs: list[int] = []
+
+    def change(t: pa.Table) -> pa.Table:
+        on = pc.equal(t["broker"], broker)
+        seqs.extend(t.filter(pc.and_(on, pc.greater(t[column], 0)))["seq"].to_pylist()[:rows])
+        bump = pc.and_(on, pc.is_in(t["seq"], pa.array(seqs, pa.int64())))
+        return t.set_column(t.schema.get_field_index(column), column, pc.if_else(bump, pc.add(t[column], 1), t[column]))
+
+    rewrite(events, out, "requests", change)
     return seqs
 
 
@@ -255,3 +265,143 @@ def test_proposal_checks_the_live_decisions_only(spark: Any, traffic: Path, quot
     for name in ("tenants", "compare", "ips"):  # the logged columns change nothing the report computes
         pd.testing.assert_frame_equal(pq.read_table(out / name).to_pandas(), pq.read_table(offline / name).to_pandas(),
                                       check_exact=True, obj=name)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shadow_store(quota_store: Path, proposal: Path) -> tuple[Path, int, int]:
+    """A copy of the enforced store whose shadow history holds "first-try" (the first entity's changes only,
+    replaced) and "storm-relief" (the whole proposal, running), started from the proposal as `shadow start`
+    validates it (the admin's alter plan); (path, first-try's id, storm-relief's id)."""
+    from quotaflow.admin import Admin
+    from quotaflow.admin.batch import alterations_from_json
+    from quotaflow.store import open_store
+
+    path = proposal.parent / "shadow.db"
+    shutil.copy(quota_store, path)
+    admin = Admin(open_store(path))
+    results, changes = admin.plan(alterations_from_json(PROPOSAL))
+    assert all(r.ok for r in results)
+    store: Any = admin.store
+    first = store.start_shadow("first-try", "bob", changes[:1])
+    running = store.start_shadow("storm-relief", "alice", changes)
+    admin.close()
+    return path, first.id, running.id
+
+
+@pytest.fixture(scope="module")
+def logged(traffic: Path, quota_store: Path, proposal_db: Path, shadow_store: tuple[Path, int, int],
+           tmp_path_factory: pytest.TempPathFactory) -> Path:  # fmt: skip
+    return logged_events(tmp_path_factory.mktemp("logged"), traffic, quota_store, proposal_db, shadow_store[2])
+
+
+@pytest.mark.spark
+def test_shadow_equals_replay_and_agrees_with_its_proposal(spark: Any, logged: Path,
+                                                          shadow_store: tuple[Path, int, int], offline: Path,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    """The store's running shadow over the events a gateway logged under it: every logged shadow and live
+    decision reproduced (0 differ, --strict passes), and the report is the --proposal report of its changes."""
+    store, _, sid = shadow_store
+    out = tmp_path / "out"
+    r = invoke("--events", logged, "--store", store, "--shadow", "storm-relief", "--out", out, "--strict")
+    assert r.exit_code == 0, r.output
+    for line in ("shadow = replay (requests): 0 of 12000 logged rows differ",
+                 "live = replay (requests): 0 of 12000 logged rows differ",
+                 "shadow = replay (connections): 0 of 5172 logged rows differ",
+                 "live = replay (connections): 0 of 5172 logged rows differ"):  # fmt: skip
+        assert line in r.output, r.output
+    assert "warning" not in r.output
+    assert f"shadow 'storm-relief' (id {sid}, running)" in r.output
+    for name in ("tenants", "compare", "compare_summary", "ips"):
+        pd.testing.assert_frame_equal(pq.read_table(out / name).to_pandas(), pq.read_table(offline / name).to_pandas(),
+                                      check_exact=True, obj=name)  # fmt: skip
+    summary = json.loads((out / "_SUMMARY.json").read_text())
+    assert summary["shadow"]["id"] == sid and summary["shadow"]["started_by"] == "alice"
+    assert summary["requests"]["rows"] == f"rows logged with shadow_id {sid}"
+    decisions = pq.read_table(out / "decisions").to_pandas().sort_values(["broker", "seq"]).reset_index(drop=True)
+    events = read_dataset(logged, "requests")
+    assert events is not None
+    want = events.to_pandas().sort_values(["broker", "seq"]).reset_index(drop=True)
+    for col in ("throttle_ms", "shadow_throttle_ms", "shadow_throttle_ms_fetch"):  # the gateway's names, row for row
+        assert decisions[col].tolist() == want[col].tolist()
+    assert (want["shadow_throttle_ms"] != want["throttle_ms"]).any()  # the two sets do decide differently
+
+
+@pytest.mark.spark
+def test_mismatch_counter_finds_tampered_shadow_rows_of_its_shadow_only(spark: Any, logged: Path,
+                                                                        shadow_store: tuple[Path, int, int],
+                                                                        tmp_path: Path) -> None:  # fmt: skip
+    """Three logged shadow decisions off by 1 ms are found (and listed); broker-2's rows, logged under another
+    shadow set, are not read (one of them tampered too: not counted)."""
+    store, first, sid = shadow_store
+    bad = tmp_path / "bad"
+    seqs = tamper(logged, bad, "shadow_throttle_ms", 3)
+    tamper(bad, tmp_path / "bad2", "shadow_throttle_ms", 1, broker="broker-2")
+
+    def other_shadow(t: pa.Table) -> pa.Table:
+        ids = pc.if_else(pc.equal(t["broker"], "broker-2"), pa.scalar(first, pa.int64()), t["shadow_id"])
+        return t.set_column(t.schema.get_field_index("shadow_id"), "shadow_id", ids)
+
+    for kind in ("requests", "connections"):
+        rewrite(tmp_path / "bad2", tmp_path / "bad2", kind, other_shadow)
+    t = read_dataset(tmp_path / "bad2", "requests")
+    c = read_dataset(tmp_path / "bad2", "connections")
+    assert t is not None and c is not None
+    kept = pc.sum(pc.not_equal(t["broker"], "broker-2")).as_py()
+    kept_c = pc.sum(pc.not_equal(c["broker"], "broker-2")).as_py()
+    assert 0 < kept < t.num_rows and 0 < kept_c < c.num_rows
+    out = tmp_path / "out"
+    r = invoke("--events", tmp_path / "bad2", "--store", store, "--shadow", str(sid), "--out", out)
+    assert r.exit_code == 0, r.output  # without --strict a warning, not a failure
+    assert f"shadow = replay (requests): 3 of {kept} logged rows differ" in r.output
+    assert "warning: 3 logged shadow decisions (requests) differ from the replay; see mismatches/" in r.output
+    assert f"live = replay (requests): 0 of {kept} logged rows differ" in r.output
+    assert f"shadow = replay (connections): 0 of {kept_c} logged rows differ" in r.output
+    mismatches = pq.read_table(out / "mismatches").to_pandas()
+    assert sorted(mismatches["seq"]) == sorted(seqs) and set(mismatches["broker"]) == {"broker-0"}
+    assert (mismatches["logged_throttle_ms"] == mismatches["replayed_throttle_ms"] + 1).all()
+    summary = json.loads((out / "_SUMMARY.json").read_text())
+    assert summary["counts"]["selected_requests"] == kept and summary["counts"]["selected_connections"] == kept_c
+    assert summary["requests"]["check"]["shadow"] == {"checked": kept, "mismatched": 3}
+    strict = invoke("--events", tmp_path / "bad2", "--store", store, "--shadow", str(sid), "--out", out, "--strict")
+    assert strict.exit_code == 3
+
+
+def test_which_shadow(shadow_store: tuple[Path, int, int], quota_store: Path) -> None:
+    from quotaflow.core.errors import CommandError
+    from quotaflow.pipeline.shadow import store_shadow
+
+    store, first, sid = shadow_store
+    running = store_shadow(store, None)
+    assert running.record is not None and running.record.id == sid and len(running.changes) == len(PROPOSAL)
+    by_id = store_shadow(store, str(first))
+    assert by_id.record is not None and by_id.record.name == "first-try" and by_id.record.outcome == "replaced"
+    assert by_id.changes == running.changes[:1]
+    assert store_shadow(store, "storm-relief").record == running.record
+    with pytest.raises(CommandError, match="no shadow set in store"):
+        store_shadow(quota_store, None)  # a store no shadow ever ran on
+
+
+def _one_line_error(r: Any, text: str) -> None:
+    assert r.exit_code == 1 and r.exception is not None, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and text in lines[0], r.output
+
+
+def test_bad_input_one_line_errors(shadow_store: tuple[Path, int, int], traffic: Path, proposal: Path,
+                                   tmp_path: Path) -> None:  # fmt: skip
+    store = shadow_store[0]
+    common = ("--store", store, "--out", tmp_path / "out")
+    _one_line_error(invoke("--events", traffic, *common, "--shadow", "nope"),
+                    "no shadow set 'nope' in store")  # fmt: skip
+    _one_line_error(invoke("--events", tmp_path / "none", *common), "does not exist")
+    (tmp_path / "empty" / "requests").mkdir(parents=True)
+    _one_line_error(invoke("--events", tmp_path / "empty", *common), "no event files under")
+    _one_line_error(invoke("--events", traffic, *common, "--shadow", "storm-relief", "--proposal", proposal),
+                    "--shadow and --proposal")  # fmt: skip
+    negative = tmp_path / "negative.json"
+    negative.write_text(json.dumps([{"entity": {"user": "u"}, "values": {"producer_byte_rate": -5}}]))
+    _one_line_error(invoke("--events", traffic, *common, "--proposal", negative),
+                    "1 entities refused: ClientQuotaEntity(entries={user=u}): Quota producer_byte_rate must be "
+                    "greater than 0")  # fmt: skip
+    _one_line_error(invoke("--events", traffic, *common, "--proposal", tmp_path / "missing.json"), "Cannot read")
+    assert not (tmp_path / "out").exists()  # every refusal before Spark and before OUT is touched

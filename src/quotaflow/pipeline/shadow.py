@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from quotaflow.core.entities import render_entity
 from quotaflow.core.errors import CommandError
 from quotaflow.events import (
     CONNECTION_DECISION_FIELDS,
@@ -173,8 +174,9 @@ def proposal_shadow(path: Path, store: str | Path) -> Shadow:
         admin.close()
     failed = [r for r in results if not r.ok]
     if failed:
-        raise CommandError(f"{path}: {len(failed)} entities refused: "
-                           + "; ".join(str(r.error.message) for r in failed))  # fmt: skip
+        raise CommandError(f"{path}: {len(failed)} entities refused: " + "; ".join(
+            f"{render_entity({k: v for k, v in r.entity.items() if k is not None})}: {r.error.message}"
+            for r in failed))  # fmt: skip
     return Shadow(tuple(changes), None, f"proposal {path}")
 
 
