@@ -122,6 +122,7 @@ def offline(spark: Any, traffic: Path, quota_store: Path, proposal: Path, tmp_pa
     out = tmp_path_factory.mktemp("offline") / "report"
     r = invoke("--events", traffic, "--store", quota_store, "--proposal", proposal, "--out", out)
     assert r.exit_code == 0, r.output
+    (out.parent / "printed.txt").write_text(r.output)
     return out
 
 
@@ -173,6 +174,16 @@ def test_report_equals_backtest_compare(spark: Any, traffic: Path, quota_store: 
     assert summary["requests"]["check"] == {"shadow": {"checked": 0, "mismatched": 0},
                                             "live": {"checked": 0, "mismatched": 0}}  # fmt: skip
     assert summary["totals"]["enforced"]["throttle_s"] == pytest.approx(before["throttle_s"].sum())
+    printed = (offline.parent / "printed.txt").read_text()  # the table: changed tenants, most changed first
+    top = tenants.index[0]
+    assert f"{len(changed)} of {len(tenants)} tenants (user) would be throttled differently" in printed
+    row = next(line for line in printed.splitlines() if f"user={top} " in line)
+    a, b = tenants.loc[top, "throttled_requests_enforced"], tenants.loc[top, "throttled_requests_shadow"]
+    assert f"{a:,} -> {b:,}" in row
+    unchanged = tenants.index[tenants["throttled_requests_delta"].eq(0) & tenants["throttle_s_delta"].eq(0)
+                              & tenants["delayed_bytes_delta"].eq(0) & tenants["throttled_seconds_delta"].eq(0)]
+    assert f"user={unchanged[0]} " not in printed
+    assert "all tenants" in printed and "10.0.7.1" in printed  # totals, and an IP whose admissions change
 
 
 def logged_events(root: Path, traffic: Path, enforced: Path, shadow: Path, shadow_id: int) -> Path:
@@ -257,7 +268,7 @@ def test_proposal_checks_the_live_decisions_only(spark: Any, traffic: Path, quot
     assert r.exit_code == 3, r.output
     assert "live = replay (requests): 2 of 12000 logged rows differ" in r.output
     assert "warning: 2 logged live decisions (requests) differ from the replay; see mismatches/" in r.output
-    assert "shadow = replay (requests): not checked" in r.output
+    assert "shadow = replay (requests): not checked, --proposal is no shadow a gateway logged" in r.output
     assert "live = replay (connections): 0 of 5172 logged rows differ" in r.output
     bad = pq.read_table(out / "mismatches").to_pandas()
     assert sorted(bad["seq"]) == sorted(seqs) and set(bad["check"]) == {"live"}
@@ -405,3 +416,37 @@ def test_bad_input_one_line_errors(shadow_store: tuple[Path, int, int], traffic:
                     "greater than 0")  # fmt: skip
     _one_line_error(invoke("--events", traffic, *common, "--proposal", tmp_path / "missing.json"), "Cannot read")
     assert not (tmp_path / "out").exists()  # every refusal before Spark and before OUT is touched
+
+
+def _same_config(a: Any, b: Any) -> bool:
+    return a.ip_rates == b.ip_rates and all(
+        (a.types[t].overrides, a.types[t].mask) == (b.types[t].overrides, b.types[t].mask) for t in b.types)
+
+
+def test_promoted_shadow_is_compared_with_the_quotas_before_its_promotion(shadow_store: tuple[Path, int, int],
+                                                                          quota_store: Path, proposal_db: Path,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    """Once promoted, the enforced quotas hold the shadow's changes: its report compares the shadow with the quotas
+    it ran beside (restored from the promotion's previous values), after a rollback too, not with itself."""
+    from quotaflow.pipeline.resolve import load_config
+    from quotaflow.pipeline.shadow import store_shadow
+    from quotaflow.store import open_store
+
+    path = tmp_path / "promoted.db"
+    shutil.copy(shadow_store[0], path)
+    before, applied = load_config(quota_store), load_config(proposal_db)
+    st: Any = open_store(path)
+    st.promote_shadow("carol", 0)
+    st.close()
+    assert _same_config(load_config(path), applied)  # the enforced quotas now are the shadow's
+    for step in ("promoted", "rolled back"):
+        shadow = store_shadow(path, "storm-relief")
+        assert shadow.record is not None and shadow.record.outcome == "promoted"
+        base, other = shadow.configs(load_config(path))
+        assert _same_config(base, before) and _same_config(other, applied), step
+        assert "before promotion" in shadow.describe()["base"]  # type: ignore[operator]
+        if step == "promoted":
+            st = open_store(path)
+            st.rollback("carol", 0)
+            st.close()
+            assert _same_config(load_config(path), before)

@@ -63,7 +63,12 @@ def report(events: Path, store: str, out: Path, broker_config: Path | None, shad
     stdout = Console() if Console().is_terminal else Console(width=200)  # a log or a pipe: no squeezing
     stdout.print(heading(described))
     if (out / job.TENANTS).exists():
-        stdout.print(tenant_table(pq.read_table(out / job.TENANTS).to_pylist()[:top], described["entity_type"]))
+        tenants = pq.read_table(out / job.TENANTS).to_pylist()
+        changed = [r for r in tenants if any(r[f"{m}_delta"] for m in job.TENANT_METRICS)]
+        if changed:
+            stdout.print(tenant_table(changed[:top], described["entity_type"], described.get("totals")))
+        click.echo(f"{len(changed)} of {len(tenants)} tenants ({described['entity_type']}) would be throttled "
+                   f"differently{'' if len(changed) <= top else f'; the {top} most changed shown'}")  # fmt: skip
     if (out / job.IPS).exists():
         ips = [r for r in pq.read_table(out / job.IPS).to_pylist() if r["delayed_delta"] or r["refused_delta"]]
         if ips:
@@ -87,9 +92,10 @@ def _pair(a: float | int, b: float | int, fmt: str = "{:,}") -> str:
     return fmt.format(a) if a == b else f"{fmt.format(a)} -> {fmt.format(b)}"
 
 
-def tenant_table(rows: list[dict[str, Any]], level: str) -> Table:
-    """Per tenant (``tenants/`` rows, the most changed first): enforced -> shadow where they differ."""
-    table = Table(title=f"enforced vs shadow, per {level}", title_justify="left")
+def tenant_table(rows: list[dict[str, Any]], level: str, totals: dict[str, dict[str, Any]] | None = None) -> Table:
+    """Per tenant (``tenants/`` rows, the most changed first): enforced -> shadow where they differ; the totals
+    over every tenant last."""
+    table = Table(title=f"enforced -> shadow, per {level} (changed only)", title_justify="left")
     for name, justify in (("entity", "left"), ("requests", "right"), ("throttled requests", "right"),
                           ("throttled s", "right"), ("throttle time s", "right"),
                           ("delayed bytes", "right")):  # fmt: skip
@@ -102,6 +108,13 @@ def tenant_table(rows: list[dict[str, Any]], level: str) -> Table:
                       _pair(r["throttled_seconds_enforced"], r["throttled_seconds_shadow"]),
                       _pair(r["throttle_s_enforced"], r["throttle_s_shadow"], "{:,.3f}"),
                       _pair(r["delayed_bytes_enforced"], r["delayed_bytes_shadow"]))  # fmt: skip
+    if totals:
+        a, b = totals["enforced"], totals["shadow"]
+        table.add_section()
+        table.add_row("all tenants", "", _pair(a["throttled_requests"], b["throttled_requests"]),
+                      _pair(a["throttled_seconds"], b["throttled_seconds"]),
+                      _pair(a["throttle_s"], b["throttle_s"], "{:,.3f}"),
+                      _pair(a["delayed_bytes"], b["delayed_bytes"]))  # fmt: skip
     return table
 
 
@@ -128,6 +141,9 @@ def check_lines(summary: dict[str, Any]) -> tuple[list[str], int]:
             continue
         for check, label in (("shadow", "shadow = replay"), ("live", "live = replay")):
             c = checks[check]
+            if check == "shadow" and summary["shadow"]["id"] is None:
+                lines.append(f"{label} ({kind}): not checked, --proposal is no shadow a gateway logged")
+                continue
             if not c["checked"]:
                 lines.append(f"{label} ({kind}): not checked, no logged {check} decisions")
                 continue

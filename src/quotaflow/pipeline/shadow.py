@@ -115,12 +115,23 @@ class Shadow:
     changes: tuple[EntityChange, ...]
     record: ShadowSet | None
     source: str
+    restore: tuple[EntityChange, ...] = ()
+    """A promoted shadow: the values the promotions since (its own included) replaced, newest batch first, so
+    applied in order they give the enforced quotas just before it was promoted (the base it ran against)."""
+    base: str = "the store's enforced quotas"
 
     def describe(self) -> dict[str, object]:
         r = self.record
         return {"source": self.source, "id": None if r is None else r.id, "name": None if r is None else r.name,
                 "outcome": None if r is None else r.outcome, "started_by": None if r is None else r.started_by,
-                "started_ms": None if r is None else r.started_ms, "changes": changes_json(self.changes)}  # fmt: skip
+                "started_ms": None if r is None else r.started_ms, "changes": changes_json(self.changes),
+                "base": self.base}  # fmt: skip
+
+    def configs(self, enforced: QuotaConfig) -> tuple[QuotaConfig, QuotaConfig]:
+        """(the quotas the shadow ran beside, those quotas with the shadow's changes): the enforced config, or for
+        a promoted shadow the enforced config before its promotion."""
+        base = enforced.with_changes(self.restore) if self.restore else enforced
+        return base, base.with_changes(self.changes)
 
 
 def changes_json(changes: Sequence[EntityChange]) -> list[dict[str, object]]:
@@ -191,6 +202,7 @@ def store_shadow(store: str | Path, which: str | None) -> Shadow:
             raise CommandError(f"store {store} keeps no shadow sets; give the changes with --proposal FILE")
         running = st.shadow()
         sets = st.shadow_sets()
+        promotions = st.promotions()
     finally:
         st.close()
     if which is None:
@@ -206,7 +218,14 @@ def store_shadow(store: str | Path, which: str | None) -> Shadow:
             known = ", ".join(f"{s.name} (id {s.id})" for s in sets[-5:]) or "none"
             raise CommandError(f"no shadow set {which!r} in store {store} (latest: {known})")
         chosen = found[-1]
-    return Shadow(tuple(chosen.changes), chosen, "store")
+    own = [i for i, p in enumerate(promotions) if p.kind == "promote" and p.shadow_id == chosen.id]
+    if not own:
+        return Shadow(tuple(chosen.changes), chosen, "store")
+    since = promotions[own[-1]:]
+    restore = tuple(c for p in reversed(since) for c in p.previous)
+    return Shadow(tuple(chosen.changes), chosen, "store", restore,
+                  f"the store's enforced quotas before promotion {since[0].id} (the values it and the "
+                  f"{len(since) - 1} promote/rollback batches since replaced, restored)")  # fmt: skip
 
 
 def _entities(res: pa.Table, level: str) -> Entities:
@@ -445,8 +464,7 @@ def run(spec: ReportSpec, *, master: str | None = None, spark: Any = None,
             from quotaflow.pipeline.session import get_session
 
             spark = get_session("local", master)
-    base = spec.job().quota_config()
-    shadow_cfg = base.with_changes(shadow.changes)
+    base, shadow_cfg = shadow.configs(spec.job().quota_config())
     windows = spec.job().windows()
     if spec.out.exists():
         shutil.rmtree(spec.out)
