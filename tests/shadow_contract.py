@@ -17,7 +17,7 @@ from quotaflow.store.base import Change, ShadowStore
 
 ALICE = QuotaEntity(user="alice")
 BOB = QuotaEntity(user="bob", client_id="app")
-PREFIX = QuotaEntity(user="carol", client_id_prefix="etl-")
+PREFIX = QuotaEntity(client_id_prefix="etl-")
 RANGE = QuotaEntity(ip="10.1.0.0/16")
 ANY_USER = QuotaEntity(user=DEFAULT)
 
@@ -108,7 +108,7 @@ def promote_and_rollback(store: Handle, open_handle: Opener, *, one_seq: bool) -
     # a later change to a key the promotion set: rollback refused, nothing written
     store.alter([(BOB, {"producer_byte_rate": 333.0})])
     last = store.last_seq()
-    with pytest.raises(ShadowStateError, match=r"users/bob/clients/app producer_byte_rate: 300 -> 333.*--force"):
+    with pytest.raises(ShadowStateError, match=r"\{user=bob, client-id=app\} producer_byte_rate: 300 -> 333.*--force"):
         store.rollback("erin", 0)
     assert store.last_seq() == last and store.promotions() == [promotion]
     # that key back where the promotion put it: allowed

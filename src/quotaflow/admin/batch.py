@@ -8,14 +8,25 @@ the others. :func:`plan_changes` reads the current values first so the caller ca
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from quotaflow.admin.local import AdminBackend, Alteration, AlterResult, QuotaOp
 from quotaflow.core.errors import CommandError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
+
+
+def read_proposal(path: Path) -> list[Alteration]:
+    """The alterations of a proposal file (``client-quotas --alter --from-file``, ``shadow start --from-file``)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CommandError(f"Cannot read {path}: {e}") from e
+    return alterations_from_json(doc, str(path))
 
 
 def alterations_from_json(doc: Any, source: str = "proposal") -> list[Alteration]:

@@ -16,7 +16,7 @@ from typing import Final
 import click
 
 from quotaflow.admin import AdminBackend, Alteration, DescribedEntity, QuotaOp, Resolution
-from quotaflow.admin.batch import alterations_from_json, apply, changes_to_json
+from quotaflow.admin.batch import apply, changes_to_json, read_proposal
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.cli.common import (
     RawArgsCommand,
@@ -207,11 +207,7 @@ def alter_from_file(path: Path, validate_only: bool, output: str, store: str | N
                     bootstrap_server: str | None) -> None:  # fmt: skip
     """``--alter --from-file``: every entity of the file, each validated and applied all-or-nothing, with a summary
     of what changes; exit status 1 when an entity failed."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CommandError(f"Cannot read {path}: {e}") from e
-    alterations = alterations_from_json(doc, str(path))
+    alterations = read_proposal(path)
     backend = open_backend(store, bootstrap_server, create=True)
     try:
         in_force = {} if output == "json" else {

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "console": "quotaflow.cli.console:console",
     "recommend": "quotaflow.cli.recommend:recommend",
     "acls": "quotaflow.cli.acls:acls",
+    "shadow": "quotaflow.cli.shadow:shadow",
 }
 
 

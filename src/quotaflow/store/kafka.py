@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from quotaflow.core.acl import AclBinding
 from quotaflow.core.entities import QuotaEntity
-from quotaflow.core.errors import QuotaflowError, StoreError
+from quotaflow.core.errors import QuotaflowError, ShadowStateError, StoreError
 from quotaflow.core.properties import parse_properties
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import (
@@ -48,23 +48,30 @@ from quotaflow.store.base import (
     Change,
     Credential,
     EntityChange,
+    Promotion,
     QuotaStore,
     ScramCredential,
     ScramStore,
+    ShadowSet,
+    ShadowStore,
     Snapshot,
     Values,
 )
 from quotaflow.store.records import (
     MANIFEST_KEY,
+    MAX_RECORD_BYTES,
     Manifest,
     StoreView,
     acl_record,
     credential_record,
     credential_tombstones,
     quota_record,
+    record_size,
     scram_record,
     scram_tombstone,
+    shadow_record,
 )
+from quotaflow.store.shadowing import PROMOTE, ROLLBACK, check_rollback, effective, rollback_target
 from quotaflow.store.signing import RecordSigner
 
 log = logging.getLogger(__name__)
@@ -381,13 +388,15 @@ class KafkaStore:
         crash between the two leaves chunks no manifest names, which readers ignore. Caller holds _write_lock."""
         with self._cond:  # readers (the gateway's loop) wait for this lock: copy, encode outside it
             view = self._view
-            live = len(view.entities) + len(view.credentials) + len(view.scram) + len(view.acls)
+            live = (len(view.entities) + len(view.credentials) + len(view.scram) + len(view.acls)
+                    + len(view.shadows) + len(view.promotions))
             if view.position - view.checkpoint_at <= max(CHECKPOINT_INTERVAL, live // 2):
                 return
             state = view.state()
-            position, acl_version = self._view.position, self._view.acl_version
+            position, acl_version, shadow_version = view.position, view.acl_version, view.shadow_version
         offsets = self._write(state.chunks())
-        self._wait_for(self._write([Manifest(position, acl_version, tuple(offsets)).record()])[0] + 1, "apply")
+        manifest = Manifest(position, acl_version, tuple(offsets), shadow_version)
+        self._wait_for(self._write([manifest.record()])[0] + 1, "apply")
 
     @property
     def records_read(self) -> int:
@@ -596,6 +605,106 @@ class KafkaStore:
             self._append([acl_record(b, None) for b in dict.fromkeys(bindings)])
         return self.acl_version()
 
+    # -- shadow sets ---------------------------------------------------------------------------------------------
+
+    def shadow(self) -> ShadowSet | None:
+        with self._cond:
+            return self._view.shadow()
+
+    def shadow_version(self) -> int:
+        with self._cond:
+            return self._view.shadow_version
+
+    def shadow_sets(self) -> list[ShadowSet]:
+        with self._cond:
+            return list(self._view.shadows.values())
+
+    def promotions(self) -> list[Promotion]:
+        with self._cond:
+            return list(self._view.promotions)
+
+    def start_shadow(self, name: str, started_by: str, changes: Sequence[EntityChange]) -> ShadowSet:
+        """One record (a running set ends ``replaced`` where it lands). Refused before anything is written when the
+        set could never be promoted: its promotion, one record, would exceed ``MAX_RECORD_BYTES``."""
+        ts = self._clock_ms()
+        record = shadow_record("start", ts, started_by, name=name, changes=tuple(changes))
+        with self._cond:
+            previous, applied = effective(changes, lambda e: self._view.entities.get(e, {}))
+        self._check_size(shadow_record(PROMOTE, ts, started_by, shadow=0, effective_ms=ts, previous=previous,
+                                       applied=applied), f"shadow set {name!r}", "its promotion")
+        self._check_size(record, f"shadow set {name!r}", "its start")
+        (offset,) = self._append([record])
+        with self._cond:
+            shadow = self._view.shadows.get(offset + 1)
+        if shadow is None:  # applied by every reader, unless it failed to validate (then it is rejected)
+            raise StoreError(f"quota store {self}: the shadow set's record at offset {offset} was not applied "
+                             f"(see the store's rejected records)")
+        return shadow
+
+    def stop_shadow(self, stopped_by: str) -> ShadowSet | None:
+        with self._cond:
+            running = self._view.shadow()
+        if running is None:
+            return None
+        (offset,) = self._append([shadow_record("stop", self._clock_ms(), stopped_by, shadow=running.id)])
+        if not self._applied(offset):
+            return None  # another writer ended it first
+        with self._cond:
+            return self._view.shadows[running.id]
+
+    def promote_shadow(self, by: str, effective_ms: int) -> Promotion:
+        """ONE record holding every operation (with the values it replaces), applied by every reader at one
+        position; it applies only if the set it names still runs where it lands (a racing stop, replace or promote
+        wins otherwise: nothing changes and this raises)."""
+        ts = self._clock_ms()
+        with self._cond:
+            running = self._view.shadow()
+            if running is None:
+                raise ShadowStateError("no shadow set is running: nothing to promote (`quotaflow shadow start`)")
+            previous, applied = effective(running.changes, lambda e: self._view.entities.get(e, {}))
+        record = shadow_record(PROMOTE, ts, by, shadow=running.id, effective_ms=effective_ms, previous=previous,
+                               applied=applied)
+        self._check_size(record, f"shadow set {running.name!r}", "its promotion")
+        (offset,) = self._append([record])
+        if not self._applied(offset):
+            raise ShadowStateError(f"shadow set {running.id} ({running.name!r}) was stopped, replaced or promoted "
+                                   f"by another writer before this promotion reached the store: nothing changed")
+        return self._promotion(offset)
+
+    def rollback(self, by: str, effective_ms: int, *, force: bool = False) -> Promotion:
+        """One record restoring the newest promotion's keys, after the check against this store's view (a write
+        racing the check lands before or after the rollback, as any two alters do); it applies only if that
+        promotion is still the newest not rolled back where it lands."""
+        ts = self._clock_ms()
+        with self._cond:
+            target = rollback_target(self._view.promotions)
+            check_rollback(target, lambda e: self._view.entities.get(e, {}), force)
+            previous, applied = effective(target.previous, lambda e: self._view.entities.get(e, {}))
+        record = shadow_record(ROLLBACK, ts, by, shadow=target.shadow_id, effective_ms=effective_ms,
+                               previous=previous, applied=applied)
+        self._check_size(record, f"the rollback of promotion {target.id}", "it")
+        (offset,) = self._append([record])
+        if not self._applied(offset):
+            raise ShadowStateError(f"promotion {target.id} ({target.shadow_name!r}) was rolled back by another "
+                                   f"writer before this rollback reached the store: nothing changed")
+        return self._promotion(offset)
+
+    def _applied(self, offset: int) -> bool:
+        with self._cond:
+            return any(applied for at, applied in self._view.shadow_results if at == offset)
+
+    def _promotion(self, offset: int) -> Promotion:
+        with self._cond:
+            return next(p for p in reversed(self._view.promotions) if p.id == offset + 1)
+
+    def _check_size(self, record: tuple[bytes, bytes], what: str, part: str) -> None:
+        size = record_size(record)
+        if size > MAX_RECORD_BYTES:
+            raise StoreError(
+                f"quota store {self}: {what} is too large for one record: {part} takes {size} bytes, more than the "
+                f"{MAX_RECORD_BYTES} a kafka:// store record may hold (Kafka's max.message.bytes); a promotion is "
+                f"one record so that every gateway switches at once: split the proposal into smaller shadow sets")
+
     def close(self) -> None:
         self._stop.set()
         thread = getattr(self, "_thread", None)
@@ -637,3 +746,4 @@ if TYPE_CHECKING:  # mypy checks that KafkaStore satisfies the QuotaStore protoc
     _conforms: QuotaStore = KafkaStore("kafka://127.0.0.1:9092")
     _scram: ScramStore = KafkaStore("kafka://127.0.0.1:9092")
     _acls: AclStore = KafkaStore("kafka://127.0.0.1:9092")
+    _shadows: ShadowStore = KafkaStore("kafka://127.0.0.1:9092")

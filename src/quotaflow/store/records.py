@@ -19,6 +19,13 @@ reads nothing but the record itself, so it gives the same answer on the whole lo
 keeps offsets) and after a restart (no state outside the topic). Writers learn the offset from their view's
 position and re-sign what lost a race with another writer (:meth:`quotaflow.store.kafka.KafkaStore._append`).
 
+Shadow sets (``quotaflow shadow``) are records too, one per start, stop, promote and rollback, each under a key of
+its own (never compacted: they are the history). A promotion is ONE record carrying every operation it applies
+(with the values they replace), so every reader applies all of it at one position: its changes share its seq. A
+stop, promote or rollback names what it ends or undoes and applies only if that is still the case where it lands
+in the log (the running set; the newest promotion not rolled back), so two writers racing cannot both promote, and
+every reader decides alike (those records are never compacted, the decision reads nothing else).
+
 A checkpoint is the state as of a position (:class:`StoreState`) in chunk records holding the store's own records,
 named by a :class:`Manifest`; the log's readers skip both, a reader starting from one loads it
 (:meth:`StoreView.load_checkpoint`) with the same validation as the records.
@@ -50,9 +57,29 @@ from quotaflow.core.acl import (
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
-from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
+from quotaflow.store.base import (
+    Change,
+    Credential,
+    EntityChange,
+    Promotion,
+    ScramCredential,
+    ShadowSet,
+    Snapshot,
+    Values,
+)
 from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.scram import HASHES
+from quotaflow.store.shadowing import (
+    OUTCOMES,
+    PROMOTE,
+    PROMOTED,
+    REPLACED,
+    ROLLBACK,
+    RUNNING,
+    STOPPED,
+    changes_to_json,
+    rollback_target,
+)
 from quotaflow.store.signing import RecordSigner, Verified
 
 log = logging.getLogger(__name__)
@@ -63,7 +90,14 @@ SCRAM_KIND: Final = "scram"
 ACL_KIND: Final = "acl"
 CHECKPOINT_KIND: Final = "checkpoint"  # a manifest: the state as of a position is in the chunks it lists
 CHUNK_KIND: Final = "checkpoint-chunk"
+SHADOW_KIND: Final = "shadow"  # a start, stop, promote or rollback of a shadow set
+SHADOW_STATE_KIND: Final = "shadow-state"  # a checkpoint's shadow set (with how it ended)
+PROMOTION_STATE_KIND: Final = "promotion-state"  # a checkpoint's promotion or rollback
 CHUNK_RECORDS: Final = 2_000  # state records per chunk: ~200 KB, well under the 1 MB of max.message.bytes
+CHUNK_BYTES: Final = 500_000  # shadow history packed per chunk (one entry alone may take up to MAX_RECORD_BYTES)
+MAX_RECORD_BYTES: Final = 1_000_000
+"""The largest record (key + value) a writer sends: under Kafka's default ``max.message.bytes`` (1048588) and the
+producer's ``max.request.size`` (1048576), with room for headers and the batch."""
 MANIFEST_KEY: Final = b'["checkpoint",0]'
 _NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
@@ -95,6 +129,35 @@ def quota_record(entity: QuotaEntity, ops: Mapping[str, float | None], ts_ms: in
     key = _compact_json([QUOTA_KIND, entity.path, sorted(ops)])
     return key, _compact_json({"entity": entity.path, "ops": {k: _encode_value(v) for k, v in ops.items()},
                                "ts": ts_ms})
+
+
+def shadow_record(op: str, ts_ms: int, by: str, **fields: Any) -> tuple[bytes, bytes]:
+    """A shadow-set record: ``op`` start (``name``, ``changes``), stop (``shadow``), promote or rollback
+    (``shadow``, ``effective_ms``, ``previous``, ``applied``). Its key is unique (``uuid4``), so compaction keeps
+    every one: they are the history."""
+    import uuid
+
+    doc: dict[str, Any] = {"op": op, "by": by, "ts": ts_ms}
+    for name, value in fields.items():
+        doc[name] = changes_to_json(value) if name in ("changes", "previous", "applied") else value
+    return _compact_json([SHADOW_KIND, uuid.uuid4().hex]), _compact_json(doc)
+
+
+def record_size(record: tuple[bytes, bytes | None]) -> int:
+    return len(record[0]) + len(record[1] or b"")
+
+
+def _decode_changes(doc: object, *, removals: bool = True) -> tuple[EntityChange, ...]:
+    """Entity changes of a shadow record or checkpoint entry, each validated as a quota record is."""
+    if not isinstance(doc, list):
+        raise ValueError("changes are a list")
+    out: list[EntityChange] = []
+    for entry in doc:
+        entity, ops = _validated_ops(QuotaEntity.from_path(str(entry["entity"])), dict(entry["ops"]))
+        if not removals and any(v is None for v in ops.values()):
+            raise ValueError("a removal where only values belong")
+        out.append((entity, ops))
+    return tuple(out)
 
 
 def _fields(credential: Credential | ScramCredential) -> bytes:
@@ -166,21 +229,26 @@ def _decode_credential(value: bytes) -> Credential:
 
 
 def _decode_quota(value: bytes) -> tuple[QuotaEntity, dict[str, float | None], int]:
-    """A quota record's entity and operations, validated as AlterClientQuotas validates them (keys allowed for
-    the entity, values in range), so a broken or foreign writer cannot put into the view what the API refuses."""
+    """A quota record's entity and operations, validated (:func:`_validated_ops`)."""
     doc = json.loads(value)
-    entity = QuotaEntity.from_path(str(doc["entity"]))
+    entity, ops = _validated_ops(QuotaEntity.from_path(str(doc["entity"])), dict(doc["ops"]))
+    return entity, ops, int(doc["ts"])
+
+
+def _validated_ops(entity: QuotaEntity, raw: Mapping[str, object]) -> tuple[QuotaEntity, dict[str, float | None]]:
+    """An entity's operations validated as AlterClientQuotas validates them (keys allowed for the entity, values
+    in range), so a broken or foreign writer cannot put into the view what the API refuses."""
     wire: dict[str | None, str | None] = {k: v for k, v in entity.to_wire().items()}
     allowed = config_keys_for_entity(wire, resolver=lambda _host: True)  # no DNS lookups while replaying
     ops: dict[str, float | None] = {}
-    for k, raw in dict(doc["ops"]).items():
-        v = _decode_value(raw)
+    for k, value in raw.items():
+        v = _decode_value(value)
         if v is not None:
             validate_quota_key_value(allowed, k, v)
         ops[str(k)] = v
     if not ops:
         raise ValueError("a quota record without operations")
-    return entity, ops, int(doc["ts"])
+    return entity, ops
 
 
 def _placement_problem(verified: Verified, offset: int) -> str | None:
@@ -196,17 +264,32 @@ def _placement_problem(verified: Verified, offset: int) -> str | None:
     return None
 
 
+def _within(applied: Sequence[EntityChange], allowed: Sequence[EntityChange]) -> bool:
+    """Every operation of ``applied`` is one of ``allowed`` (same entity, key and value)."""
+    held = {(e, k): v for e, ops in allowed for k, v in ops.items()}
+    return all((e, k) in held and _same_value(held[(e, k)], v) for e, ops in applied for k, v in ops.items())
+
+
+def _same_value(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreState:
-    """What a checkpoint holds: every quota entity, credential and ACL binding."""
+    """What a checkpoint holds: every quota entity, credential and ACL binding, and the shadow history."""
 
     entities: dict[QuotaEntity, Values]
     credentials: dict[str, Credential]
     scram: dict[tuple[str, str], ScramCredential]
     acls: set[AclBinding]
+    shadows: list[ShadowSet] = dataclasses.field(default_factory=list)
+    promotions: list[Promotion] = dataclasses.field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.entities) + len(self.credentials) + len(self.scram) + len(self.acls)
+        return (len(self.entities) + len(self.credentials) + len(self.scram) + len(self.acls) + len(self.shadows)
+                + len(self.promotions))
 
     def chunks(self) -> list[tuple[bytes, bytes]]:
         """The state as chunk records: each holds up to ``CHUNK_RECORDS`` of the records that would rebuild it, in
@@ -215,12 +298,60 @@ class StoreState:
         state.extend(_pair(credential_record(c)) for c in self.credentials.values())
         state.extend(_pair(scram_record(c)) for c in self.scram.values())
         state.extend(_pair(acl_record(b, 0)) for b in self.acls)
-        return [(_compact_json([CHUNK_KIND, i // CHUNK_RECORDS]), _compact_json(state[i:i + CHUNK_RECORDS]))
-                for i in range(0, len(state), CHUNK_RECORDS)] or [(_compact_json([CHUNK_KIND, 0]), b"[]")]
+        chunks = [_compact_json(state[i:i + CHUNK_RECORDS]) for i in range(0, len(state), CHUNK_RECORDS)]
+        # the shadow history after the rest, packed by size: one entry may be as large as a whole record
+        history = [_compact_json(e) for e in (*map(_shadow_entry, self.shadows), *map(_promotion_entry,
+                                                                                       self.promotions))]
+        packed: list[bytes] = []
+        for entry in history:
+            if packed and sum(map(len, packed)) + len(entry) > CHUNK_BYTES:
+                chunks.append(b"[" + b",".join(packed) + b"]")
+                packed = []
+            packed.append(entry)
+        if packed:
+            chunks.append(b"[" + b",".join(packed) + b"]")
+        return [(_compact_json([CHUNK_KIND, i]), chunk) for i, chunk in enumerate(chunks or [b"[]"])]
 
 
 def _pair(record: tuple[bytes, bytes | None]) -> list[Any]:
     return [json.loads(record[0]), None if record[1] is None else json.loads(record[1])]
+
+
+def _shadow_entry(shadow: ShadowSet) -> list[Any]:
+    return [[SHADOW_STATE_KIND, shadow.id], {
+        "name": shadow.name, "started_by": shadow.started_by, "started_ms": shadow.started_ms,
+        "changes": changes_to_json(shadow.changes), "outcome": shadow.outcome, "ended_by": shadow.ended_by,
+        "ended_ms": shadow.ended_ms}]
+
+
+def _promotion_entry(p: Promotion) -> list[Any]:
+    return [[PROMOTION_STATE_KIND, p.id], {
+        "kind": p.kind, "shadow_id": p.shadow_id, "shadow_name": p.shadow_name, "by": p.by, "at_ms": p.at_ms,
+        "effective_ms": p.effective_ms, "first_seq": p.first_seq, "last_seq": p.last_seq,
+        "previous": changes_to_json(p.previous), "applied": changes_to_json(p.applied)}]
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _shadow_from_entry(shadow_id: Any, doc: Mapping[str, Any]) -> ShadowSet:
+    outcome = str(doc["outcome"])
+    if outcome not in OUTCOMES:
+        raise ValueError(f"a shadow set ending {outcome!r}")
+    ended_ms = doc["ended_ms"]
+    return ShadowSet(int(shadow_id), str(doc["name"]), str(doc["started_by"]), int(doc["started_ms"]),
+                     _decode_changes(doc["changes"]), outcome, _optional_str(doc["ended_by"]),
+                     None if ended_ms is None else int(ended_ms))
+
+
+def _promotion_from_entry(promotion_id: Any, doc: Mapping[str, Any]) -> Promotion:
+    kind = str(doc["kind"])
+    if kind not in (PROMOTE, ROLLBACK):
+        raise ValueError(f"a promotion of kind {kind!r}")
+    return Promotion(int(promotion_id), kind, int(doc["shadow_id"]), str(doc["shadow_name"]), str(doc["by"]),
+                     int(doc["at_ms"]), int(doc["effective_ms"]), int(doc["first_seq"]), int(doc["last_seq"]),
+                     _decode_changes(doc["previous"]), _decode_changes(doc["applied"]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -231,10 +362,11 @@ class Manifest:
     position: int
     acl_version: int
     chunks: tuple[int, ...]
+    shadow_version: int = 0  # absent from a manifest written before shadow sets existed
 
     def record(self) -> tuple[bytes, bytes]:
         return MANIFEST_KEY, _compact_json({"position": self.position, "acl_version": self.acl_version,
-                                            "chunks": list(self.chunks)})
+                                            "chunks": list(self.chunks), "shadow_version": self.shadow_version})
 
     @classmethod
     def decode(cls, value: bytes | None) -> Manifest:
@@ -243,9 +375,11 @@ class Manifest:
         doc = json.loads(value)
         chunks = tuple(int(o) for o in doc["chunks"])
         position, acl_version = int(doc["position"]), int(doc["acl_version"])
-        if not chunks or position < 0 or not 0 <= acl_version <= position or min(chunks) < 0:
+        shadow_version = int(doc.get("shadow_version", 0))
+        if (not chunks or position < 0 or not 0 <= acl_version <= position or min(chunks) < 0
+                or not 0 <= shadow_version <= position):
             raise ValueError("a malformed checkpoint manifest")
-        return cls(position, acl_version, chunks)
+        return cls(position, acl_version, chunks, shadow_version)
 
 
 class StoreView:
@@ -265,6 +399,13 @@ class StoreView:
         self.changes: list[Change] = []
         self.acls: set[AclBinding] = set()
         self.acl_version = 0  # the position after the last effective ACL change
+        self.shadows: dict[int, ShadowSet] = {}  # every shadow set by id (its start's seq), oldest first
+        self.running: int | None = None  # the id of the running one
+        self.promotions: list[Promotion] = []
+        self.shadow_version = 0  # the position after the last effective shadow record
+        # (offset, applied) of the latest shadow records: a writer learns whether its stop / promote / rollback
+        # still applied where it landed (another writer may have ended the set first)
+        self.shadow_results: deque[tuple[int, bool]] = deque(maxlen=1024)
         self.position = 0
         self.rejected = 0
         self._rejections = RejectionLog(log, f"quota store {name}")
@@ -313,6 +454,11 @@ class StoreView:
             if kind[0] == ACL_KIND:
                 self._apply_acl(offset, _decode_acl_key(kind), value)
                 return
+            if kind[0] == SHADOW_KIND:
+                if value is None:
+                    raise ValueError("a shadow record without a value")
+                self._apply_shadow(offset, json.loads(value))
+                return
             if kind[0] == CHUNK_KIND:
                 return  # a checkpoint's state: what a reader starting from it loads; the log already applied
             if kind[0] == CHECKPOINT_KIND:
@@ -359,6 +505,69 @@ class StoreView:
             self.acls.add(binding)
             self.acl_version = offset + 1
 
+    # -- shadow sets -------------------------------------------------------------------------------------------------
+
+    def _apply_shadow(self, offset: int, doc: Mapping[str, Any]) -> None:
+        """A start always applies (ending the running set as ``replaced``); a stop or promote only while the set
+        it names runs, a rollback only for the newest promotion not rolled back, and a promote or rollback only
+        with operations its set / promotion holds. One that no longer applies is a lost race, not an error: it
+        changes nothing and its writer is told (:attr:`shadow_results`)."""
+        op, by, ts = str(doc["op"]), str(doc["by"]), int(doc["ts"])
+        seq = offset + 1
+        if op == "start":
+            name, changes = str(doc["name"]), _decode_changes(doc["changes"])
+            self._end_running(REPLACED, by, ts)
+            self.shadows[seq] = ShadowSet(seq, name, by, ts, changes)
+            self.running = seq
+        elif op == "stop":
+            if self.running is None or self.running != int(doc["shadow"]):
+                self.shadow_results.append((offset, False))
+                return
+            self._end_running(STOPPED, by, ts)
+        elif op in (PROMOTE, ROLLBACK):
+            shadow_id, effective_ms = int(doc["shadow"]), int(doc["effective_ms"])
+            previous, applied = _decode_changes(doc["previous"]), _decode_changes(doc["applied"])
+            if [e for e, _ in previous] != [e for e, _ in applied] or any(
+                    set(b) != set(a) for (_, b), (_, a) in zip(previous, applied, strict=True)):
+                raise ValueError(f"a {op} whose previous and applied values name different keys")
+            if op == PROMOTE:
+                if self.running != shadow_id:
+                    self.shadow_results.append((offset, False))
+                    return
+                allowed = self.shadows[shadow_id].changes
+                name = self.shadows[shadow_id].name
+            else:
+                try:
+                    target = rollback_target(self.promotions)
+                except QuotaflowError:
+                    target = None
+                if target is None or target.shadow_id != shadow_id:
+                    self.shadow_results.append((offset, False))
+                    return
+                allowed, name = target.previous, target.shadow_name
+            if not _within(applied, allowed):
+                raise ValueError(f"a {op} applying what its {'shadow set' if op == PROMOTE else 'promotion'} "
+                                 f"does not hold")
+            for entity, ops in applied:
+                self._apply_ops(seq, ts, entity, ops)
+            if op == PROMOTE:
+                self._end_running(PROMOTED, by, ts)
+            self.promotions.append(Promotion(seq, op, shadow_id, name, by, ts, effective_ms, seq, seq, previous,
+                                             applied))
+        else:
+            raise ValueError(f"unknown shadow operation {op!r}")
+        self.shadow_version = seq
+        self.shadow_results.append((offset, True))
+
+    def _end_running(self, outcome: str, by: str, ts: int) -> None:
+        if self.running is not None:
+            self.shadows[self.running] = dataclasses.replace(self.shadows[self.running], outcome=outcome,
+                                                             ended_by=by, ended_ms=ts)
+            self.running = None
+
+    def shadow(self) -> ShadowSet | None:
+        return None if self.running is None else self.shadows[self.running]
+
     def users(self) -> list[str]:
         """Every user with a credential of any kind, sorted."""
         return sorted({*self.credentials, *(user for user, _m in self.scram)})
@@ -395,7 +604,8 @@ class StoreView:
     def state(self) -> StoreState:
         """Copies of the state (cheap: the containers, not their immutable items), for a checkpoint built outside
         the owner's lock."""
-        return StoreState(dict(self.entities), dict(self.credentials), dict(self.scram), set(self.acls))
+        return StoreState(dict(self.entities), dict(self.credentials), dict(self.scram), set(self.acls),
+                          list(self.shadows.values()), list(self.promotions))
 
     def load_checkpoint(self, manifest: Manifest, chunks: Sequence[bytes]) -> None:
         """Start this (empty) view from a checkpoint: the state as of ``manifest.position``. Its change log starts
@@ -417,11 +627,23 @@ class StoreView:
                     self._apply_credential(-1, str(kind[1]), _compact_json(value))
                 elif kind[0] == SCRAM_KIND:
                     self._apply_scram(-1, str(kind[1]), str(kind[2]), _compact_json(value))
+                elif kind[0] == SHADOW_STATE_KIND:
+                    shadow = _shadow_from_entry(kind[1], value)
+                    self.shadows[shadow.id] = shadow
+                    if shadow.outcome == RUNNING:
+                        self.running = shadow.id
+                elif kind[0] == PROMOTION_STATE_KIND:
+                    self.promotions.append(_promotion_from_entry(kind[1], value))
                 else:
                     raise ValueError(f"a checkpoint holding a {kind[0]!r} record")
         self._ordered = None
+        if sum(s.outcome == RUNNING for s in self.shadows.values()) > 1:
+            raise ValueError("a checkpoint with two running shadow sets")
+        self.shadows = dict(sorted(self.shadows.items()))
+        self.promotions.sort(key=lambda p: p.id)
         self.position = self.checkpoint_at = manifest.position
         self.acl_version = manifest.acl_version
+        self.shadow_version = manifest.shadow_version
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         lo, hi = 0, len(self.changes)

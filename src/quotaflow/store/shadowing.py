@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from quotaflow.core.entities import QuotaEntity
+from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import ShadowStateError
 from quotaflow.store.base import EntityChange, Promotion, Values
 
@@ -67,13 +67,14 @@ def rollback_target(promotions: Sequence[Promotion]) -> Promotion:
 
 
 def rollback_conflicts(promotion: Promotion, current: Callable[[QuotaEntity], Values]) -> list[str]:
-    """The keys of ``promotion`` that no longer hold the value it applied, one ``path key: applied -> now`` each."""
+    """The keys of ``promotion`` that no longer hold the value it applied, one ``{entity} key: applied -> now``
+    each."""
     out = []
     for entity, ops in promotion.applied:
         now = current(entity)
         for key, value in ops.items():
             if not same(now.get(key), value):
-                out.append(f"{entity.path} {key}: {_show(value)} -> {_show(now.get(key))}")
+                out.append(f"{{{entity_text(entity.to_wire())}}} {key}: {_show(value)} -> {_show(now.get(key))}")
     return out
 
 
