@@ -24,7 +24,6 @@ the differing rows (a bounded sample per partition) in ``mismatches/``.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quotaflow.core.entities import render_entity
 from quotaflow.core.errors import CommandError
+from quotaflow.core.validation import render_raw_entity
 from quotaflow.events import (
     CONNECTION_DECISION_FIELDS,
     CONNECTIONS_DIR,
@@ -167,17 +166,14 @@ class ReportSpec:
 
 
 def proposal_shadow(path: Path, store: str | Path) -> Shadow:
-    """A ``proposal.json`` (``client-quotas --describe --output json``'s shape) validated exactly as
-    ``client-quotas --alter --from-file`` validates it (the admin's own plan over the store, nothing written)."""
+    """A ``proposal.json`` (``client-quotas --describe --output json``'s shape) read and validated by the code
+    ``client-quotas --alter --from-file`` and ``shadow start --from-file`` run (the admin's plan over the store,
+    nothing written); one invalid entity refuses it, as ``shadow start`` would."""
     from quotaflow.admin import Admin
-    from quotaflow.admin.batch import alterations_from_json
+    from quotaflow.admin.batch import read_proposal
     from quotaflow.store import open_store
 
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CommandError(f"Cannot read {path}: {e}") from e
-    alterations = alterations_from_json(doc, str(path))
+    alterations = read_proposal(path)
     admin = Admin(open_store(store, create=False))
     try:
         results, changes = admin.plan(alterations)
@@ -185,9 +181,8 @@ def proposal_shadow(path: Path, store: str | Path) -> Shadow:
         admin.close()
     failed = [r for r in results if not r.ok]
     if failed:
-        raise CommandError(f"{path}: {len(failed)} entities refused: " + "; ".join(
-            f"{render_entity({k: v for k, v in r.entity.items() if k is not None})}: {r.error.message}"
-            for r in failed))  # fmt: skip
+        raise CommandError(f"{path}: {len(failed)} of {len(results)} entities are invalid: " + "; ".join(
+            f"{render_raw_entity(r.entity)}: {r.error.message}" for r in failed))  # fmt: skip
     return Shadow(tuple(changes), None, f"proposal {path}")
 
 
