@@ -97,6 +97,9 @@ def promote_and_rollback(store: Handle, open_handle: Opener, *, one_seq: bool) -
     assert {(c.entity, c.key, c.value) for c in changes} == {
         (e, k, v) for e, ops in promotion.applied for k, v in ops.items()}
     assert all(promotion.first_seq <= c.seq <= promotion.last_seq for c in changes)
+    # each change carries the instant every gateway applies it; an ordinary alter's apply when read
+    assert {c.effective_ms for c in changes} == {1_234_567}
+    assert {c.effective_ms for c in store.changes_since(0) if c.seq <= seq0} == {None}
     if one_seq:
         assert promotion.first_seq == promotion.last_seq == changes[0].seq
     else:
@@ -108,7 +111,8 @@ def promote_and_rollback(store: Handle, open_handle: Opener, *, one_seq: bool) -
     # a later change to a key the promotion set: rollback refused, nothing written
     store.alter([(BOB, {"producer_byte_rate": 333.0})])
     last = store.last_seq()
-    with pytest.raises(ShadowStateError, match=r"\{user=bob, client-id=app\} producer_byte_rate: 300 -> 333.*--force"):
+    refused = r"\{user=bob, client-id=app\} producer_byte_rate: 300\.0 -> 333\.0.*--force"
+    with pytest.raises(ShadowStateError, match=refused):
         store.rollback("erin", 0)
     assert store.last_seq() == last and store.promotions() == [promotion]
     # that key back where the promotion put it: allowed
@@ -116,6 +120,7 @@ def promote_and_rollback(store: Handle, open_handle: Opener, *, one_seq: bool) -
     rollback = store.rollback("erin", 7_654_321)
     assert rollback.kind == "rollback" and rollback.shadow_id == shadow.id and rollback.effective_ms == 7_654_321
     assert dict(rollback.applied) == dict(promotion.previous) and dict(rollback.previous) == dict(promotion.applied)
+    assert {c.effective_ms for c in store.changes_since(rollback.first_seq - 1)} == {7_654_321}
     assert store.snapshot().entities == before
     other = open_handle()
     try:

@@ -196,3 +196,62 @@ def test_a_shadow_set_too_large_for_one_record_is_refused(store: KafkaStore, mon
     with pytest.raises(StoreError, match="too large for one record: its promotion takes"):
         store.promote_shadow("ann", 0)
     assert store.last_seq() == position and store.shadow() is not None
+
+
+def test_the_cli_on_a_kafka_store(url: str, tmp_path: Path) -> None:
+    """``quotaflow shadow`` against ``kafka://``: a reader following the topic (as a gateway does) sees the set,
+    then the whole promotion at one seq with its effective time."""
+    from click.testing import CliRunner
+
+    from quotaflow.cli.main import cli
+
+    proposal = tmp_path / "p.json"
+    proposal.write_text('[{"entity": {"user": "alice"}, "values": {"producer_byte_rate": 2000}},'
+                        ' {"entity": {"client-id-prefix": "etl-"}, "values": {"request_percentage": 20}}]')
+    with KafkaStore(url) as gateway:
+        result = CliRunner().invoke(cli, ["shadow", "start", "--from-file", str(proposal), "--name", "k", "--by",
+                                          "ann", "--store", url])
+        assert result.exit_code == 0, result.output
+        contract._wait(lambda: gateway.shadow() is not None)
+        assert gateway.shadow().name == "k"  # type: ignore[union-attr]
+        seq = gateway.last_seq()
+        result = CliRunner().invoke(cli, ["shadow", "promote", "--in", "3", "--store", url])
+        assert result.exit_code == 0 and "Promoted shadow set" in result.stdout, result.output
+        contract._wait(lambda: gateway.promotions() != [])
+        (promotion,) = gateway.promotions()
+        assert promotion.effective_ms - promotion.at_ms <= 3000
+        changes = gateway.changes_since(seq)
+        assert len(changes) == 2 and {c.seq for c in changes} == {promotion.first_seq}
+        result = CliRunner().invoke(cli, ["shadow", "history", "--output", "json", "--store", url])
+        assert result.exit_code == 0 and '"kind": "promote"' in result.stdout
+
+
+def test_the_gateways_readers_take_a_whole_promotion(store: KafkaStore, url: str) -> None:
+    """The change log's readers in a gateway (resolve's index, the connection-quota reloader) get every change of
+    a promotion, though all share one seq (the index once kept only the first change of a seq)."""
+    import asyncio
+
+    from quotaflow.admin import Admin
+    from quotaflow.engine.connection import ConnectionQuotas
+    from quotaflow.gateway.listener import ConnectionQuotaReloader
+
+    with KafkaStore(url) as gateway:
+        admin = Admin(gateway)
+        admin.follow(gateway.snapshot())
+        quotas = ConnectionQuotas()
+        reloader = ConnectionQuotaReloader(quotas, store=gateway)
+        asyncio.run(reloader.poll_once())
+        seq = gateway.last_seq()
+        store.start_shadow("p", "ann", [(QuotaEntity(ip="10.0.0.1"), {"connection_creation_rate": 3.0}),
+                                        (QuotaEntity(ip="10.0.0.2"), {"connection_creation_rate": 4.0}),
+                                        (QuotaEntity(user="u1"), {"producer_byte_rate": 100.0}),
+                                        (QuotaEntity(user="u2"), {"producer_byte_rate": 200.0})])
+        store.promote_shadow("ann", 0)
+        contract._wait(lambda: gateway.promotions() != [])
+        changes = gateway.changes_since(seq)
+        assert len(changes) == 4 and len({c.seq for c in changes}) == 1
+        admin.apply_changes(changes)
+        asyncio.run(reloader.apply_store_changes(changes))
+        assert admin.resolve("u1", "c").quotas["producer_byte_rate"].value == 100.0
+        assert admin.resolve("u2", "c").quotas["producer_byte_rate"].value == 200.0
+        assert quotas.connection_rate_for_ip("10.0.0.1") == 3 and quotas.connection_rate_for_ip("10.0.0.2") == 4

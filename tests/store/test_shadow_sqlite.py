@@ -97,3 +97,20 @@ def test_rollback_is_one_transaction(store: SqliteStore, path: Path) -> None:
     with pytest.raises(StoreError, match="disk"):
         store.rollback("ann", 0)
     assert store.snapshot().entities == after and store.last_seq() == seq and len(store.promotions()) == 1
+
+
+def test_store_copy_carries_the_running_shadow_set(tmp_path: Path) -> None:
+    from quotaflow.store.copy import copy_store
+
+    with SqliteStore(tmp_path / "src.db") as src, SqliteStore(tmp_path / "dst.db") as dst:
+        src.alter([(contract.ALICE, {"producer_byte_rate": 1.0})])
+        running = src.start_shadow("moving", "ann", contract.PROPOSAL)
+        dst.start_shadow("stale", "bob", contract.PROPOSAL[:1])
+        dst.alter([(contract.BOB, {"producer_byte_rate": 2.0})])
+        result = copy_store(src, dst, overwrite=True)
+        assert result.shadow == "moving"
+        copied = dst.shadow()
+        assert copied is not None and (copied.name, copied.started_by, copied.changes) == (
+            running.name, running.started_by, running.changes)
+        src.stop_shadow("ann")
+        assert copy_store(src, dst, overwrite=True).shadow is None and dst.shadow() is None

@@ -39,7 +39,8 @@ def copy(src: str, dst: str, overwrite: bool) -> None:
         store_failure(e)
     click.echo(f"Copied {_counts(result.entities, result.credentials, result.acls)} from {src_name} to {dst_name}"
                + (f", removed {_counts(result.removed_entities, result.removed_credentials, result.removed_acls)}"
-                  if result.removed_entities or result.removed_credentials or result.removed_acls else ""))
+                  if result.removed_entities or result.removed_credentials or result.removed_acls else "")
+               + (f"; shadow set {result.shadow!r} started in {dst_name}" if result.shadow else ""))
 
 
 def _counts(entities: int, users: int, acls: int) -> str:

@@ -404,9 +404,21 @@ class ConnectionQuotaReloader:
         await self._apply([c for c in fresh if _is_ip_entity(c.entity)])
 
     async def _apply(self, changes: list[QuotaChange]) -> None:
-        target = _AddressedTarget(self.quotas, await self._addresses(changes))
+        self.applied += await self._apply_on(self.quotas, changes)
+
+    async def _apply_on(self, quotas: ConnectionQuotas, changes: list[QuotaChange]) -> int:
+        target = _AddressedTarget(quotas, await self._addresses(changes))
         apply_changes(changes, {}, target)
-        self.applied += target.applied
+        return target.applied
+
+    async def apply_to(self, quotas: ConnectionQuotas, entities: Mapping[QuotaEntity, Mapping[str, float]]) -> None:
+        """Seed other connection quotas (a shadow set's, ``gateway.shadow_follower``) with the ip and principal
+        rates of ``entities``, names resolved as for the live ones."""
+        await self._apply_on(quotas, snapshot_changes(_ip_only(entities)))
+
+    async def apply_changes_to(self, quotas: ConnectionQuotas, changes: Sequence[QuotaChange]) -> None:
+        """Changes for other connection quotas (a shadow set's): those on the entities connection quotas take."""
+        await self._apply_on(quotas, [c for c in changes if _is_ip_entity(c.entity)])
 
     async def _addresses(self, changes: list[QuotaChange]) -> dict[str, str | None]:
         out: dict[str, str | None] = {}

@@ -70,9 +70,10 @@ from quotaflow.gateway.descriptors import bounded_by_descriptors, connection_bud
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
+from quotaflow.gateway.shadow_follower import ShadowFollower, ShadowState
 from quotaflow.gateway.wire import protocol
 from quotaflow.store import open_store
-from quotaflow.store.base import AclStore, QuotaStore, ScramStore
+from quotaflow.store.base import AclStore, Change, QuotaStore, ScramStore
 
 if TYPE_CHECKING:  # imported when a log is opened: pyarrow is only loaded by gateways that log
     from quotaflow.gateway.observation.eventlog import EventLog
@@ -197,6 +198,9 @@ class Gateway:
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
         self._api_versions_lock: asyncio.Lock | None = None
         self.partition_counts = PartitionCounts(lambda: self.connect_upstream(None), self.upstream_api_versions)
+        # the store's shadow quota set and promotions (issue 36; a store without them: nothing runs)
+        self.shadow = ShadowFollower(self.store, self.broker_quotas, self.connection_quotas, self.decision_ms,
+                                     self._shadow_rows)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -248,6 +252,8 @@ class Gateway:
         self._reloader = ConnectionQuotaReloader(self.connection_quotas, store=self.store,
                                                  config_path=self.config_path, on_reconfigure=self._reconfigure)
         await self._reloader.start(poll=False)  # fed by _poll_store: one read of the change log per poll
+        self.shadow.reloader = self._reloader
+        await self.shadow.start(snapshot.seq)
         self._listener = QuotaListener(self.listen, self.connection_quotas, None, socket_handler=self.handle,
                                        inter_broker_listener=self.inter_broker_listener,
                                        reuse_port=self.reuse_port)
@@ -301,6 +307,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self.shadow.close()
         if self.cluster_quotas is not None:
             await self.cluster_quotas.stop()
         for conn in list(self.connections):
@@ -478,6 +485,12 @@ class Gateway:
             row["broker"] = self.broker
             self._event_log.authorization(row)
 
+    def _shadow_rows(self, on: bool) -> None:
+        """While a shadow set runs, request rows go to the event log's shadow queue (their ``shadow_*`` columns);
+        switched in the same step as the managers, so every row decided under the shadow lands there."""
+        if self._event_log is not None:
+            self.request_rows = self._event_log.shadow_request_rows if on else self._event_log.request_rows
+
     def _on_connection(self, row: dict[str, Any]) -> None:
         if self._event_log is not None:
             self._event_log.connection(row)
@@ -498,19 +511,31 @@ class Gateway:
                 except Exception:
                     log.exception("reloading the connection settings of %s failed", self.config_path)
             try:
-                changes = await loop.run_in_executor(None, self.store.changes_since, self._store_seq)
+                changes, shadow_state = await loop.run_in_executor(None, self._read_store, self._store_seq)
             except Exception:
                 log.exception("polling the quota store failed; retrying")
                 continue
             if changes:
-                self.broker_quotas.apply_changes(changes)
-                self.admin.apply_changes(changes)
+                self.admin.apply_changes(changes)  # the store, describe and /resolve show the new values at once
                 self._store_seq = changes[-1].seq
+            try:
+                enforced = await self.shadow.update(shadow_state, changes)
+            except Exception:
+                log.exception("following the shadow quota set failed")
+                enforced = list(changes)
+            if enforced:
+                self.broker_quotas.apply_changes(enforced)
                 if reloader is not None:
                     try:
-                        await reloader.apply_store_changes(changes)
+                        await reloader.apply_store_changes(enforced)
+                        await self.shadow.enforced_changes(enforced)
                     except Exception:
                         log.exception("connection quota reload failed")
+
+    def _read_store(self, seq: int) -> tuple[list[Change], ShadowState | None]:
+        """One poll's reads (executor): the change log, then the shadow state when it moved. In this order a
+        promotion's batch read from the log always has its promotion read with it (``gateway.shadow_follower``)."""
+        return self.store.changes_since(seq), self.shadow.read()
 
     async def _poll_acls(self) -> None:
         """ACL changes (through any gateway, the CLI or the console) reach this authorizer within a second: poll the

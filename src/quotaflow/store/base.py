@@ -20,13 +20,17 @@ EntityChange: TypeAlias = tuple[QuotaEntity, Mapping[str, float | None]]
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One applied key change. ``value`` None means the key was removed."""
+    """One applied key change. ``value`` None means the key was removed. Several changes may share one ``seq`` (a
+    ``kafka://`` record: one entity's keys, or a whole promotion)."""
 
     seq: int
     ts_ms: int
     entity: QuotaEntity
     key: str
     value: float | None
+    effective_ms: int | None = None
+    """Set on the changes of a shadow promotion or rollback (:class:`Promotion`): the instant every gateway applies
+    them, on its own clock (the batch is read early, so the fleet switches at once). None: apply when read."""
 
     @property
     def path(self) -> str:

@@ -1,8 +1,10 @@
 """Copy a whole store (quotas, credentials and ACLs) into another: SQLite to a Kafka cluster and back.
 
 The destination ends up equal to the source: every entity's values, every credential (derived keys as stored,
-never passwords), every ACL binding. A destination that already holds anything is refused unless ``overwrite`` is
-given, so a typo cannot wipe a live store.
+never passwords), every ACL binding, and the running shadow set (started again in the destination, so the gateways
+moved to it keep evaluating it; the shadow history stays with the source: its ids are positions in that store).
+A destination that already holds anything is refused unless ``overwrite`` is given, so a typo cannot wipe a live
+store.
 """
 
 from __future__ import annotations
@@ -10,7 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quotaflow.core.errors import StoreError
-from quotaflow.store.base import AclStore, Credential, EntityChange, QuotaStore, ScramCredential, ScramStore
+from quotaflow.store.base import (
+    AclStore,
+    Credential,
+    EntityChange,
+    QuotaStore,
+    ScramCredential,
+    ScramStore,
+    ShadowStore,
+)
 from quotaflow.store.scram import HASHES
 
 
@@ -23,6 +33,7 @@ class CopyResult:
     seq: int
     acls: int = 0
     removed_acls: int = 0
+    shadow: str | None = None  # the running shadow set's name, started again in the destination
 
 
 def copy_store(
@@ -44,6 +55,9 @@ def copy_store(
     acls = src.acls().bindings if isinstance(src, AclStore) else frozenset()
     if acls and not isinstance(dst, AclStore):
         raise StoreError(f"{dst_name} keeps no ACLs; the source has {len(acls)}")
+    shadow = src.shadow() if isinstance(src, ShadowStore) else None
+    if shadow is not None and not isinstance(dst, ShadowStore):
+        raise StoreError(f"{dst_name} keeps no shadow sets; the source runs {shadow.name!r}")
     existing = dst.snapshot().entities
     existing_users = set(dst.list_credentials())
     existing_acls = dst.acls().bindings if isinstance(dst, AclStore) else frozenset()
@@ -74,4 +88,10 @@ def copy_store(
             dst.remove_acls(sorted(stale_acls, key=lambda b: b.sort_key()))
         if acls - existing_acls:
             dst.add_acls(sorted(acls - existing_acls, key=lambda b: b.sort_key()))
-    return CopyResult(len(snapshot.entities), len(users), len(stale), len(gone), seq, len(acls), len(stale_acls))
+    if isinstance(dst, ShadowStore):
+        if shadow is not None:
+            dst.start_shadow(shadow.name, shadow.started_by, shadow.changes)
+        elif overwrite:
+            dst.stop_shadow("store copy")  # the source runs none: neither does its copy
+    return CopyResult(len(snapshot.entities), len(users), len(stale), len(gone), seq, len(acls), len(stale_acls),
+                      None if shadow is None else shadow.name)

@@ -70,8 +70,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     """,
     # 4: shadow quota sets (issue 36) and the promotion history; every start, stop, promote and rollback is a row of
-    # shadow_log, whose last version is the shadow version gateways poll (and a shadow set's / promotion's id)
+    # shadow_log, whose last version is the shadow version gateways poll (and a shadow set's / promotion's id); a
+    # promotion's changes carry the instant the fleet applies them
     """
+    ALTER TABLE changes ADD COLUMN effective_ms INTEGER;  -- NULL: apply when read
     CREATE TABLE shadow_log (
         version INTEGER PRIMARY KEY AUTOINCREMENT,
         ts_ms   INTEGER NOT NULL,

@@ -549,7 +549,7 @@ class StoreView:
                 raise ValueError(f"a {op} applying what its {'shadow set' if op == PROMOTE else 'promotion'} "
                                  f"does not hold")
             for entity, ops in applied:
-                self._apply_ops(seq, ts, entity, ops)
+                self._apply_ops(seq, ts, entity, ops, effective_ms)
             if op == PROMOTE:
                 self._end_running(PROMOTED, by, ts)
             self.promotions.append(Promotion(seq, op, shadow_id, name, by, ts, effective_ms, seq, seq, previous,
@@ -572,7 +572,8 @@ class StoreView:
         """Every user with a credential of any kind, sorted."""
         return sorted({*self.credentials, *(user for user, _m in self.scram)})
 
-    def _apply_ops(self, seq: int, ts: int, entity: QuotaEntity, ops: Mapping[str, float | None]) -> None:
+    def _apply_ops(self, seq: int, ts: int, entity: QuotaEntity, ops: Mapping[str, float | None],
+                   effective_ms: int | None = None) -> None:
         """As the SQLite store: a set equal to the current value and the removal of an absent key change nothing
         and are not logged; an entity whose last key is removed disappears."""
         updated = dict(self.entities.get(entity, {}))
@@ -586,7 +587,7 @@ class StoreView:
                 if old is not None and (old == v or (math.isnan(old) and math.isnan(v))):
                     continue
                 updated[k] = v
-            self.changes.append(Change(seq, ts, entity, k, v))
+            self.changes.append(Change(seq, ts, entity, k, v, effective_ms))
         if updated:
             self.entities[entity] = updated
         else:

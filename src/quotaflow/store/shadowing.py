@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import ShadowStateError
+from quotaflow.core.javafmt import java_double_str
 from quotaflow.store.base import EntityChange, Promotion, Values
 
 PROMOTE: Final = "promote"
@@ -90,7 +91,7 @@ def check_rollback(promotion: Promotion, current: Callable[[QuotaEntity], Values
 
 
 def _show(value: float | None) -> str:
-    return "absent" if value is None else f"{value:g}"
+    return "absent" if value is None else java_double_str(value)
 
 
 # -- JSON ----------------------------------------------------------------------------------------------------------

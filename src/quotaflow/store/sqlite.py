@@ -199,8 +199,9 @@ class SqliteStore:
             return self._last_seq(db)
 
     @staticmethod
-    def _alter_in(db: sqlite3.Connection, changes: Sequence[EntityChange], ts: int) -> None:
-        """``alter``'s work inside the caller's transaction."""
+    def _alter_in(db: sqlite3.Connection, changes: Sequence[EntityChange], ts: int,
+                  effective_ms: int | None = None) -> None:
+        """``alter``'s work inside the caller's transaction (a promotion's changes carry its ``effective_ms``)."""
         for entity, ops in changes:
             path = entity.path
             current = dict(db.execute("SELECT key, value FROM quotas WHERE path = ?", (path,)).fetchall())
@@ -221,19 +222,19 @@ class SqliteStore:
                     )
                     current[key] = value
                 db.execute(
-                    "INSERT INTO changes (ts_ms, path, key, value) VALUES (?, ?, ?, ?)",
-                    (ts, path, key, None if value is None else _encode(value)),
+                    "INSERT INTO changes (ts_ms, path, key, value, effective_ms) VALUES (?, ?, ?, ?, ?)",
+                    (ts, path, key, None if value is None else _encode(value), effective_ms),
                 )
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
-        sql = "SELECT seq, ts_ms, path, key, value FROM changes WHERE seq > ? ORDER BY seq"
+        sql = "SELECT seq, ts_ms, path, key, value, effective_ms FROM changes WHERE seq > ? ORDER BY seq"
         params: tuple[int, ...] = (seq,)
         if limit is not None:
             sql += " LIMIT ?"
             params = (seq, limit)
         with self._locked():
             rows = self._db.execute(sql, params).fetchall()
-        return [Change(s, ts, _entity(p), k, None if v is None else _decode(v)) for s, ts, p, k, v in rows]
+        return [Change(s, ts, _entity(p), k, None if v is None else _decode(v), e) for s, ts, p, k, v, e in rows]
 
     def last_seq(self) -> int:
         with self._locked():
@@ -425,7 +426,7 @@ class SqliteStore:
                previous: tuple[EntityChange, ...], applied: tuple[EntityChange, ...]) -> Promotion:
         """Apply ``applied`` and record it (inside the caller's transaction): its changes are contiguous seqs."""
         first = self._last_seq(db) + 1
-        self._alter_in(db, applied, ts)
+        self._alter_in(db, applied, ts, effective_ms)
         version = self._log_shadow(db, ts, kind, shadow.id)
         promotion = Promotion(version, kind, shadow.id, shadow.name, by, ts, effective_ms, first, self._last_seq(db),
                               previous, applied)

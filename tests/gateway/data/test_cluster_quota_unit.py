@@ -22,7 +22,7 @@ from quotaflow.gateway.data.cluster_quota import (
     encode_report,
 )
 from quotaflow.gateway.data.enforcement import Enforcement
-from quotaflow.store.base import Snapshot
+from quotaflow.store.base import ShadowSet, Snapshot
 
 Q = 100_000.0
 KEY = (QuotaType.PRODUCE, "", "app")
@@ -156,3 +156,31 @@ def test_ip_connection_rates_are_a_participant_of_their_own() -> None:
         with contextlib.suppress(ConnectionThrottledError):
             connections.inc("PLAINTEXT", "10.1.2.3", engine_now + 10)
     assert 9 <= connections.get("10.1.2.3") <= 12
+
+
+def test_a_shadow_sets_sensors_get_their_share_of_the_shadows_quota_as_the_live_ones_do() -> None:
+    """quotaflow.quota.scope=cluster with a shadow set running: the shadow's bound of a quota-id is its local share of
+    the shadow's value, from the same published usage as the live share of the live value."""
+    quotas = BrokerQuotas(GatewayConfig(quota_window_num=3))
+    quotas.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    enforcement = quotas.for_broker("0")
+    quotas.start_shadow(ShadowSet(5, "half", "ops", 0, ((QuotaEntity(client_id="app"),
+                                                         {"producer_byte_rate": Q / 2}),)))
+    assert enforcement.shadow is not None
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: quotas.brokers, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    for managers in (enforcement.managers, enforcement.shadow.managers):
+        managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    live = enforcement.managers.produce.quota_sensors()[0][1]
+    shadow = enforcement.shadow.managers.produce.quota_sensors()[0][1]
+    cq.published = {"0": {KEY: 30_000.0}}
+    exchange.inbox.append(UsageReport("peer/0", now, {KEY: 10_000.0}))
+    cq.apply(now)
+    assert live.bound == pytest.approx(0.05 * Q + 0.9 * Q * 30_000 / 40_000)
+    assert shadow.bound == pytest.approx(0.05 * Q / 2 + 0.9 * Q / 2 * 30_000 / 40_000)  # the same treatment
+    quotas.stop_shadow()
+    cq.apply(now + 250)  # no shadow: nothing else changes
+    assert live.bound == pytest.approx(0.05 * Q + 0.9 * Q * 30_000 / 40_000)

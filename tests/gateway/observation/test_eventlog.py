@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, dataset_files, read_dataset
+from quotaflow.events import CONNECTIONS_DIR, REQUESTS_DIR, SHADOW_CONNECTION_FIELDS, dataset_files, read_dataset
 from quotaflow.gateway.data import pending as pending_module
 from quotaflow.gateway.observation import eventlog
 from quotaflow.gateway.observation.eventlog import (
@@ -92,7 +92,9 @@ def test_round_trip_in_the_event_schema(tmp_path: Path) -> None:
     assert got == [dict(zip(REQUEST_LOG_SCHEMA.names, r, strict=True)) for r in rows]  # every column
     assert {g["is_follower"] for g in got} == {False, True} and {g["acks"] for g in got} == {None, -1, 1}
     got_conns = connections.sort_by("seq").to_pylist()
-    assert [{k: v for k, v in g.items() if k not in ("broker", "seq")} for g in got_conns] == conns
+    shadow = dict.fromkeys(f.name for f in SHADOW_CONNECTION_FIELDS)  # null while no shadow quota set runs
+    assert [{k: v for k, v in g.items() if k not in ("broker", "seq")} for g in got_conns] == [
+        {**c, **shadow} for c in conns]
     assert {g["broker"] for g in got_conns} == {"gw-1"}  # the log's own
     # one arrival counter over both kinds, in call order: request i, then connection i
     assert [g["seq"] for g in got] == [0, 2, 4, 6, *range(8, 29)]

@@ -34,6 +34,7 @@ from quotaflow.gateway.data.addresses import REWRITTEN_APIS, rewrite_addresses
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError
 from quotaflow.gateway.data.enforcement import NO_THROTTLE, RequestDecisions
 from quotaflow.gateway.data.pending import Pending
+from quotaflow.gateway.data.shadow import ShadowDecisions
 from quotaflow.gateway.wire import protocol
 
 if TYPE_CHECKING:
@@ -139,6 +140,73 @@ def _decide_create_topics(enforcement: Enforcement, pending: Pending, frame: byt
     return RequestDecisions(throttle_ms_request=request, throttle_ms=max(mutation, request))
 
 
+# -- the same decisions under a running shadow set (gateway.data.shadow), never applied ---------------------------
+# Each takes what its live twin took (the request's size, the response's size as it was answered, the same thread
+# time and clock reading) and leaves the request alone: what a live hook sets on ``pending`` (the exemption, a Fetch
+# response cut to the room left, ``oversized``) is the live decision's.
+
+def _shadow_request(shadow: Enforcement, pending: Pending, _frame: bytes, user: str, client_id: str,
+                    thread_ns: int, now_ms: int) -> RequestDecisions:
+    throttle = shadow.request(pending.header.api_key, user, client_id, thread_ns, now_ms)
+    return RequestDecisions(throttle_ms_request=throttle, throttle_ms=throttle) if throttle else NO_THROTTLE
+
+
+def _shadow_produce(shadow: Enforcement, pending: Pending, _frame: bytes, user: str, client_id: str,
+                    thread_ns: int, now_ms: int) -> RequestDecisions:
+    acks = -1 if pending.acks is None else pending.acks
+    return produce_decisions(shadow.produce(user, client_id, pending.request_bytes, thread_ns, acks, now_ms))
+
+
+def _shadow_fetch(shadow: Enforcement, pending: Pending, frame: bytes, user: str, client_id: str,
+                  thread_ns: int, now_ms: int) -> RequestDecisions:
+    """The response as the live decision left it (cut to the live quota's cap or room, ``pending.response``), which
+    is the size the event log records: the shadow's consumer quota meets the bytes that were delivered."""
+    if not pending.forwarded:
+        return _shadow_request(shadow, pending, frame, user, client_id, thread_ns, now_ms)
+    size = len(frame) if pending.response is None else len(pending.response)
+    decision = shadow.fetch(user, client_id, size, thread_ns, now_ms)
+    if decision is NOT_THROTTLED:
+        return NO_THROTTLE
+    return RequestDecisions(throttle_ms_fetch=decision.bandwidth_ms, throttle_ms_request=decision.request_ms,
+                            throttle_ms=decision.throttle_ms)
+
+
+def _shadow_create_topics(shadow: Enforcement, pending: Pending, frame: bytes, user: str, client_id: str,
+                          thread_ns: int, now_ms: int) -> RequestDecisions:
+    """KIP-599 under the shadow: its own controller-mutation quota (``pending.shadow_mutations``, recorded with the
+    same topics at the same time as the live one in :func:`_create_topics_request`), then the request quota."""
+    quota = pending.shadow_mutations
+    if quota is None:
+        return _shadow_request(shadow, pending, frame, user, client_id, thread_ns, now_ms)
+    mutation, request = shadow.request_with_mutation(user, client_id, thread_ns, quota, now_ms)
+    return RequestDecisions(throttle_ms_request=request, throttle_ms=max(mutation, request))
+
+
+_SHADOW_HOOKS: Final[Mapping[DecideHook, DecideHook]] = {
+    decide_request: _shadow_request, _decide_produce: _shadow_produce, _decide_fetch: _shadow_fetch,
+    _decide_create_topics: _shadow_create_topics}
+
+
+def decide_shadow(shadow: Enforcement, pending: Pending, frame: bytes, user: str, now_ms: int) -> ShadowDecisions:
+    """``pending`` decided under the shadow set by its API's shadow hook (the twin of the live one), right after the
+    live decision and at its clock reading; counted per quota type when it would have throttled."""
+    header = pending.header
+    handler = pending.handler or HANDLERS.get(header.api_key, DEFAULT)
+    client_id = header.client_id or ""
+    decided = _SHADOW_HOOKS[handler.decide](shadow, pending, frame, user, client_id, pending.thread_ns, now_ms)
+    if decided is NO_THROTTLE or not decided.throttle_ms:
+        return shadow.no_throttle
+    counts = shadow.throttled
+    if decided.throttle_ms_produce:
+        counts.add("produce", user, client_id)
+    if decided.throttle_ms_fetch:
+        counts.add("fetch", user, client_id)
+    if decided.throttle_ms_request:
+        counts.add("request", user, client_id)
+    return ShadowDecisions(shadow.no_throttle.shadow_id, decided.throttle_ms_produce, decided.throttle_ms_fetch,
+                           decided.throttle_ms_request, decided.throttle_ms)
+
+
 # -- requests on their way upstream ----------------------------------------------------------------------------
 
 def _produce_request(scope: HandlerScope, pending: Pending, frame: bytes) -> bytes | None:
@@ -172,6 +240,15 @@ def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) 
     """KIP-599 on CreateTopics, CreatePartitions and DeleteTopics: the request to forward (refused topics cut
     out), or None if none is left. Partition counts were fetched by :func:`prepare_request` just before."""
     header = pending.header
+    shadow = scope.enforcement.shadow
+    if shadow is not None:  # the shadow's own quota meets the same topics at the same time (never applied)
+        shadow_quota = shadow.mutation_quota(scope.principal, header.client_id or "", header.api_key,
+                                             header.api_version, pending.received_ms)
+        if shadow_quota is not None:
+            with map_errors(CLOSE_ON_INVALID):
+                mutations.decide(frame, header, shadow_quota, pending.received_ms,
+                                 scope.gateway.partition_counts.count)
+            pending.shadow_mutations = shadow_quota
     quota = scope.enforcement.mutation_quota(scope.principal, header.client_id or "", header.api_key,
                                              header.api_version, pending.received_ms)
     if quota is None:

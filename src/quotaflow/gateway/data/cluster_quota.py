@@ -368,7 +368,43 @@ class ClusterQuotas:
                 bound = applied[key] = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
                 if sensor.bound != bound:
                     sensor.set_bound(bound)
+        self._share_shadow(now_ms, elapsed)
         return own
+
+    def _share_shadow(self, now_ms: int, elapsed: int) -> None:
+        """A running shadow set's sensors get the same treatment as the live ones: each shadow quota-id's local
+        share of the shadow's cluster-wide value, from the same published usage (the shadow meets the same
+        traffic), the same table and the same decrease limit. A quota-id the live quotas do not meter has no
+        usage published by the peers: it is divided among this gateway's participants only (docs/gateway.md)."""
+        quotas: dict[UsageKey, float] = {}
+        divided: dict[str, dict[UsageKey, float | None]] = {}
+        sensors: dict[tuple[str, UsageKey], QuotaSensor] = {}
+        for broker, enforcement in self.participants().items():
+            shadow = enforcement.shadow
+            if shadow is None:
+                continue
+            wanted = divided[broker] = {}
+            published = self.published.get(broker, {})
+            for quota_type in SHARED_TYPES:
+                manager = shadow.managers.for_type(quota_type)
+                if not manager.quotas_enabled:
+                    continue
+                for qid, sensor in manager.quota_sensors():
+                    limit = manager.configured_limit(qid)
+                    if limit is None:
+                        continue
+                    key: UsageKey = (quota_type, qid.user, qid.client_id)
+                    quotas[key] = limit
+                    wanted[key] = published.get(key)
+                    sensors[(broker, key)] = sensor
+        if not divided:
+            return
+        for broker, shares in self.table.shares(quotas, divided, now_ms).items():
+            for key, target in shares.items():
+                sensor = sensors[(broker, key)]
+                bound = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                if sensor.bound != bound:
+                    sensor.set_bound(bound)
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
         """``cluster-share`` per quota-id (``kafka_server_produce_cluster_share{user,client_id}``: the local

@@ -70,6 +70,7 @@ from quotaflow.gateway.data.api_handlers import (
     HANDLERS,
     LOCAL_APIS,
     PASS_THROUGH,
+    decide_shadow,
     needs_partition_counts,
     prepare_request,
     produce_decisions,
@@ -814,15 +815,21 @@ class ConnectionCore:
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
         response (unframed) or the gateway's own (framed)."""
+        enforcement = self.enforcement
+        if now_ms >= enforcement.switch_ms:  # a promotion's batch takes effect now (gateway.data.shadow)
+            enforcement.switch(now_ms)
         decisions = None
         if pending.handler is _PRODUCE_HANDLER and pending.acks != 0 and self._binds_decisions:
             decisions = self._decide_bound_produce(pending, now_ms)
         if decisions is None:
             header = pending.header
             handler = pending.handler or HANDLERS.get(header.api_key, DEFAULT)
-            decisions = handler.decide(self.enforcement, pending, frame, self.principal, header.client_id or "",
+            decisions = handler.decide(enforcement, pending, frame, self.principal, header.client_id or "",
                                        pending.thread_ns, now_ms)
         pending.decisions = decisions
+        shadow = enforcement.shadow
+        if shadow is not None:  # a shadow quota set runs: the same request decided under it, never applied
+            pending.shadow = decide_shadow(shadow, pending, frame, self.principal, now_ms)
         throttle = decisions.throttle_ms
         if throttle > 0:
             self._mute(throttle)

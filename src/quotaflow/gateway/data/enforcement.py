@@ -39,6 +39,7 @@ from quotaflow.engine import (
 )
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.data.shadow import NEVER, ShadowDecisions, ThrottledCounts
 from quotaflow.store.base import Snapshot
 
 
@@ -59,6 +60,10 @@ NO_THROTTLE: Final = RequestDecisions()
 """A request no quota decided (SASL authentication, which Kafka's authenticator handles before KafkaApis)."""
 _USAGE_GROUPS: Final = {"produce": ("Produce", "excluded-byte-rate"), "fetch": ("Fetch", "excluded-byte-rate"),
                         "request": ("Request", "excluded-request-time")}
+
+
+def _no_switch(_now_ms: int) -> None:
+    """``Enforcement.switch`` while no promotion waits (never called: ``switch_ms`` is NEVER)."""
 
 
 class _ProduceLimits(dict[tuple[str, str], bool]):
@@ -86,7 +91,8 @@ _LIMITS_CACHED: Final = 100_000  # (user, client-id) pairs remembered before the
 
 
 class Enforcement:
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, *, shadow_id: int | None = None) -> None:
+        self.config = config
         self.managers = QuotaManagers.create(
             samples=config.quota_window_num,
             window_seconds=config.quota_window_size_seconds,
@@ -95,6 +101,19 @@ class Enforcement:
         )
         self.excluded = config.excluded_principals
         self._excluded_usage: dict[tuple[str, str], Rate] = {}  # (kind, principal) -> rate, metrics only
+        self.shadow: Enforcement | None = None
+        """This broker's managers under the running shadow set (``gateway.data.shadow``), fed the same inputs at
+        the same clock reading and never applied; None while no shadow set runs."""
+        self.shadow_id = shadow_id
+        """Set on a shadow's own managers: the ``ShadowSet.id`` they evaluate."""
+        self.switch_ms = NEVER
+        """The decision clock reading from which a promotion's batch applies (``gateway.data.shadow``): the
+        connection's decision path calls :attr:`switch` first when a decision's ``now_ms`` reaches it."""
+        self.switch: Callable[[int], None] = _no_switch
+        self.throttled = ThrottledCounts()  # a shadow's: requests it would have throttled, for /metrics
+        if shadow_id is not None:
+            self.no_throttle = ShadowDecisions(shadow_id)
+        self._network_live = bool(self.excluded)
         self.network_metered = bool(self.excluded)
         """Whether :meth:`network_time` has anything to record (a request quota exists, or excluded principals are
         metered): a plain attribute, so a connection asks it after every response without a call."""
@@ -135,8 +154,18 @@ class Enforcement:
 
     def apply_changes(self, changes: Iterable[QuotaChange]) -> None:
         apply_changes(changes, self.managers)
-        self.network_metered = bool(self.excluded) or self.managers.request.quotas_enabled
+        self._network_live = bool(self.excluded) or self.managers.request.quotas_enabled
         self.produce_limited.clear()
+        self._metered()
+
+    def set_shadow(self, shadow: Enforcement | None) -> None:
+        """Start (or end, None) evaluating a shadow set beside this broker's enforced quotas."""
+        self.shadow = shadow
+        self._metered()
+
+    def _metered(self) -> None:
+        shadow = self.shadow
+        self.network_metered = self._network_live or (shadow is not None and shadow.network_metered)
 
     # -- decisions ------------------------------------------------------------------------------------------
 
@@ -195,8 +224,13 @@ class Enforcement:
         return manager.new_controller_mutation_quota(user, client_id, is_strict(api_key, api_version), now_ms)
 
     def mutations_metered(self, user: str) -> bool:
-        """Whether this principal's topic mutations meet a controller-mutation quota (KIP-599)."""
-        return self.managers.controller_mutation.quotas_enabled and user not in self.excluded
+        """Whether this principal's topic mutations meet a controller-mutation quota (KIP-599), the live one or a
+        running shadow's (whose permits need the same partition counts)."""
+        if user in self.excluded:
+            return False
+        shadow = self.shadow
+        return self.managers.controller_mutation.quotas_enabled or (
+            shadow is not None and shadow.managers.controller_mutation.quotas_enabled)
 
     def request_with_mutation(self, user: str, client_id: str, thread_ns: int, quota: ControllerMutationQuota,
                               now_ms: int) -> tuple[int, int]:
@@ -213,7 +247,12 @@ class Enforcement:
 
     def network_time(self, user: str, client_id: str, thread_ns: int, now_ms: int) -> None:
         """Time after the decision (rewrite, encode, socket write), recorded without a check: it only weighs on
-        later decisions (KIP-124)."""
+        later decisions (KIP-124). A running shadow records it too (:attr:`network_metered` covers both)."""
+        shadow = self.shadow
+        if shadow is not None and shadow.network_metered:
+            shadow.network_time(user, client_id, thread_ns, now_ms)
+        if not self._network_live:
+            return
         if user in self.excluded:
             self._meter_excluded("request", user, thread_ns * NANOS_TO_PERCENT, now_ms)
             self.managers.request.record_exempt_ns(thread_ns, now_ms)
@@ -223,6 +262,8 @@ class Enforcement:
     def exempt_network_time(self, thread_ns: int, now_ms: int) -> None:
         """The network time of an exempt request goes to exempt-request-time, as its io time does."""
         self.managers.request.record_exempt_ns(thread_ns, now_ms)
+        if self.shadow is not None:
+            self.shadow.managers.request.record_exempt_ns(thread_ns, now_ms)
 
     @staticmethod
     def is_exempt(api_key: int) -> bool:
@@ -236,6 +277,8 @@ class Enforcement:
         for manager in self.managers:
             manager.expire_throttles(now_ms)
         self.managers.expire_sensors(now_ms)
+        if self.shadow is not None:
+            self.shadow.tick(now_ms)
 
     def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
         yield from self.managers.metric_samples(now_ms)
@@ -243,3 +286,19 @@ class Enforcement:
             group, name = _USAGE_GROUPS[kind]
             yield MetricSample(name, group, (("user", user),), rate.measure(now_ms),
                                "Usage of a principal excluded from client quotas (never throttled)")
+
+    def shadow_samples(self, now_ms: int) -> Iterator[MetricSample]:
+        """A shadow's own per-quota-id samples (byte-rate, request-time, throttle-time), under ``Shadow<group>``
+        with a ``shadow_id`` tag, and the requests it would have throttled (``Shadow`` / ``throttled-requests-total``
+        per quota type, user and client-id)."""
+        shadow_id = str(self.shadow_id)
+        for manager in (self.managers.produce, self.managers.fetch, self.managers.request):
+            for sample in manager.metric_samples(now_ms):
+                if sample.tags:
+                    yield MetricSample(sample.name, "Shadow" + sample.group, (*sample.tags, ("shadow_id", shadow_id)),
+                                       sample.value, sample.description + " (shadow quota set, not enforced)")
+        for (quota_type, user, client_id), count in list(self.throttled.counts.items()):
+            yield MetricSample("throttled-requests-total", "Shadow",
+                               (("quota_type", quota_type), ("user", user), ("client_id", client_id),
+                                ("shadow_id", shadow_id)), float(count),
+                               "Requests the shadow quota set would have throttled (never enforced)")

@@ -4,6 +4,7 @@
 
 cdef class Pending:
     cdef public object header, acks, local, reply, forward, mutations, fetch_cap, response, decisions, authz, handler
+    cdef public object shadow, shadow_mutations
     cdef public Py_ssize_t request_bytes
     cdef public long long received_ms, thread_ns, network_ns, hold_then_close_ms
     cdef public bint forwarded, local_api_versions, close_after, holds_reading, exempt, oversized

@@ -47,6 +47,9 @@ class Pending:
     # a Fetch response larger than the consumer quota's window holds: delivered with its throttle, not emptied
     oversized: bool
     decisions: RequestDecisions
+    # the same request decided under a running shadow set (gateway.data.shadow.ShadowDecisions), None without one
+    shadow: Any
+    shadow_mutations: Any  # the shadow's controller-mutation quota of a CreateTopics-like request (KIP-599)
     authz: Any  # the authorization plan (gateway.auth.authorize.Plan) when the request was rewritten or refused
     handler: Any  # its API's hooks (gateway.data.api_handlers.ApiHandler), looked up once when it was taken
     if not cython.compiled:  # the pure twin: these fields and no others (compiled: pending.pxd's)
@@ -74,6 +77,8 @@ class Pending:
         self.response = None
         self.oversized = False
         self.decisions = decisions
+        self.shadow = None
+        self.shadow_mutations = None
         self.authz = None
         self.handler = None
 
@@ -83,14 +88,23 @@ def request_row(broker: str, listener: str, user: str, client_ip: str, pending: 
     """``pending``'s row in the usage event log, answered by the connection ``broker`` / ``listener`` / ``user`` /
     ``client_ip`` with ``response_bytes`` at ``now_ms``: one tuple in ``REQUEST_LOG_SCHEMA``'s column order
     (``observation.eventlog.RequestRow``). Built here, where the compiled core reads the request's fields as C
-    struct members, so that logging a request costs no Python frame."""
+    struct members, so that logging a request costs no Python frame. A request decided under a running shadow set
+    has the ``SHADOW_REQUEST_FIELDS`` after them (``ShadowRequestRow``: the gateway appends those to the event
+    log's shadow queue, ``EventLog.shadow_request_rows``, for exactly as long as the shadow runs)."""
     header = pending.header
     decisions = pending.decisions
     version = header.api_version  # RAW_SASL (a raw token exchange) is logged as version 0
     acks = pending.acks
     if acks is not None and not -128 <= acks <= 127:  # an int16 on the wire, an int8 column: a tenant's acks=1000
         acks = 127 if acks > 0 else -128  # must not stop the log; replay only asks whether it is 0
+    shadow = pending.shadow
+    if shadow is None:
+        return (now_ms, broker, listener, user, header.client_id or "", client_ip, header.api_key,
+                version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
+                pending.network_ns, acks, False, seq, decisions.throttle_ms_produce, decisions.throttle_ms_fetch,
+                decisions.throttle_ms_request, decisions.throttle_ms)
     return (now_ms, broker, listener, user, header.client_id or "", client_ip, header.api_key,
             version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
             pending.network_ns, acks, False, seq, decisions.throttle_ms_produce, decisions.throttle_ms_fetch,
-            decisions.throttle_ms_request, decisions.throttle_ms)
+            decisions.throttle_ms_request, decisions.throttle_ms, shadow.shadow_id, shadow.throttle_ms_produce,
+            shadow.throttle_ms_fetch, shadow.throttle_ms_request, shadow.throttle_ms)

@@ -60,6 +60,8 @@ from quotaflow.events import (
     REQUEST_DECISION_FIELDS,
     REQUEST_SCHEMA,
     REQUESTS_DIR,
+    SHADOW_CONNECTION_FIELDS,
+    SHADOW_REQUEST_FIELDS,
 )
 from quotaflow.gateway.observation.row_queue import RowQueue
 
@@ -73,11 +75,22 @@ RequestRow: TypeAlias = tuple[int, str, str, str, str, str, int, int, int, int, 
 (``ts_ms, broker, listener, user, client_id, client_ip, api_key, api_version, request_bytes, response_bytes,
 io_thread_ns, network_thread_ns, acks, is_follower, seq, throttle_ms_produce, throttle_ms_fetch,
 throttle_ms_request, throttle_ms``)."""
-CONNECTION_LOG_SCHEMA: Final = pa.schema([*CONNECTION_SCHEMA, *CONNECTION_DECISION_FIELDS])
-"""What the gateway writes for a connection attempt: the event schema plus the admission decision."""
+SHADOW_REQUEST_LOG_SCHEMA: Final = pa.schema([*REQUEST_LOG_SCHEMA, *SHADOW_REQUEST_FIELDS])
+"""What the gateway writes for a request while a shadow quota set runs (:data:`ShadowRequestRow`): files of their
+own in the same ``requests/`` directory, so a gateway without a shadow writes exactly what it always did (readers
+concatenate the files with ``promote_options="permissive"``: the shadow columns are null in the other files)."""
+ShadowRequestRow: TypeAlias = tuple[int, str, str, str, str, str, int, int, int, int, int, int, int | None, bool, int,
+                                    int, int, int, int, int, int, int, int, int]
+"""A :data:`RequestRow` followed by ``shadow_id, shadow_throttle_ms_produce, shadow_throttle_ms_fetch,
+shadow_throttle_ms_request, shadow_throttle_ms``."""
+CONNECTION_LOG_SCHEMA: Final = pa.schema([*CONNECTION_SCHEMA, *CONNECTION_DECISION_FIELDS, *SHADOW_CONNECTION_FIELDS])
+"""What the gateway writes for a connection attempt: the event schema plus the admission decision, and the one the
+shadow set would have made (null while none runs; connection rows are few, their null columns cost nothing)."""
 
 _SCHEMAS: Final = {REQUESTS_DIR: REQUEST_LOG_SCHEMA, CONNECTIONS_DIR: CONNECTION_LOG_SCHEMA,
                    AUTHORIZATIONS_DIR: AUTHORIZATION_SCHEMA}
+SHADOW_REQUESTS: Final = "requests-shadow"
+"""The kind (``/metrics`` tag) of request rows decided under a shadow set; written to ``requests/``."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 BATCH_SECONDS: Final = 0.05
@@ -125,8 +138,9 @@ class _Kind:
     """One kind of row: the loop's deque, the writer's batches not yet in a file, and tables the disk refused."""
 
     def __init__(self, name: str, schema: pa.Schema, max_queued_rows: int, next_seq: Callable[[], int], *,
-                 tuples: bool = False) -> None:
+                 tuples: bool = False, directory: str | None = None) -> None:
         self.name = name
+        self.directory = directory or name
         self.schema = schema
         self.required = [i for i, f in enumerate(schema) if not f.nullable]
         # rows are tuples in the schema's column order (converted as one struct array), else dicts by column name
@@ -197,9 +211,14 @@ class EventLog:
         """The arrival counter: the next ``seq`` (a C call, for a request row built inline on the loop)."""
         self._kinds = {name: _Kind(name, schema, max_queued_rows, self.next_seq, tuples=name == REQUESTS_DIR)
                        for name, schema in _SCHEMAS.items()}
+        self._kinds[SHADOW_REQUESTS] = _Kind(SHADOW_REQUESTS, SHADOW_REQUEST_LOG_SCHEMA, max_queued_rows,
+                                             self.next_seq, tuples=True, directory=REQUESTS_DIR)
         self._requests = self._kinds[REQUESTS_DIR]
         self.request_rows: Final[RowQueue] = self._requests.queue
         """Where the loop appends :data:`RequestRow` tuples (what :meth:`request` does, as C calls only)."""
+        self.shadow_request_rows: Final[RowQueue] = self._kinds[SHADOW_REQUESTS].queue
+        """Where the loop appends :data:`ShadowRequestRow` tuples while a shadow quota set runs (the gateway
+        points its ``request_rows`` here for exactly that long)."""
         self._connections = self._kinds[CONNECTIONS_DIR]
         self._authorizations = self._kinds[AUTHORIZATIONS_DIR]
         self._refusal: str | None = None  # set once closed or failed (_refuse): the loop side's only check
@@ -461,7 +480,7 @@ class EventLog:
     def _write(self, kind: _Kind, table: pa.Table) -> bool:
         ts, seq = table.column("ts_ms")[0].as_py(), table.column("seq")[0].as_py()
         name = f"part-{ts:013d}-{_UNSAFE.sub('_', self.broker)}-{seq:012d}-{next(self._files)}"
-        final = self.directory / kind.name / f"{name}.parquet"
+        final = self.directory / kind.directory / f"{name}.parquet"
         tmp = final.with_name(f".{name}.parquet.tmp")
         try:
             write_parquet(tmp, table)
