@@ -105,7 +105,11 @@ def read_input(spark: Any, events: Path, kind: str, out: Path, columns: tuple[st
     _check_types(files, kind)
     total = sum(parquet_metadata(p).num_rows for p in files)
     clean = clean_by_statistics(files, kind)
-    df = spark.read.option("recursiveFileLookup", "true").parquet(*[str(p) for p in files])
+    # files whose columns differ (the gateway logs shadow columns into files of their own while a shadow runs):
+    # every file's columns, else Spark takes one file's schema and drops the others' extra columns
+    merge = len({tuple(parquet_schema(p).names) for p in files}) > 1
+    df = spark.read.option("recursiveFileLookup", "true").option("mergeSchema", str(merge).lower()).parquet(
+        *[str(p) for p in files])  # fmt: skip
     for f in schema_for(kind):
         col = F.col(f.name) if f.name in df.columns else F.lit(None)
         df = df.withColumn(f.name, col.cast(_spark_type(f.type)))

@@ -39,7 +39,7 @@ from quotaflow.admin.local import DescribedEntity
 from quotaflow.core.entities import QuotaEntity, entity_text
 from quotaflow.core.errors import CommandError
 from quotaflow.core.keys import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from quotaflow.core.precedence import PREFIX_TAG_USER, entity_bit, prefix_index
+from quotaflow.core.precedence import PREFIX_TAG_USER
 from quotaflow.core.prefixes import PrefixIndex
 from quotaflow.engine.exempt import EXEMPT_THROTTLE_API_KEYS
 from quotaflow.events import API_FETCH, API_PRODUCE, REQUEST_DECISION_FIELDS, REQUESTS_DIR
@@ -64,8 +64,6 @@ from quotaflow.pipeline.decide import ManagerView, RequestRows, WindowSettings, 
 from quotaflow.pipeline.resolve import (
     QUOTA_TYPES,
     QuotaConfig,
-    TypeConfig,
-    client_key,
     components,
     resolve_clients,
 )
@@ -226,19 +224,8 @@ def placeholder(entity: int) -> float:
 
 def proposal_config(config: QuotaConfig, ents: Entities) -> QuotaConfig:
     """The store's config with every entity's keys set (to placeholders), as ``alter`` would set them."""
-    types = dict(config.types)
-    for key in sorted({k for ks in ents.keys for k in ks}):
-        t = KEY_TYPE[key]
-        overrides = dict(types[t].overrides)
-        mask = types[t].mask
-        for e, wire in enumerate(ents.wire):
-            if key not in ents.keys[e]:
-                continue
-            ckey = client_key(QuotaEntity.from_wire(wire))
-            overrides[ckey] = placeholder(e)
-            mask |= int(entity_bit(*ckey))
-        types[t] = TypeConfig(overrides, mask, prefix_index(overrides))
-    return QuotaConfig(types, config.ip_rates, config.excluded)
+    return config.with_changes([(QuotaEntity.from_wire(wire), {key: placeholder(e) for key in sorted(ents.keys[e])})
+                                for e, wire in enumerate(ents.wire) if ents.keys[e]])  # fmt: skip
 
 
 class Plan:

@@ -22,7 +22,7 @@ from quotaflow.core.precedence import ClientIdPrefix, ClientKey, entity_bit, pre
 from quotaflow.core.prefixes import PrefixIndex
 from quotaflow.core.sanitize import sanitize
 from quotaflow.engine.quota_type import NO_BYTE_TYPE, QuotaType
-from quotaflow.store.base import Snapshot
+from quotaflow.store.base import EntityChange, Snapshot
 
 QUOTA_TYPES: Final = ("produce", "fetch", "request")
 TYPE_OF: Final = {"produce": QuotaType.PRODUCE, "fetch": QuotaType.FETCH, "request": QuotaType.REQUEST}
@@ -69,6 +69,38 @@ class QuotaConfig:
                 ip = None if entity.ip is DEFAULT else str(entity.ip)
                 ip_rates[ip] = int(values[CONNECTION_CREATION_RATE])
         return cls(types, ip_rates, excluded)
+
+    def with_changes(self, changes: Sequence[EntityChange]) -> QuotaConfig:
+        """This config with ``changes`` applied as ``alter`` applies them to a store (a value sets a key, None
+        removes it): the config :meth:`from_snapshot` gives of the store after that alter. The advisor's proposal
+        config and a shadow set's config (the enforced quotas with the shadow's changes) are both made here. Keys
+        a backtest does not apply (``controller_mutation_rate``) change nothing."""
+        types = dict(self.types)
+        for name in QUOTA_TYPES:
+            key = TYPE_OF[name].key
+            touched = [(entity, values[key]) for entity, values in changes if key in values and not entity.is_ip()]
+            if not touched:
+                continue
+            overrides = dict(types[name].overrides)
+            for entity, value in touched:
+                if value is None:
+                    overrides.pop(client_key(entity), None)
+                else:
+                    overrides[client_key(entity)] = float(value)
+            mask = 0
+            for ckey in overrides:  # the entities holding the key, as from_snapshot counts them
+                mask |= int(entity_bit(*ckey))
+            types[name] = TypeConfig(overrides, mask, prefix_index(overrides))
+        ip_rates = dict(self.ip_rates)
+        for entity, values in changes:
+            if entity.is_ip() and CONNECTION_CREATION_RATE in values:
+                ip = None if entity.ip is DEFAULT else str(entity.ip)
+                rate = values[CONNECTION_CREATION_RATE]
+                if rate is None:
+                    ip_rates.pop(ip, None)
+                else:
+                    ip_rates[ip] = int(rate)
+        return QuotaConfig(types, ip_rates, self.excluded)
 
 
 def client_key(entity: QuotaEntity) -> ClientKey:
