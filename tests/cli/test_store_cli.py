@@ -3,8 +3,10 @@ store (no sqlite3 traceback, no file created for a URL), and ``quotaflow store c
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Final
 
 import pytest
 from click.testing import CliRunner, Result
@@ -68,11 +70,24 @@ def test_unsupported_store_url(tmp_path: Path, events: Path, url: str, monkeypat
     assert set(tmp_path.rglob("*")) == before  # no file, no directory made out of the URL
 
 
+JOBS: Final = [["replay"], ["backtest"], ["recommend"], ["shadow", "report"]]
+
+
 @pytest.mark.parametrize("command", [["users", "list"], ["configs", "--describe", "--entity-type", "users"],
-                                     ["acls", "--list"], ["client-quotas", "--describe"]])
-def test_unreachable_cluster_store_says_what_it_tries_then_fails_in_one_line(command: list[str]) -> None:
+                                     ["acls", "--list"], ["client-quotas", "--describe"], *JOBS])
+def test_unreachable_cluster_store_says_what_it_tries_then_fails_in_one_line(command: list[str],
+                                                                             tmp_path: Path) -> None:
     """Issue 35: a closed port was 30 s of silence, then ``KafkaTimeoutError``. Now a line on stderr says which
-    bootstrap is being tried and for how long, and the failure names the address and the setting bounding it."""
+    bootstrap is being tried and for how long, and the failure names the address and the setting bounding it; the
+    jobs that read the store (backtest, replay, recommend, the shadow report) say it the same way."""
+    if command in JOBS:
+        requests = tmp_path / "events" / "requests"
+        requests.mkdir(parents=True)
+        row = {"ts_ms": 1, "broker": "0", "listener": "PLAINTEXT", "user": "u", "client_id": "c", "client_ip": "1",
+               "api_key": 0, "api_version": 9, "request_bytes": 1, "response_bytes": 1, "io_thread_ns": 1,
+               "network_thread_ns": 1, "acks": 1, "is_follower": False, "seq": 0}
+        (requests / "part.jsonl").write_text(json.dumps(row) + "\n")
+        command = [*command, "--events", str(tmp_path / "events"), "--out", str(tmp_path / "out")]
     started = time.monotonic()
     result = CliRunner().invoke(cli, [*command, "--store", "kafka://127.0.0.1:1/q?request.timeout.ms=1500"])
     assert result.exit_code == 1, result.output

@@ -21,7 +21,7 @@ from quotaflow.admin import Admin, AdminBackend
 from quotaflow.core.errors import BrokerConnectionError, CommandError, KafkaError, QuotaflowError, StoreError
 from quotaflow.core.javafmt import parse_double
 from quotaflow.store import open_store
-from quotaflow.store.factory import STORE_ENV, describe_store
+from quotaflow.store.factory import STORE_ENV, describe_store, stderr_notice
 
 if TYPE_CHECKING:
     from quotaflow.admin.wire import WireAdmin
@@ -132,12 +132,9 @@ def open_backend(store: str | None, bootstrap_server: str | None = None, *, crea
 def open_cli_store(store: str | None, *, create: bool = True) -> SqliteStore | KafkaStore:
     """A command's ``--store``: a slow Kafka store says what it waits for on stderr, and a Kafka store's reader
     starts from its newest checkpoint (a command needs the current state, not the history)."""
-    return open_store(store, create=create, notice=store_notice, from_checkpoint=True)
+    return open_store(store, create=create, notice=stderr_notice, from_checkpoint=True)
 
 
-def store_notice(message: str) -> None:
-    """What a slow store connection is waiting for, on stderr (stdout stays the command's output)."""
-    click.echo(message, err=True)
 
 
 def java_exception_line(error: QuotaflowError) -> str:

@@ -20,13 +20,14 @@ from typing import Final
 import click
 import uvicorn
 
-from quotaflow.cli.common import STORE_HELP, store_notice
+from quotaflow.cli.common import STORE_HELP
 from quotaflow.console import ConsoleConfig, create_app
 from quotaflow.console.live import DEFAULT_HISTORY, DEFAULT_INTERVAL_S
 from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.gateway.config import GatewayConfig, read_properties
 from quotaflow.store import open_store
+from quotaflow.store.factory import stderr_notice
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8080"
 
@@ -129,7 +130,7 @@ def console(store: str | None, gateways: tuple[str, ...], listen: str, backtests
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     try:  # the console cannot add users, so a store it created would be empty and useless: only open one
-        quota_store = open_store(store, create=False, notice=store_notice)
+        quota_store = open_store(store, create=False, notice=stderr_notice)
     except QuotaflowError as e:
         raise click.ClickException(str(e)) from e
     try:

@@ -22,6 +22,7 @@ import click
 
 from quotaflow.admin import shadow as shadows
 from quotaflow.cli.common import announce_store, open_cli_store, store_option
+from quotaflow.cli.shadow_report import report
 from quotaflow.core.entities import entity_text
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.javafmt import java_double_str
@@ -176,6 +177,9 @@ def history(output: str, store: str | None) -> None:
                    f"effective {_when(p.effective_ms)}: {_count(p)} values")
         for line in _batch_lines(p):
             click.echo("  " + line)
+
+
+shadow.add_command(report)  # enforced vs shadow over the events a shadow set saw (Spark): cli/shadow_report.py
 
 
 # -- text ------------------------------------------------------------------------------------------------------------

@@ -6,11 +6,11 @@ from contextlib import closing
 
 import click
 
-from quotaflow.cli.common import open_cli_store, store_failure, store_notice
+from quotaflow.cli.common import open_cli_store, store_failure
 from quotaflow.core.errors import StoreError
 from quotaflow.store import open_store
 from quotaflow.store.copy import copy_store
-from quotaflow.store.factory import describe_store
+from quotaflow.store.factory import describe_store, stderr_notice
 
 
 @click.group("store")
@@ -33,7 +33,7 @@ def copy(src: str, dst: str, overwrite: bool) -> None:
         if src_name == dst_name:
             raise StoreError("SRC and DST are the same store")
         with closing(open_cli_store(src, create=False)) as source, \
-                closing(open_store(dst, notice=store_notice)) as target:
+                closing(open_store(dst, notice=stderr_notice)) as target:
             result = copy_store(source, target, overwrite=overwrite, dst_name=dst_name)
     except StoreError as e:
         store_failure(e)

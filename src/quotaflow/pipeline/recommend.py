@@ -125,9 +125,9 @@ class RecommendSpec:
 
 
 def _snapshot(store: str | Path) -> Snapshot:
-    from quotaflow.store import open_store
+    from quotaflow.store.factory import open_reader
 
-    st = open_store(store, create=False)
+    st = open_reader(store)
     try:
         return st.snapshot()
     finally:

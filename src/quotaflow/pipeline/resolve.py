@@ -113,9 +113,9 @@ def client_key(entity: QuotaEntity) -> ClientKey:
 
 def load_config(store: str | Path, excluded: frozenset[str] = frozenset()) -> QuotaConfig:
     """The quota config in a store (a snapshot); a missing file is an error (a backtest never creates a store)."""
-    from quotaflow.store import open_store
+    from quotaflow.store.factory import open_reader
 
-    st = open_store(store, create=False)
+    st = open_reader(store)
     try:
         return QuotaConfig.from_snapshot(st.snapshot(), excluded)
     finally:

@@ -171,10 +171,10 @@ def proposal_shadow(path: Path, store: str | Path) -> Shadow:
     nothing written); one invalid entity refuses it, as ``shadow start`` would."""
     from quotaflow.admin import Admin
     from quotaflow.admin.batch import read_proposal
-    from quotaflow.store import open_store
+    from quotaflow.store.factory import open_reader
 
     alterations = read_proposal(path)
-    admin = Admin(open_store(store, create=False))
+    admin = Admin(open_reader(store))
     try:
         results, changes = admin.plan(alterations)
     finally:
@@ -189,9 +189,9 @@ def proposal_shadow(path: Path, store: str | Path) -> Shadow:
 def store_shadow(store: str | Path, which: str | None) -> Shadow:
     """The store's shadow set ``which`` (its id, else its name: the latest of that name), or with None the running
     one, else the latest."""
-    from quotaflow.store import open_store
+    from quotaflow.store.factory import open_reader
 
-    st = open_store(store, create=False)
+    st = open_reader(store)
     try:
         if not isinstance(st, ShadowStore):
             raise CommandError(f"store {store} keeps no shadow sets; give the changes with --proposal FILE")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,18 @@ def open_store(value: str | os.PathLike[str] | None = None, *, create: bool = Tr
     from quotaflow.store.kafka import KafkaStore
 
     return KafkaStore(location, notice=notice, from_checkpoint=from_checkpoint)
+
+
+def stderr_notice(message: str) -> None:
+    """What a slow store connection is waiting for, on stderr (a command's stdout stays its output)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def open_reader(value: str | os.PathLike[str] | None) -> SqliteStore | KafkaStore:
+    """The store of a command or job that only reads its current state (backtest, replay, recommend, the shadow
+    report, describe): a missing SQLite file is an error, never created; a Kafka store's reader starts from its newest
+    checkpoint and says on stderr what a slow connection waits for, as every CLI command does."""
+    return open_store(value, create=False, notice=stderr_notice, from_checkpoint=True)
 
 
 def describe_store(value: str | os.PathLike[str] | None = None) -> str:
