@@ -60,7 +60,7 @@ conformance: setup
 test: test-setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 demo: setup
 	$(BIN)/python -m quotaflow.demo

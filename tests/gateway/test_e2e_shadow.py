@@ -9,6 +9,7 @@ connections; bounded (~6 s of traffic), loopback only.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import threading
@@ -16,7 +17,9 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -130,8 +133,9 @@ def _replay(events: Path, entities: dict[QuotaEntity, dict[str, float]], tmp_pat
     return out
 
 
+@pytest.mark.spark
 def test_a_shadow_shows_within_seconds_and_replaying_the_log_under_it_reproduces_its_columns(
-    gateway_factory: GatewayFactory, tansu: Tansu, tmp_path: Path
+    gateway_factory: GatewayFactory, tansu: Tansu, tmp_path: Path, spark: Any
 ) -> None:
     topic_in, topic_out = _topic(tansu.bootstrap, 0), _topic(tansu.bootstrap, 1_500_000)
     store_path = tmp_path / "shadow-quotas.db"
@@ -200,6 +204,27 @@ def test_a_shadow_shows_within_seconds_and_replaying_the_log_under_it_reproduces
     assert list(conns_df["shadow_result"]) == list(replayed_c["result"])
     assert list(conns_df["shadow_ip_throttle_ms"]) == list(replayed_c["ip_throttle_ms"])
     assert list(conns_df["shadow_accept_delay_ms"]) == list(replayed_c["accept_delay_ms"])
+    # the Spark report over the same log: every logged decision, live and shadow, equals its replay (--strict), and
+    # enforced vs shadow equals `backtest --compare` of a store holding the shadow's quotas over the same events
+    report = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["shadow", "report", "--events", str(gw.events), "--store", str(store_path),
+                                      "--out", str(report), "--strict"])
+    assert result.exit_code == 0, result.output
+    checks = json.loads((report / "_SUMMARY.json").read_text())
+    for kind, rows in (("requests", len(live_df)), ("connections", len(conns_df))):
+        for check in ("live", "shadow"):
+            assert checks[kind]["check"][check] == {"checked": rows, "mismatched": 0}, (kind, check, checks[kind])
+    backtest = tmp_path / "backtest"
+    result = CliRunner().invoke(cli, ["backtest", "--events", str(gw.events), "--store", str(tmp_path / "enforced.db"),
+                                      "--compare", str(tmp_path / "shadowed.db"), "--out", str(backtest)])
+    assert result.exit_code == 0, result.output
+    for name, keys in (("compare", ["tag_user", "tag_client_id", "quota_type", "broker"]), ("compare_summary", [])):
+        mine, theirs = (pq.read_table(d / name).to_pandas() for d in (report, backtest))
+        keys = [k for k in keys if k in mine.columns]
+        if keys:
+            mine, theirs = (x.sort_values(keys).reset_index(drop=True) for x in (mine, theirs))
+        assert len(mine) > 0
+        pd.testing.assert_frame_equal(mine, theirs, check_exact=True, obj=name)
     print(f"shadow in /metrics after {seen_s:.2f} s; {len(live_df)} requests, shadow throttled {shadow_throttled}; "
           f"{len(conns_df)} connections, {int((conns_df['shadow_result'] == 'IP_THROTTLED').sum())} refused in shadow")
 
