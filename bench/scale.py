@@ -221,7 +221,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def render_idle(rows: list[tuple[str, Row]]) -> tuple[list[str], str]:
+def render_idle(rows: list[tuple[str, Row]], capped: bool) -> tuple[list[str], str]:
     table = _table(["target", "N idle", "KB per client", "p50 / p99 ms idle", "p50 / p99 ms with N held",
                     "control after"],
                    [[name, f"{int(r['n']):,}", f"{r['kb_per_client']:.1f}",
@@ -234,7 +234,7 @@ def render_idle(rows: list[tuple[str, Row]]) -> tuple[list[str], str]:
     reading = (f"KB per idle client {min(r['kb_per_client'] for r in gw):.1f}–{max(r['kb_per_client'] for r in gw):.1f}"
                f" (tansu {min(r['kb_per_client'] for r in ta):.1f}–{max(r['kb_per_client'] for r in ta):.1f}); "
                f"p99 with N held / the worse of idle and control: at most {worst:.2f}x; the curve ends at "
-               f"N = {int(gw[-1]['n']):,}, where the host's descriptors end (no refusal, no EMFILE before that).")
+               f"N = {int(gw[-1]['n']):,}" + (", where the host's descriptors end." if capped else "."))
     return table, reading
 
 
@@ -322,7 +322,8 @@ def main() -> None:
             if curve == "idle":
                 ns = idle.descriptors_for(points["idle"])
                 idle_rows = idle.run(ns, 100 if args.quick else 300, work)
-                table, reading = render_idle(idle_rows)
+                capped = ns != [min(idle.MAX_CLIENTS, n) for n in points["idle"]]
+                table, reading = render_idle(idle_rows, capped)
             elif curve == "tenants":
                 tenant_rows = tenants_curve(points["tenants"], work, args.quick)
                 table, reading = render_tenants(tenant_rows)
