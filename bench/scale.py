@@ -98,13 +98,11 @@ def tenants_point(tansu: Tansu, gw: GatewayProcess, t: int, rate: float, seconds
         assert pid is not None
         warm = max(t, int(rate))  # every client-id seen once (its sensors made), the topic created
         asyncio.run(paced(port, frames, rate * 2, warm / (rate * 2), 8))
-        rss0 = idle.rss_kb(pid)
         c0 = cpu_seconds(pid)
         n = asyncio.run(paced(port, frames, rate, seconds, 8))
         row[f"{name}_us"] = (cpu_seconds(pid) - c0) / n * 1e6
         row[f"{name}_n"] = n
         row[f"{name}_rss_mb"] = idle.rss_kb(pid) / 1024
-        del rss0
     return row
 
 
