@@ -124,6 +124,26 @@ def measure(target_pid: int, port: int, bootstrap: str, n: int, rounds: int) -> 
             "held_p99": held_p99}
 
 
+def descriptors_for(ns: list[int]) -> list[int]:
+    """Raise this process's open-file limit (children inherit it) so that it, tansu and a gateway can hold the
+    largest N (the gateway needs 2N + 64); where the hard limit cannot be raised, each N is capped to what a gateway
+    with that limit holds, (hard - 1024) / 2. Returns the Ns to run, at most ``MAX_CLIENTS`` each."""
+    ns = [min(MAX_CLIENTS, n) for n in ns]
+    need = 2 * max(ns) + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))  # root only: children inherit it
+        except (OSError, ValueError) as e:  # no CAP_SYS_RESOURCE: N as large as the hard limit lets the gateway hold
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            ns = sorted({min(n, (hard - 1024) // 2) for n in ns})
+            print(f"open-file limit {hard} ({e}): N capped to what a gateway with that limit holds: {ns}",
+                  file=sys.stderr)
+    else:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(need, hard)), hard))
+    return ns
+
+
 def run(ns: list[int], rounds: int, work: Path) -> list[tuple[str, dict[str, float]]]:
     results = []
     for n in ns:
@@ -172,19 +192,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    ns = [min(MAX_CLIENTS, int(x)) for x in args.clients.split(",")]
-    need = 2 * max(ns) + 1024
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < need:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))  # root only: children inherit it
-        except (OSError, ValueError) as e:  # no CAP_SYS_RESOURCE: N as large as the hard limit lets the gateway hold
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            ns = sorted({min(n, (hard - 1024) // 2) for n in ns})
-            print(f"open-file limit {hard} ({e}): N capped to what a gateway with that limit holds: {ns}",
-                  file=sys.stderr)
-    else:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(need, hard)), hard))
+    ns = descriptors_for([int(x) for x in args.clients.split(",")])
     with tempfile.TemporaryDirectory(prefix="quotaflow-idle-") as work:
         results = run(ns, args.rounds, Path(work))
     text = report(results, "python bench/idle_connections.py " + " ".join(sys.argv[1:]))

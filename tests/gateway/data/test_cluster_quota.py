@@ -13,75 +13,29 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.store.kafka import KafkaStore
+from quotaflow.testing.acked_rate import producers
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 Q = 1_000_000  # producer_byte_rate of the shared client-id, bytes/s
-VALUE = b"c" * 8_000
 WINDOW_S = 1
 CONFIG = f"""quota.window.size.seconds={WINDOW_S}
 quota.window.num=3
 quotaflow.quota.cluster.expiry.windows=2
 """
-
-
-class AckedRate:
-    """One producer, flat out through one gateway; acked bytes per second of the monotonic clock."""
-
-    def __init__(self, bootstrap: str, topic: str, client_id: str) -> None:
-        self.topic = topic
-        self.acked: list[tuple[float, int]] = []
-        self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
-                                  "batch.size": 16_384, "max.in.flight": 5, "acks": 1,
-                                  "queue.buffering.max.kbytes": 256, "message.timeout.ms": 60_000})
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _delivered(self, error: object, message: object) -> None:
-        if error is None:
-            self.acked.append((time.monotonic(), len(VALUE)))
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(self.topic, VALUE, on_delivery=self._delivered)
-            except BufferError:
-                self.producer.poll(0.01)
-        self.producer.purge()
-        self.producer.flush(5)
-
-    def rate(self, start: float, end: float) -> float:
-        return sum(n for t, n in self.acked if start <= t < end) / (end - start)
-
-
-@contextmanager
-def producers(gateways: list[GatewayProcess], topic: str, client_id: str) -> Iterator[list[AckedRate]]:
-    running = [AckedRate(g.bootstrap, topic, client_id) for g in gateways]
-    for p in running:
-        p.thread.start()
-    try:
-        yield running
-    finally:
-        for p in running:
-            p.stop.set()
-        for p in running:
-            p.thread.join(30)
 
 
 def _setup(tansu: Tansu, tmp_path: Path, scope: str) -> tuple[str, Path, str]:
@@ -115,7 +69,7 @@ def test_cluster_scope_holds_q_across_gateways_and_survives_a_kill(tansu: Tansu,
     with ExitStack() as stack:
         a = stack.enter_context(_gateway(tansu, store, config, tmp_path / "a"))
         b = stack.enter_context(_gateway(tansu, store, config, tmp_path / "b"))
-        with producers([a, b], topic, "shared") as (pa, pb):
+        with producers([a.bootstrap, b.bootstrap], topic, "shared") as (pa, pb):
             start = time.monotonic()
             time.sleep(18)
             now = time.monotonic()
@@ -149,7 +103,7 @@ def test_broker_scope_is_per_gateway(tansu: Tansu, tmp_path: Path) -> None:
     with ExitStack() as stack:
         a = stack.enter_context(_gateway(tansu, store, config, tmp_path / "a"))
         b = stack.enter_context(_gateway(tansu, store, config, tmp_path / "b"))
-        with producers([a, b], topic, "shared") as (pa, pb):
+        with producers([a.bootstrap, b.bootstrap], topic, "shared") as (pa, pb):
             start = time.monotonic()
             time.sleep(13)
             now = time.monotonic()
