@@ -36,7 +36,7 @@ def test_store_copy_carries_prefixes_ranges_and_principal_rates(tansu: Tansu, tm
     with open_store(back) as dst:
         assert dst.snapshot().entities == truth
     result = runner.invoke(cli, ["client-quotas", "--resolve", "--names", "ip=10.1.200.3", "--store", url])
-    assert result.output == "{ip=10.1.200.3}\n  connection_creation_rate=5.0 {ip=10.1.0.0/16}\n", result.output
+    assert result.stdout == "{ip=10.1.200.3}\n  connection_creation_rate=5.0 {ip=10.1.0.0/16}\n", result.output
     result = runner.invoke(cli, ["client-quotas", "--describe", "--names", "client-id-prefix=etl/ä-", "--store", url])
     assert "producer_byte_rate=100000.0" in result.output, result.output
 
