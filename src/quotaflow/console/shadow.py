@@ -39,7 +39,7 @@ def changes_view(store: QuotaStore, console: Console) -> dict[str, Any]:
         return doc
     doc["shadow"] = shadow_admin.shadow_json(running)
     for entity, ops in running.changes:
-        wire: dict[str | None, str | None] = dict(entity.to_wire())
+        wire: dict[str | None, str | None] = {t: n for t, n in entity.to_wire().items()}
         enforced = current_values(console.admin, wire)
         for key, value in sorted(ops.items()):
             doc["changes"].append({"entity": entity.to_wire(), "key": key, "enforced": enforced.get(key),
