@@ -4,6 +4,7 @@ gateways' /metrics, and promote / stop / rollback by an admin only, recorded und
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -161,3 +162,60 @@ def test_only_an_admin_may_act(store: SqliteStore, shadowed: SqliteStore) -> Non
     with TestClient(create_app(store, ConsoleConfig(read_only=True))) as ro:
         r = ro.post("/api/shadow/stop", json={"shadow_id": sid}, auth=ADMIN, headers=PAGE)
         assert r.status_code == 403
+
+
+def test_page_shows_the_shadow_beside_live_and_an_admin_promotes(shadowed: SqliteStore, tmp_path: Path) -> None:
+    """In chromium: a gateway's /metrics (served over HTTP, scraped by the console) with the running set's families;
+    the admin sees the set, its changes and live vs shadow throttling, confirms a promotion and sees when it takes
+    effect; an operator sees no buttons and the API refuses them."""
+    from playwright.sync_api import expect
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from quotaflow.testing.asgi import serve
+
+    from .browser import browser, screenshot
+
+    running = shadow_admin.status(shadowed)
+    assert running is not None
+    text = SCRAPE.replace('shadow_id="7"', f'shadow_id="{running.id}"')
+    metrics = Starlette(routes=[Route("/metrics", lambda _r: PlainTextResponse(text))])
+    with serve(metrics) as gw_url:
+        app = create_app(shadowed, ConsoleConfig(gateways=[gw_url], admins=frozenset({"admin"}),
+                                                 scrape_interval_s=0.5))
+        with serve(app) as url:
+            with browser(OPERATOR) as context:
+                page = context.new_page()
+                page.goto(f"{url}/login?next=/live")
+                expect(page.locator("#shadow-name")).to_have_text("lift alice")
+                assert page.locator("#shadow-promote").count() == 0
+                assert page.locator("#shadow-rollback").count() == 0
+                r = page.request.post(f"{url}/api/shadow/promote", data={"shadow_id": running.id},
+                                      headers={"Content-Type": "application/json"})
+                assert r.status == 403
+            assert shadow_admin.status(shadowed) is not None
+            with browser(ADMIN) as context:
+                page = context.new_page()
+                page.goto(f"{url}/login?next=/live")
+                expect(page.locator("#shadow-by")).to_have_text("carol")
+                changes = page.locator("#shadow-changes tbody").inner_text()
+                assert "user=alice" in changes and "producer_byte_rate" in changes and "absent" in changes
+                expect(page.locator("#shadow-entities tbody tr")).to_have_count(2)
+                first = page.locator("#shadow-entities tbody tr").first.inner_text()
+                assert "ann" in first and "900" in first and "250" in first  # live 250 ms vs shadow 900 ms
+                expect(page.locator("#shadow-charts .chart-box")).to_have_count(2)
+                expect(page.locator("#entity-table tbody tr").first).to_contain_text("ann")  # the live view beside
+                screenshot(page, tmp_path, "live-shadow")
+                page.click("#shadow-promote")
+                page.fill("#shadow-in", "3")
+                expect(page.locator("#shadow-effective")).to_contain_text("every gateway switches at")
+                page.click("#shadow-confirm-yes")
+                expect(page.locator("#shadow-result.ok")).to_contain_text("by admin: takes effect at")
+                expect(page.locator("#shadow-none")).to_be_visible()
+                expect(page.locator("#shadow-last")).to_contain_text("Last promote")
+                screenshot(page, tmp_path, "live-shadow-promoted")
+    assert shadow_admin.status(shadowed) is None
+    last = shadowed.promotions()[-1]
+    assert (last.kind, last.by, last.shadow_id) == ("promote", "admin", running.id)
+    assert shadowed.get(QuotaEntity(user="alice")) == {"producer_byte_rate": 3e6}
