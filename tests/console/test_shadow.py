@@ -207,7 +207,9 @@ def test_page_shows_the_shadow_beside_live_and_an_admin_promotes(shadowed: Sqlit
                 expect(page.locator("#shadow-charts .chart-box")).to_have_count(2)
                 expect(page.locator("#entity-table tbody tr").first).to_contain_text("ann")  # the live view beside
                 screenshot(page, tmp_path, "live-shadow")
+                expect(page.locator("#shadow-confirm")).to_be_hidden()  # promoting asks first
                 page.click("#shadow-promote")
+                expect(page.locator("#shadow-confirm")).to_be_visible()
                 page.fill("#shadow-in", "3")
                 expect(page.locator("#shadow-effective")).to_contain_text("every gateway switches at")
                 page.click("#shadow-confirm-yes")
