@@ -23,7 +23,7 @@ import quotaflow.console.backtests as bt
 from quotaflow.admin import Alteration
 from quotaflow.admin.codec import alter_to_json, describe_to_json, resolution_to_json
 from quotaflow.console import proposals
-from quotaflow.console.access import REALM
+from quotaflow.console.access import REALM, Principal
 from quotaflow.console.quotas import field_of, filter_form, op_keys, parse_alteration
 from quotaflow.console.state import Console, console_of
 from quotaflow.core.errors import (
@@ -101,22 +101,27 @@ async def _json_body(request: Request) -> Any:
         raise InvalidRequestError("The request body is not JSON") from None
 
 
-async def _admin_write(request: Request, route: str) -> tuple[Any, Response | None]:
-    """(the JSON body, None) of a write an admin may make, else (None, the refusal): a cross-site page, a body that
-    is not JSON, no admin signed in, a read-only console."""
+async def admin_write_request(request: Request, route: str) -> tuple[Any, Principal | None, Response | None]:
+    """(the JSON body, the admin, None) of a write an admin may make, else (None, None, the refusal): a cross-site
+    page, a body that is not JSON, no admin signed in, a read-only console."""
     console = console_of(request)
     if not _same_origin(request):
-        return None, error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
+        return None, None, error_response(ClusterAuthorizationFailedError("Cross-origin writes are refused"))
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        return None, error_response(InvalidRequestError(f"POST {route} takes application/json"))
+        return None, None, error_response(InvalidRequestError(f"POST {route} takes application/json"))
     try:
-        await console.authenticate(console.access.require_admin, request)
+        principal = await console.authenticate(console.access.require_admin, request)
     except KafkaError as e:
-        return None, error_response(e, challenge=PAGE_HEADER not in request.headers)
+        return None, None, error_response(e, challenge=PAGE_HEADER not in request.headers)
     try:
-        return await _json_body(request), None
+        return await _json_body(request), principal, None
     except InvalidRequestError as e:
-        return None, error_response(e)
+        return None, None, error_response(e)
+
+
+async def _admin_write(request: Request, route: str) -> tuple[Any, Response | None]:
+    body, _principal, refused = await admin_write_request(request, route)
+    return body, refused
 
 
 async def quotas_post(request: Request) -> Response:

@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from quotaflow.console import acls, api, pages
+from quotaflow.console import acls, api, pages, shadow
 from quotaflow.console.headers import SecurityHeaders
 from quotaflow.console.state import Console, ConsoleConfig
 from quotaflow.console.views import make_templates
@@ -39,7 +39,7 @@ def create_app(store: QuotaStore, config: ConsoleConfig | None = None) -> Starle
         finally:
             await console.live.stop()
 
-    routes = [*pages.ROUTES, *acls.PAGE_ROUTES, *acls.API_ROUTES, *api.ROUTES,
+    routes = [*pages.ROUTES, *acls.PAGE_ROUTES, *acls.API_ROUTES, *shadow.API_ROUTES, *api.ROUTES,
               Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static")]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: api.http_error},
                     middleware=[Middleware(SecurityHeaders)])

@@ -48,7 +48,22 @@ TOP_N: Final = 6
 _BY_NAME: Final = {metric: qt for qt, (metric, _key, _unit) in RATE_METRICS.items()}
 _THROTTLE_BY_NAME: Final = {THROTTLE_METRIC.format(qt): qt for qt in RATE_METRICS}
 
+# A running shadow set's families (docs/metrics.md, Shadow quotas): the shadow managers' per-quota-id samples with a
+# shadow_id tag, and the count of requests the shadow would have throttled. The rate families say which quota-ids the
+# shadow meters (its throttle-time sensor exists only once it throttled).
+SHADOW_TYPES: Final = ("produce", "fetch", "request")
+SHADOW_THROTTLE_METRIC: Final = "kafka_server_shadow_{}_throttle_time"
+SHADOW_RATE_METRICS: Final = {
+    "kafka_server_shadow_produce_byte_rate": "produce",
+    "kafka_server_shadow_fetch_byte_rate": "fetch",
+    "kafka_server_shadow_request_request_time": "request",
+}
+SHADOW_THROTTLED: Final = "kafka_server_shadow_throttled_requests_total"
+SHADOW_CONNECTIONS: Final = "kafka_server_shadow_connections_total"
+_SHADOW_THROTTLE_BY_NAME: Final = {SHADOW_THROTTLE_METRIC.format(qt): qt for qt in SHADOW_TYPES}
+
 EntityKey = tuple[str, str, str, str]  # gateway, quota type, user tag (sanitized), client-id tag
+ShadowKey = tuple[str, str, str, str, str]  # gateway, shadow_id, quota type, user tag (sanitized), client-id tag
 
 
 def _finite(value: float) -> float:
@@ -66,6 +81,20 @@ class EntitySeries:
 
 
 @dataclass(slots=True)
+class ShadowSeries:
+    """One quota-id on one gateway under one shadow set: (time s, live throttle ms, shadow throttle ms, requests the
+    shadow would have throttled so far) per scrape. The live reading is the enforced managers' own
+    ``kafka_server_<type>_throttle_time`` for the same tags, so the two lines are the same quota-id's two decisions."""
+
+    points: deque[tuple[float, float, float, float]]
+    live_throttle_ms: float = 0.0
+    shadow_throttle_ms: float = 0.0
+    shadow_rate: float = 0.0
+    throttled_requests: float = 0.0
+    last_seen: float = 0.0
+
+
+@dataclass(slots=True)
 class GatewayState:
     url: str
     ok: bool = False
@@ -75,6 +104,7 @@ class GatewayState:
     entities: dict[EntityKey, EntitySeries] = field(default_factory=dict)
     # connection metrics: (metric, labels as "k=v,..") -> points (time s, value)
     connections: dict[tuple[str, str], deque[tuple[float, float]]] = field(default_factory=dict)
+    shadow: dict[ShadowKey, ShadowSeries] = field(default_factory=dict)
 
 
 class LiveMetrics:
@@ -126,14 +156,17 @@ class LiveMetrics:
         index = self._index() if index is None else index
         rates: dict[EntityKey, float] = {}
         throttles: dict[EntityKey, float] = {}
+        shadow = _ShadowScrape()
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name, labels, value = sample.name, sample.labels, float(sample.value)
-                if name in _BY_NAME or name in _THROTTLE_BY_NAME:
+                if name.startswith("kafka_server_shadow_") and name != SHADOW_CONNECTIONS:
+                    shadow.add(gw.url, name, labels, _finite(value))
+                elif name in _BY_NAME or name in _THROTTLE_BY_NAME:
                     qt = _BY_NAME.get(name) or _THROTTLE_BY_NAME[name]
                     key = (gw.url, qt, labels.get("user", ""), labels.get("client_id", ""))
                     (rates if name in _BY_NAME else throttles)[key] = _finite(value)
-                elif name.startswith(CONNECTION_PREFIX) or name == ACCEPTOR_BLOCKED:
+                elif name.startswith(CONNECTION_PREFIX) or name in (ACCEPTOR_BLOCKED, SHADOW_CONNECTIONS):
                     lkey = ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if v)
                     series = gw.connections.get((name, lkey))
                     if series is None:
@@ -154,7 +187,25 @@ class LiveMetrics:
             entity.throttle_ms = throttles.get(key, 0.0)
             entity.last_seen = now
             entity.points.append((now, entity.rate, None if quota is None else quota[1], entity.throttle_ms))
+        self._ingest_shadow(gw, shadow, throttles, now)
         gw.last_scrape = now
+
+    def _ingest_shadow(self, gw: GatewayState, scrape: _ShadowScrape, live_throttles: dict[EntityKey, float],
+                       now: float) -> None:
+        for key in scrape.quota_ids():
+            series = gw.shadow.get(key)
+            if series is None:
+                if self._full(gw):
+                    gw.dropped_series += 1
+                    continue
+                series = gw.shadow[key] = ShadowSeries(deque(maxlen=self.history))
+            url, _sid, qt, user, client = key
+            series.live_throttle_ms = live_throttles.get((url, qt, user, client), 0.0)
+            series.shadow_throttle_ms = scrape.throttles.get(key, 0.0)
+            series.shadow_rate = scrape.rates.get(key, 0.0)
+            series.throttled_requests = scrape.counts.get(key, 0.0)
+            series.last_seen = now
+            series.points.append((now, series.live_throttle_ms, series.shadow_throttle_ms, series.throttled_requests))
 
     def _forget_stale(self, gw: GatewayState, now: float) -> None:
         """Forget series the gateway has not exported for longer than the history spans (their sensors expired, the
@@ -164,9 +215,11 @@ class LiveMetrics:
             del gw.entities[key]
         for ckey in [k for k, points in gw.connections.items() if not points or points[-1][0] < horizon]:
             del gw.connections[ckey]
+        for skey in [k for k, s in gw.shadow.items() if s.last_seen < horizon]:
+            del gw.shadow[skey]
 
     def _full(self, gw: GatewayState) -> bool:
-        return len(gw.entities) + len(gw.connections) >= self.max_series
+        return len(gw.entities) + len(gw.connections) + len(gw.shadow) >= self.max_series
 
     async def run(self) -> None:
         """Scrape forever, every ``interval_s``."""
@@ -231,6 +284,28 @@ class LiveMetrics:
         t, rate, quota, throttle = zip(*series.points, strict=True) if series.points else ((), (), (), ())
         return {"t": list(t), "rate": list(rate), "quota": list(quota), "throttle_ms": list(throttle)}
 
+    def shadow_rows(self, shadow_id: int | None) -> list[dict[str, Any]]:
+        """Per quota-id under the shadow set ``shadow_id`` (None: any): live vs shadow throttle time now and over
+        time, and the requests the shadow would have throttled; where the two decisions differ most first."""
+        rows: list[dict[str, Any]] = []
+        for gw in self.gateways.values():
+            for (url, sid, qt, user, client), s in gw.shadow.items():
+                if shadow_id is not None and sid != str(shadow_id):
+                    continue
+                t, live_ms, shadow_ms, counts = zip(*s.points, strict=True) if s.points else ((), (), (), ())
+                rows.append({
+                    "id": "|".join((url, sid, qt, user, client)), "gateway": url, "shadow_id": sid,
+                    "quota_type": qt, "user": user, "user_name": desanitize(user) if user else "",
+                    "client_id": client, "live_throttle_ms": s.live_throttle_ms,
+                    "shadow_throttle_ms": s.shadow_throttle_ms, "shadow_rate": s.shadow_rate,
+                    "shadow_throttled_requests": s.throttled_requests, "last_seen": s.last_seen,
+                    "history": {"t": list(t), "live_throttle_ms": list(live_ms), "shadow_throttle_ms": list(shadow_ms),
+                                "shadow_throttled_requests": list(counts)},
+                })  # fmt: skip
+        rows.sort(key=lambda r: (-abs(r["shadow_throttle_ms"] - r["live_throttle_ms"]),
+                                 -r["shadow_throttled_requests"], r["id"]))  # fmt: skip
+        return rows
+
     def connection_rows(self) -> list[dict[str, Any]]:
         rows = []
         for gw in self.gateways.values():
@@ -260,7 +335,7 @@ class LiveMetrics:
                     "ok": gw.ok,
                     "error": gw.error,
                     "last_scrape": gw.last_scrape,
-                    "series": len(gw.entities) + len(gw.connections),
+                    "series": len(gw.entities) + len(gw.connections) + len(gw.shadow),
                     "dropped_series": gw.dropped_series,
                 }
                 for gw in self.gateways.values()
@@ -269,3 +344,37 @@ class LiveMetrics:
             "top": [{**row, "history": self.history_of(row["id"])} for row in entities[:top]],
             "connections": self.connection_rows(),
         }
+
+
+class _ShadowScrape:
+    """One scrape's shadow samples per (gateway, shadow_id, type, user, client-id). A gateway runs one broker
+    per upstream broker, each with its own managers: throttle times take the largest, rates and counts add up."""
+
+    __slots__ = ("counts", "rates", "throttles")
+
+    def __init__(self) -> None:
+        self.throttles: dict[ShadowKey, float] = {}
+        self.rates: dict[ShadowKey, float] = {}
+        self.counts: dict[ShadowKey, float] = {}
+
+    def add(self, url: str, name: str, labels: dict[str, str], value: float) -> None:
+        sid = labels.get("shadow_id", "")
+        if name == SHADOW_THROTTLED:
+            qt = labels.get("quota_type", "")
+            into = self.counts
+        elif name in _SHADOW_THROTTLE_BY_NAME:
+            qt, into = _SHADOW_THROTTLE_BY_NAME[name], self.throttles
+        elif name in SHADOW_RATE_METRICS:
+            qt, into = SHADOW_RATE_METRICS[name], self.rates
+        else:
+            return
+        if qt not in SHADOW_TYPES or not sid:
+            return
+        key = (url, sid, qt, labels.get("user", ""), labels.get("client_id", ""))
+        if into is self.throttles:
+            into[key] = max(into.get(key, 0.0), value)
+        else:
+            into[key] = into.get(key, 0.0) + value
+
+    def quota_ids(self) -> set[ShadowKey]:
+        return self.throttles.keys() | self.rates.keys() | self.counts.keys()

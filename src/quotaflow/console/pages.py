@@ -12,6 +12,7 @@ from starlette.routing import Route
 import quotaflow.console.backtests as bt
 from quotaflow.admin import DescribedEntity
 from quotaflow.admin.codec import describe_to_json, resolution_to_json
+from quotaflow.admin.shadow import DEFAULT_GRACE_S
 from quotaflow.console.access import REALM
 from quotaflow.console.api import error_response
 from quotaflow.console.headers import REPORT_CSP
@@ -59,7 +60,12 @@ async def resolve(request: Request) -> Response:
 
 
 async def live(request: Request) -> Response:
-    return await render(request, "live.html", {"interval_s": console_of(request).live.interval_s})
+    """Live throttling, with a running shadow set beside it (promote / stop / rollback offered to an admin)."""
+    console = console_of(request)
+    principal = await console.principal(request)
+    may_act = principal is not None and principal.admin and not console.config.read_only
+    return await render(request, "live.html", {"interval_s": console.live.interval_s, "may_act": may_act,
+                                               "default_grace_s": DEFAULT_GRACE_S})
 
 
 async def backtests(request: Request, error: str | None = None, status: int = 200) -> Response:
