@@ -212,3 +212,41 @@ def test_live_page_shows_a_throttled_client_of_a_real_gateway(
         assert len(history["t"]) >= 3 and all(q == QUOTA for q in history["quota"])
     finally:
         store.close()
+
+
+@pytest.mark.broker
+def test_a_running_shadow_is_scraped_from_a_real_gateway_beside_live(gateway_factory: GatewayFactory,  # noqa: F811
+                                                                      tmp_path: Path) -> None:
+    """Issue 36: a shadow set started on a running gateway shows in the console within seconds, per quota-id, as
+    the gateway exports it: the producer the shadow would throttle, with no live throttle beside it."""
+    from quotaflow.admin import shadow as shadow_admin
+
+    store_path = tmp_path / "shadow-live.db"
+    with SqliteStore(store_path) as s:
+        Admin(s).alter([Alteration.of(QuotaEntity(client_id="hog"), {"producer_byte_rate": 100 * QUOTA})])
+    gw = gateway_factory(metrics_port=0, store=store_path)
+    stop = threading.Event()
+    producer = threading.Thread(target=_produce, args=(gw.bootstrap, "hog", stop), daemon=True)
+    producer.start()
+    store = SqliteStore(store_path)
+    try:
+        started = shadow_admin.start(store, [Alteration.of(QuotaEntity(client_id="hog"),
+                                                           {"producer_byte_rate": QUOTA / 4})], "tight hog", "test")
+        app = create_app(store, ConsoleConfig(gateways=[gw.http_url], read_only=True, scrape_interval_s=0.5))
+        with serve(app) as url:
+            deadline = time.monotonic() + 45
+            while True:
+                doc = httpx2.get(f"{url}/api/shadow").json()
+                hog = [r for r in doc["entities"] if r["client_id"] == "hog" and r["quota_type"] == "produce"]
+                if hog and hog[0]["shadow_throttle_ms"] > 0:
+                    break
+                assert time.monotonic() < deadline, doc
+                time.sleep(0.5)
+        assert doc["shadow"]["id"] == started.id and doc["shadow"]["name"] == "tight hog"
+        assert hog[0]["shadow_id"] == str(started.id) and hog[0]["live_throttle_ms"] == 0
+        assert [(c["key"], c["enforced"], c["shadow"]) for c in doc["changes"]] == [
+            ("producer_byte_rate", 100 * QUOTA, QUOTA / 4)]
+    finally:
+        stop.set()
+        producer.join(20)
+        store.close()
