@@ -148,10 +148,15 @@ def _core_connection() -> tuple[Any, Any]:
 
 
 def feed(proto: asyncio.BufferedProtocol, data: bytes) -> None:
-    """Hand ``data`` to a buffered protocol as its event loop would after a read."""
-    buf = proto.get_buffer(-1)
-    buf[:len(data)] = data  # type: ignore[index]
-    proto.buffer_updated(len(data))
+    """Hand ``data`` to a buffered protocol as its event loop would after reads (several when its buffer, which
+    starts small and grows on demand, has less room than ``data``)."""
+    view = memoryview(data)
+    while view:
+        buf = proto.get_buffer(-1)
+        n = min(len(buf), len(view))
+        buf[:n] = view[:n]  # type: ignore[index]
+        proto.buffer_updated(n)
+        view = view[n:]
 
 
 def core_figures(store: Path, n: int, *, opcodes: bool = False) -> float:
