@@ -418,6 +418,26 @@ class StandardAuthorizer:
             # decision cached under it is the new ACLs' decision
             self.generation += 1
 
+    def update(self, added: Iterable[AclBinding], removed: Iterable[AclBinding], from_version: int,
+               version: int) -> bool:
+        """Apply a change read from the store (the bindings added and removed after ``from_version``, up to
+        ``version``) to the index held, as :meth:`AclIndex.updated`: the work is the change's. Only when the index is
+        still the one of ``from_version`` (another loader may have moved it meanwhile: then nothing is applied and
+        the answer is False, and the caller reads the change again from the version now held). Call it off the
+        event loop."""
+        with self._load_lock:
+            base = self.index
+            if self.version != from_version:
+                return False
+        index = base.updated(added, removed)
+        with self._load_lock:
+            if self.version != from_version or self.index is not base:
+                return False
+            self.index = index
+            self.version = version
+            self.generation += 1  # last, as in load
+        return True
+
     def explain(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                 name: str) -> Decision:
         """The decision and the rule behind it (super user, the deciding ACL, or the default)."""

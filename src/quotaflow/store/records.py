@@ -50,7 +50,7 @@ from quotaflow.core.acl import (
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
-from quotaflow.store.base import Change, Credential, ScramCredential, Snapshot, Values
+from quotaflow.store.base import AclChange, Change, Credential, ScramCredential, Snapshot, Values
 from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.scram import HASHES
 from quotaflow.store.signing import RecordSigner, Verified
@@ -63,6 +63,7 @@ SCRAM_KIND: Final = "scram"
 ACL_KIND: Final = "acl"
 CHECKPOINT_KIND: Final = "checkpoint"  # a manifest: the state as of a position is in the chunks it lists
 CHUNK_KIND: Final = "checkpoint-chunk"
+ACL_CHANGE_LOG: Final = 10_000  # the newest effective ACL changes a view keeps for pollers (older: read the set)
 CHUNK_RECORDS: Final = 2_000  # state records per chunk: ~200 KB, well under the 1 MB of max.message.bytes
 MANIFEST_KEY: Final = b'["checkpoint",0]'
 _NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -265,6 +266,10 @@ class StoreView:
         self.changes: list[Change] = []
         self.acls: set[AclBinding] = set()
         self.acl_version = 0  # the position after the last effective ACL change
+        # the newest effective ACL changes (bounded: a gateway behind by more reads the whole set), and the version
+        # above which every change is in it
+        self.acl_changes: deque[AclChange] = deque(maxlen=ACL_CHANGE_LOG)
+        self.acl_changes_from = 0
         self.position = 0
         self.rejected = 0
         self._rejections = RejectionLog(log, f"quota store {name}")
@@ -350,14 +355,31 @@ class StoreView:
         self.scram[(user, mechanism)] = credential
 
     def _apply_acl(self, offset: int, binding: AclBinding, value: bytes | None) -> None:
-        if value is None:
-            if binding in self.acls:
-                self.acls.discard(binding)
-                self.acl_version = offset + 1
-            return
-        if binding not in self.acls:
+        added = value is not None
+        if (binding in self.acls) == added:
+            return  # adding a held binding, removing an absent one: no change
+        if added:
             self.acls.add(binding)
-            self.acl_version = offset + 1
+        else:
+            self.acls.discard(binding)
+        self.acl_version = offset + 1
+        changes = self.acl_changes
+        if len(changes) == changes.maxlen:  # the oldest falls out: a poller behind it reads the whole set
+            self.acl_changes_from = changes[0].version
+        changes.append(AclChange(self.acl_version, binding, added))
+
+    def acl_changes_since(self, version: int) -> list[AclChange] | None:
+        """The effective ACL changes after ``version``, oldest first; None when they are not all held (older than
+        the bounded log, or before the checkpoint this view started from). The work is the changes returned."""
+        if version < self.acl_changes_from or version > self.acl_version:
+            return None
+        out: list[AclChange] = []
+        for change in reversed(self.acl_changes):
+            if change.version <= version:
+                break
+            out.append(change)
+        out.reverse()
+        return out
 
     def users(self) -> list[str]:
         """Every user with a credential of any kind, sorted."""
@@ -421,7 +443,7 @@ class StoreView:
                     raise ValueError(f"a checkpoint holding a {kind[0]!r} record")
         self._ordered = None
         self.position = self.checkpoint_at = manifest.position
-        self.acl_version = manifest.acl_version
+        self.acl_version = self.acl_changes_from = manifest.acl_version  # the changes before it are not known
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:
         lo, hi = 0, len(self.changes)

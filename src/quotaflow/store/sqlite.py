@@ -30,6 +30,7 @@ from quotaflow.core.acl import (
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import StoreError
 from quotaflow.store.base import (
+    AclChange,
     AclSnapshot,
     AclStore,
     Change,
@@ -287,6 +288,20 @@ class SqliteStore:
     def acl_version(self) -> int:
         with self._locked() as db:
             return self._acl_version(db)
+
+    def acl_changes_since(self, version: int) -> list[AclChange] | None:
+        """From the ``acl_changes`` log (one row per effective change, its seq the version it made). None when the
+        rows after ``version`` are not every version up to the current one (rows deleted by hand, a store replaced
+        under the reader), so the reader falls back to the whole set rather than trust a partial delta."""
+        with self._read() as db:
+            current = self._acl_version(db)
+            if version > current:
+                return None
+            rows = db.execute(f"SELECT seq, added, {self._ACL_COLUMNS} FROM acl_changes WHERE seq > ? ORDER BY seq",
+                              (version,)).fetchall()
+        if len(rows) != current - version or (rows and (rows[0][0] != version + 1 or rows[-1][0] != current)):
+            return None
+        return [AclChange(int(row[0]), _binding(row[2:]), bool(row[1])) for row in rows]
 
     @staticmethod
     def _acl_version(db: sqlite3.Connection) -> int:
