@@ -50,7 +50,7 @@ from quotaflow.gateway.auth.tls import (
 )
 from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
-from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived
+from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived, loop_first
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.data.addresses import AddressOf
 from quotaflow.gateway.data.broker_quotas import BrokerQuotas
@@ -237,7 +237,8 @@ class Gateway:
 
     def _load_all_acls(self, authorizer: StandardAuthorizer, store: AclStore) -> None:
         """The store's whole ACL set into the authorizer (the first load; a delta the store no longer holds)."""
-        with collector_paused():  # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs
+        # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs, made while clients are served
+        with collector_paused(), loop_first():
             snapshot = store.acls()
             version, bindings = snapshot.version, snapshot.bindings
             del snapshot
