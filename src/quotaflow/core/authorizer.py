@@ -13,15 +13,16 @@ lengths (a name of length n looks up its prefixes of those lengths only), and wi
 principal, so one decision touches the session's and ``User:*``'s entries of the few patterns that apply. An index
 is immutable; :class:`StandardAuthorizer` swaps in a new one when the ACLs change (one attribute assignment, so a
 decision sees the old or the new set, never a mix). The new one is made from the old and the change
-(:meth:`AclIndex.updated`): the patterns and principals the change names are rebuilt, nothing else is re-indexed.
+(:meth:`AclIndex.updated`): the patterns and principals the change names are rebuilt, nothing else is re-indexed,
+and the maps around them (and the set of bindings) are split in shards copied only where the change lands.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from quotaflow.core.acl import (
     WILDCARD,
@@ -99,6 +100,70 @@ def _covers(entry: AccessControlEntry) -> frozenset[AclOperation]:
     return frozenset(op for op in _EVERY_OPERATION if operation_matches(op, entry))
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Shards(Generic[K, V]):
+    """A map split by key hash into ``SHARDS`` dicts, so that a copy that changes a few keys copies only their
+    shards (copy on write). At 100,000 ACLs a whole-dict copy per change is one C call holding the GIL for several
+    milliseconds per map; a shard is 1/64th of that. Written only while the index that owns it is being made."""
+
+    __slots__ = ("_maps", "_own", "size")
+
+    def __init__(self, items: Iterable[tuple[K, V]] = ()) -> None:
+        self._maps: list[dict[K, V]] = [{} for _ in range(SHARDS)]
+        self._own = _ALL_SHARDS  # the shards this map may write (fresh: all; a copy: none until copied)
+        self.size = 0
+        for k, v in items:
+            self[k] = v
+
+    def copy(self) -> _Shards[K, V]:
+        out: _Shards[K, V] = _Shards.__new__(_Shards)
+        out._maps, out._own, out.size = list(self._maps), frozenset(), self.size
+        return out
+
+    def get(self, key: K) -> V | None:
+        return self._maps[hash(key) & _SHARD_MASK].get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._maps[hash(key) & _SHARD_MASK]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        shard = self._writable(hash(key) & _SHARD_MASK)
+        if key not in shard:
+            self.size += 1
+        shard[key] = value
+
+    def pop(self, key: K) -> V | None:
+        i = hash(key) & _SHARD_MASK
+        if key not in self._maps[i]:
+            return None
+        self.size -= 1
+        return self._writable(i).pop(key)
+
+    def _writable(self, i: int) -> dict[K, V]:
+        if i not in self._own:
+            self._maps[i] = dict(self._maps[i])
+            self._own = self._own | {i}
+        return self._maps[i]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def __iter__(self) -> Iterator[K]:
+        for shard in self._maps:
+            yield from shard
+
+
+SHARDS: Final = 64
+_SHARD_MASK: Final = SHARDS - 1
+_ALL_SHARDS: Final = frozenset(range(SHARDS))
+
+
 class _TypeIndex:
     """The ACLs of one resource type."""
 
@@ -113,14 +178,16 @@ class _TypeIndex:
             table = prefixed if b.pattern.pattern_type == PatternType.PREFIXED else literal
             table.setdefault(b.pattern.name, {}).setdefault(e.principal, []).append(_entry(e))
             by_principal.setdefault(e.principal, set()).add(b)
-        self.literal: dict[str, _Bucket] = {name: _freeze(v) for name, v in literal.items() if name != WILDCARD}
+        self.literal: _Shards[str, _Bucket] = _Shards((name, _freeze(v)) for name, v in literal.items()
+                                                      if name != WILDCARD)
         self.wildcard: _Bucket | None = _freeze(literal[WILDCARD]) if WILDCARD in literal else None
-        self.prefixed: dict[str, _Bucket] = {name: _freeze(v) for name, v in prefixed.items()}
+        self.prefixed: _Shards[str, _Bucket] = _Shards((name, _freeze(v)) for name, v in prefixed.items())
         self._length_counts: dict[int, int] = {}
         for name in prefixed:
             self._length_counts[len(name)] = self._length_counts.get(len(name), 0) + 1
         self.prefix_lengths = tuple(sorted(self._length_counts))
-        self.by_principal: dict[str, frozenset[AclBinding]] = {p: frozenset(v) for p, v in by_principal.items()}
+        self.by_principal: _Shards[str, frozenset[AclBinding]] = _Shards((p, frozenset(v))
+                                                                        for p, v in by_principal.items())
         # name -> its applicable patterns: a gateway asks about the same few names over and over, so the prefix
         # lookups are done once per name and index (bounded; a new index starts with none)
         self._patterns: dict[str, list[tuple[ResourcePattern | None, _Bucket]]] = {}
@@ -128,12 +195,12 @@ class _TypeIndex:
     def updated(self, added: Iterable[AclBinding], removed: Iterable[AclBinding]) -> _TypeIndex:
         """A new index with ``removed`` taken out and ``added`` put in; this one is unchanged (a decision running on
         it meanwhile sees the old set whole). Only the patterns and principals named by the changes are rebuilt;
-        the maps around them are shallow copies."""
+        the maps around them are copied only in the shards the changes touch (:class:`_Shards`)."""
         new = _TypeIndex(())
-        new.literal, new.prefixed = dict(self.literal), dict(self.prefixed)
+        new.literal, new.prefixed = self.literal.copy(), self.prefixed.copy()
         new.wildcard = self.wildcard
         new._length_counts = dict(self._length_counts)
-        new.by_principal = dict(self.by_principal)
+        new.by_principal = self.by_principal.copy()
         for b in removed:
             new._change(b, add=False)
         for b in added:
@@ -159,7 +226,7 @@ class _TypeIndex:
         frozen = entries or None
         if prefixed:
             if frozen is None:
-                if self.prefixed.pop(name, None) is not None:
+                if self.prefixed.pop(name) is not None:
                     self._length_counts[len(name)] -= 1
                     if not self._length_counts[len(name)]:
                         del self._length_counts[len(name)]
@@ -170,15 +237,15 @@ class _TypeIndex:
         elif name == WILDCARD:
             self.wildcard = frozen
         elif frozen is None:
-            self.literal.pop(name, None)
+            self.literal.pop(name)
         else:
             self.literal[name] = frozen
-        mine = self.by_principal.get(e.principal, frozenset())
+        mine = self.by_principal.get(e.principal) or frozenset()
         mine = mine | {b} if add else mine - {b}
         if mine:
             self.by_principal[e.principal] = mine
         else:
-            self.by_principal.pop(e.principal, None)
+            self.by_principal.pop(e.principal)
 
     def __bool__(self) -> bool:
         return bool(self.literal or self.prefixed or self.wildcard)
@@ -241,25 +308,41 @@ class AclIndex:
     """An immutable, indexed set of ACL bindings. :meth:`updated` makes the next one from a change, touching only
     what the change names."""
 
-    __slots__ = ("_types", "bindings", "indexed")
+    __slots__ = ("_bindings", "_held", "_types", "indexed")
 
     def __init__(self, bindings: Iterable[AclBinding] = ()) -> None:
-        self.bindings: frozenset[AclBinding] = frozenset(bindings)
+        self._held: _Shards[AclBinding, None] = _Shards((b, None) for b in bindings)
+        self._bindings: frozenset[AclBinding] | None = None
         grouped: dict[ResourceType, list[AclBinding]] = {}
-        for b in self.bindings:
+        for b in self._held:
             grouped.setdefault(b.pattern.resource_type, []).append(b)
         self._types = {rt: _TypeIndex(bs) for rt, bs in grouped.items()}
-        self.indexed = len(self.bindings)
+        self.indexed = len(self._held)
         """Bindings indexed to make this index: all of them when built, the changed ones when :meth:`updated`."""
+
+    @property
+    def bindings(self) -> frozenset[AclBinding]:
+        """Every binding held, as one set (made on first use: a whole-set comparison, not the decision path)."""
+        if self._bindings is None:
+            self._bindings = frozenset(self._held)
+        return self._bindings
+
+    def __contains__(self, binding: object) -> bool:
+        return binding in self._held
 
     def updated(self, added: Iterable[AclBinding] = (), removed: Iterable[AclBinding] = ()) -> AclIndex:
         """This index with ``removed`` taken out and ``added`` put in (absent removals and present additions change
-        nothing), as a new index: the work is the change's, not the number of ACLs held."""
-        gone = frozenset(removed) & self.bindings
-        kept = self.bindings - gone
-        new_ones = frozenset(added) - kept
+        nothing), as a new index: the work is the change's, not the number of ACLs held (the set of bindings, like
+        the maps of the index, is copied only in the shards the change touches)."""
+        gone = {b for b in removed if b in self._held}
+        new_ones = {b for b in added if b in gone or b not in self._held}
         out = AclIndex.__new__(AclIndex)
-        out.bindings = kept | new_ones
+        held = self._held.copy()
+        for b in gone:
+            held.pop(b)
+        for b in new_ones:
+            held[b] = None
+        out._held, out._bindings = held, None
         out.indexed = len(gone) + len(new_ones)
         by_type: dict[ResourceType, tuple[list[AclBinding], list[AclBinding]]] = {}
         for b in new_ones:
@@ -292,7 +375,7 @@ class AclIndex:
         return added, removed
 
     def __len__(self) -> int:
-        return len(self.bindings)
+        return len(self._held)
 
     def find(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
              name: str) -> tuple[int, int, AccessControlEntry | None]:
@@ -348,7 +431,7 @@ class AclIndex:
         allow_prefixed: set[str] = set()
         wildcard_allow = False
         for who in (principal, WILDCARD_PRINCIPAL):
-            for b in index.by_principal.get(who, ()):
+            for b in index.by_principal.get(who) or ():
                 e = b.entry
                 if e.host != host and e.host != WILDCARD:
                     continue
@@ -389,7 +472,7 @@ class StandardAuthorizer:
         self._default = Decision(allow_everyone_if_no_acl_found,
                                  "DefaultAllow" if allow_everyone_if_no_acl_found else "DefaultDeny")
         self.index = AclIndex(bindings)
-        self.store_backed = not self.index.bindings if store_backed is None else store_backed
+        self.store_backed = not len(self.index) if store_backed is None else store_backed
         self.version = 0  # the store's ACL version the index was built from
         self.generation = 0  # Authorizer.generation: moves on every load, after the new index is in place
         self._load_lock = threading.Lock()
@@ -417,6 +500,26 @@ class StandardAuthorizer:
             # last: a reader (the gateway's loop) that sees the new generation sees the new index too, so a
             # decision cached under it is the new ACLs' decision
             self.generation += 1
+
+    def update(self, added: Iterable[AclBinding], removed: Iterable[AclBinding], from_version: int,
+               version: int) -> bool:
+        """Apply a change read from the store (the bindings added and removed after ``from_version``, up to
+        ``version``) to the index held, as :meth:`AclIndex.updated`: the work is the change's. Only when the index is
+        still the one of ``from_version`` (another loader may have moved it meanwhile: then nothing is applied and
+        the answer is False, and the caller reads the change again from the version now held). Call it off the
+        event loop."""
+        with self._load_lock:
+            base = self.index
+            if self.version != from_version:
+                return False
+        index = base.updated(added, removed)
+        with self._load_lock:
+            if self.version != from_version or self.index is not base:
+                return False
+            self.index = index
+            self.version = version
+            self.generation += 1  # last, as in load
+        return True
 
     def explain(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
                 name: str) -> Decision:

@@ -1,4 +1,4 @@
-"""Keeping Python's cycle collector off the event loop's back while the control plane holds Kafka-scale state.
+"""Keeping Python's cycle collector, and control-plane threads, off the event loop's back at Kafka-scale state.
 
 A gateway holds its store's quota entities and ACLs (100,000 of each is a few million objects) for its lifetime. A
 full (generation 2) collection walks every tracked object while holding the GIL: hundreds of milliseconds in which
@@ -12,6 +12,12 @@ no client is served. Two measures, both about *when* the collector runs, never a
   do not trigger full collections while they exist; they are freed by reference counting when the read is done.
   Pauses nest across threads (a count), and the collector is enabled again only if it was enabled before.
 
+Sharing the GIL is the third: control-plane work in an executor thread (a describe of every entity, the first ACL
+load) holds the GIL for up to ``sys.getswitchinterval()`` (5 ms) each time the event loop wants it back, and the
+loop wants it after every wait for sockets, several times a round trip. :func:`loop_first` lowers the switch interval
+to ``LOOP_FIRST_SWITCH_S`` while such work runs, so the loop waits at most about that long each time; it applies
+only while some thread waits for the GIL, so it costs nothing when the loop has nothing to do.
+
 Freeing is the other stall: dropping the last reference to a structure of 400,000 objects frees them all in one C
 cascade that never lets go of the GIL (~100 ms at that size). :func:`drop_gradually` frees a big list a chunk at a
 time, from Python, so the event loop gets the GIL between chunks.
@@ -20,16 +26,20 @@ time, from Python, so the event loop gets the GIL between chunks.
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
 DROP_CHUNK: Final = 1000
+LOOP_FIRST_SWITCH_S: Final = 0.0005
 
 _lock = threading.Lock()
 _paused = 0
 _was_enabled = False
+_switching = 0
+_was_interval = 0.0
 
 
 def freeze_long_lived() -> int:
@@ -55,6 +65,25 @@ def collector_paused() -> Iterator[None]:
             _paused -= 1
             if _paused == 0 and _was_enabled:
                 gc.enable()
+
+
+@contextmanager
+def loop_first() -> Iterator[None]:
+    """The GIL's switch interval at ``LOOP_FIRST_SWITCH_S`` while the block runs (any thread; nests), then back to
+    what it was before the first."""
+    global _switching, _was_interval
+    with _lock:
+        if _switching == 0:
+            _was_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(_was_interval, LOOP_FIRST_SWITCH_S))
+        _switching += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _switching -= 1
+            if _switching == 0:
+                sys.setswitchinterval(_was_interval)
 
 
 def drop_gradually(items: list[Any], chunk: int = DROP_CHUNK) -> None:

@@ -50,7 +50,7 @@ from quotaflow.gateway.auth.tls import (
 )
 from quotaflow.gateway.auth.tls_errors import tls_reason
 from quotaflow.gateway.auth.upstream_sasl import UpstreamAuthenticationError, authenticate, service_identity
-from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived
+from quotaflow.gateway.collector import collector_paused, drop_gradually, freeze_long_lived, loop_first
 from quotaflow.gateway.config import REQUEST_BODY_TIMEOUT_MS, SSL, TLS_PROTOCOLS, GatewayConfig, read_properties
 from quotaflow.gateway.data.addresses import AddressOf
 from quotaflow.gateway.data.broker_quotas import BrokerQuotas
@@ -73,7 +73,7 @@ from quotaflow.gateway.observation.ratelog import RateLimitedLog
 from quotaflow.gateway.shadow_follower import ShadowFollower, ShadowState
 from quotaflow.gateway.wire import protocol
 from quotaflow.store import open_store
-from quotaflow.store.base import AclStore, Change, QuotaStore, ScramStore
+from quotaflow.store.base import AclStore, Change, QuotaStore, ScramStore, net_acl_change
 
 if TYPE_CHECKING:  # imported when a log is opened: pyarrow is only loaded by gateways that log
     from quotaflow.gateway.observation.eventlog import EventLog
@@ -86,6 +86,7 @@ API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is 
 BUFFER_RELEASE_S: Final = 1.0  # a connection idle this long has its receive buffers shrunk (housekeeping)
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
 EVENT_LOG_BUFFER_MAX_BYTES: Final = "quotaflow.event.log.buffer.max.bytes"  # rows waiting for a refusing disk
+RELOAD_ACLS_ATTEMPTS: Final = 3  # delta reads raced by another loader before the whole set is read instead
 
 
 class Gateway:
@@ -212,16 +213,36 @@ class Gateway:
         return None
 
     def reload_acls(self) -> None:
-        """Bring the authorizer's index to the store's ACLs when their version moved (any thread, off the event loop:
-        the difference from the current index is indexed, not every ACL; the swap is one assignment, and an older
-        snapshot never replaces a newer one)."""
+        """Bring the authorizer's index to the store's ACLs when their version moved (any thread, off the event loop).
+        The store's changes since the version held are read and applied (:meth:`AclStore.acl_changes_since`,
+        :meth:`StandardAuthorizer.update`): the work is the change's, at any number of ACLs. The whole set is read
+        only at the first load and when the store no longer holds the changes (a compacted or bounded log); then the
+        difference from the current index is indexed. The swap is one assignment, and an older state never
+        replaces a newer one (a change applied by another thread meanwhile is read again from there)."""
         managed = self._managed_authorizer()
         if managed is None:
             return
         authorizer, store = managed
-        if self._acls_loaded and store.acl_version() == authorizer.version:
-            return
-        with collector_paused():  # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs
+        for _attempt in range(RELOAD_ACLS_ATTEMPTS):
+            if not self._acls_loaded:
+                break
+            held = authorizer.version
+            if store.acl_version() == held:
+                return
+            changes = store.acl_changes_since(held)
+            if changes is None:
+                break
+            if not changes:
+                return
+            added, removed = net_acl_change(changes)
+            if authorizer.update(added, removed, held, changes[-1].version):
+                return
+        self._load_all_acls(authorizer, store)
+
+    def _load_all_acls(self, authorizer: StandardAuthorizer, store: AclStore) -> None:
+        """The store's whole ACL set into the authorizer (the first load; a delta the store no longer holds)."""
+        # the store's whole set: ~400,000 short-lived objects at 100,000 ACLs, made while clients are served
+        with collector_paused(), loop_first():
             snapshot = store.acls()
             version, bindings = snapshot.version, snapshot.bindings
             del snapshot
@@ -539,7 +560,7 @@ class Gateway:
 
     async def _poll_acls(self) -> None:
         """ACL changes (through any gateway, the CLI or the console) reach this authorizer within a second: poll the
-        store's ACL version, rebuild the index off the event loop when it moved."""
+        store's ACL version; when it moved, apply the changes since to the index, off the event loop."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.config.store_poll_ms / 1000)

@@ -6,7 +6,7 @@ and apply changes incrementally. ``alter`` applies the given per-entity changes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -121,15 +121,44 @@ class AclSnapshot:
     bindings: frozenset[AclBinding]
 
 
+@dataclass(frozen=True, slots=True)
+class AclChange:
+    """One effective ACL change: ``binding`` added (or removed), which moved the ACL version to ``version``."""
+
+    version: int
+    binding: AclBinding
+    added: bool
+
+
+def net_acl_change(changes: Iterable[AclChange]) -> tuple[set[AclBinding], set[AclBinding]]:
+    """(added, removed): what ``changes``, in order, do to the set they started from (a binding added then removed
+    is in ``removed``, absent from that set; removed then added is in ``added``, held by it: applying either is no
+    change, as :meth:`quotaflow.core.authorizer.AclIndex.updated` treats them)."""
+    added: set[AclBinding] = set()
+    removed: set[AclBinding] = set()
+    for change in changes:
+        into, out_of = (added, removed) if change.added else (removed, added)
+        out_of.discard(change.binding)
+        into.add(change.binding)
+    return added, removed
+
+
 @runtime_checkable
 class AclStore(Protocol):
     """A store that also keeps Kafka ACL bindings (both stores do), shared by every gateway on it. The version grows
-    with every effective change, so a gateway polls :meth:`acl_version` and reloads only when it moved. Validation is
-    the caller's (``quotaflow.admin.acls``)."""
+    with every effective change, so a gateway polls :meth:`acl_version` and, when it moved, reads the changes since
+    the version it holds (:meth:`acl_changes_since`), not the whole set: at Kafka's scale (100,000 ACLs) the whole
+    set is hundreds of thousands of objects per read. Validation is the caller's (``quotaflow.admin.acls``)."""
 
     def acls(self) -> AclSnapshot: ...
 
     def acl_version(self) -> int: ...
+
+    def acl_changes_since(self, version: int) -> list[AclChange] | None:
+        """Every effective change with a version above ``version``, oldest first (applied in order to the set as of
+        ``version`` they give the set as of the last one's version). None when the store no longer holds all of them
+        (a compacted or bounded log, a reader that started from a checkpoint after ``version``): read :meth:`acls`."""
+        ...
 
     def add_acls(self, bindings: Sequence[AclBinding]) -> int:
         """Add every binding (an existing one changes nothing); the ACL version after."""

@@ -43,6 +43,7 @@ from quotaflow.core.errors import QuotaflowError, ShadowStateError, StoreError
 from quotaflow.core.properties import parse_properties
 from quotaflow.engine.metrics import MetricSample
 from quotaflow.store.base import (
+    AclChange,
     AclSnapshot,
     AclStore,
     Change,
@@ -588,6 +589,11 @@ class KafkaStore:
     def acl_version(self) -> int:
         with self._cond:
             return self._view.acl_version
+
+    def acl_changes_since(self, version: int) -> list[AclChange] | None:
+        """From the view's bounded log of the ACL records it applied (no broker read; None past its bound)."""
+        with self._cond:
+            return self._view.acl_changes_since(version)
 
     def add_acls(self, bindings: Sequence[AclBinding]) -> int:
         """One record per binding this view does not hold yet (a duplicate from a racing writer changes nothing

@@ -58,6 +58,7 @@ from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.errors import QuotaflowError
 from quotaflow.core.validation import config_keys_for_entity, validate_quota_key_value
 from quotaflow.store.base import (
+    AclChange,
     Change,
     Credential,
     EntityChange,
@@ -93,6 +94,7 @@ CHUNK_KIND: Final = "checkpoint-chunk"
 SHADOW_KIND: Final = "shadow"  # a start, stop, promote or rollback of a shadow set
 SHADOW_STATE_KIND: Final = "shadow-state"  # a checkpoint's shadow set (with how it ended)
 PROMOTION_STATE_KIND: Final = "promotion-state"  # a checkpoint's promotion or rollback
+ACL_CHANGE_LOG: Final = 10_000  # the newest effective ACL changes a view keeps for pollers (older: read the set)
 CHUNK_RECORDS: Final = 2_000  # state records per chunk: ~200 KB, well under the 1 MB of max.message.bytes
 CHUNK_BYTES: Final = 500_000  # shadow history packed per chunk (one entry alone may take up to MAX_RECORD_BYTES)
 MAX_RECORD_BYTES: Final = 1_000_000
@@ -406,6 +408,10 @@ class StoreView:
         # (offset, applied) of the latest shadow records: a writer learns whether its stop / promote / rollback
         # still applied where it landed (another writer may have ended the set first)
         self.shadow_results: deque[tuple[int, bool]] = deque(maxlen=1024)
+        # the newest effective ACL changes (bounded: a gateway behind by more reads the whole set), and the version
+        # above which every change is in it
+        self.acl_changes: deque[AclChange] = deque(maxlen=ACL_CHANGE_LOG)
+        self.acl_changes_from = 0
         self.position = 0
         self.rejected = 0
         self._rejections = RejectionLog(log, f"quota store {name}")
@@ -496,14 +502,31 @@ class StoreView:
         self.scram[(user, mechanism)] = credential
 
     def _apply_acl(self, offset: int, binding: AclBinding, value: bytes | None) -> None:
-        if value is None:
-            if binding in self.acls:
-                self.acls.discard(binding)
-                self.acl_version = offset + 1
-            return
-        if binding not in self.acls:
+        added = value is not None
+        if (binding in self.acls) == added:
+            return  # adding a held binding, removing an absent one: no change
+        if added:
             self.acls.add(binding)
-            self.acl_version = offset + 1
+        else:
+            self.acls.discard(binding)
+        self.acl_version = offset + 1
+        changes = self.acl_changes
+        if len(changes) == changes.maxlen:  # the oldest falls out: a poller behind it reads the whole set
+            self.acl_changes_from = changes[0].version
+        changes.append(AclChange(self.acl_version, binding, added))
+
+    def acl_changes_since(self, version: int) -> list[AclChange] | None:
+        """The effective ACL changes after ``version``, oldest first; None when they are not all held (older than
+        the bounded log, or before the checkpoint this view started from). The work is the changes returned."""
+        if version < self.acl_changes_from or version > self.acl_version:
+            return None
+        out: list[AclChange] = []
+        for change in reversed(self.acl_changes):
+            if change.version <= version:
+                break
+            out.append(change)
+        out.reverse()
+        return out
 
     # -- shadow sets -------------------------------------------------------------------------------------------------
 
@@ -643,7 +666,7 @@ class StoreView:
         self.shadows = dict(sorted(self.shadows.items()))
         self.promotions.sort(key=lambda p: p.id)
         self.position = self.checkpoint_at = manifest.position
-        self.acl_version = manifest.acl_version
+        self.acl_version = self.acl_changes_from = manifest.acl_version  # the changes before it are not known
         self.shadow_version = manifest.shadow_version
 
     def changes_since(self, seq: int, limit: int | None = None) -> list[Change]:

@@ -22,8 +22,9 @@ from quotaflow.core.acl import principal_allowed as principal_allowed  # the adm
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
-from quotaflow.gateway.collector import collector_paused, drop_gradually
+from quotaflow.gateway.collector import collector_paused, drop_gradually, loop_first
 from quotaflow.gateway.wire.protocol import encode_response, response_class
+from quotaflow.gateway.wire.quota_entries import encode_describe_response
 
 
 def _raw_entity(entity_data: Iterable[Any]) -> RawEntity:
@@ -47,12 +48,13 @@ class QuotaAdminHandler:
         def run() -> tuple[Any, int]:
             start = time.thread_time_ns()
             if api_key == ApiKey.DescribeClientQuotas:
-                with collector_paused():  # every entity: short-lived, acyclic objects, freed by reference counting
-                    response = self.describe(version, request, allowed)
-                    if correlation_id is not None:
-                        message, response = response, encode_response(response, version, correlation_id)
-                        if isinstance(message.entries, list):
-                            drop_gradually(message.entries)
+                # every entity: short-lived, acyclic objects, freed by reference counting; the loop takes the GIL
+                # back within a millisecond whenever it wants it
+                with collector_paused(), loop_first():
+                    if correlation_id is None:
+                        response = self.describe(version, request, allowed)
+                    else:
+                        response = self.describe_encoded(version, request, allowed, correlation_id)
             elif api_key == ApiKey.AlterClientQuotas:
                 response = self.alter(version, request, allowed)
                 if correlation_id is not None:
@@ -65,24 +67,40 @@ class QuotaAdminHandler:
 
     # -- describe ---------------------------------------------------------------------------------------------
 
-    def describe(self, version: int, request: Any, allowed: bool) -> Any:
-        cls = response_class(ApiKey.DescribeClientQuotas, version)
+    def _find(self, request: Any, allowed: bool) -> list[DescribedEntity] | KafkaError:
         if not allowed:
-            # getErrorResponse(Errors.CLUSTER_AUTHORIZATION_FAILED.exception): ApiError.fromThrowable's message,
-            # null for the generic error, and null entries
-            e = ClusterAuthorizationFailedError()
-            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.message, entries=None)
+            return ClusterAuthorizationFailedError()
         quota_filter = QuotaFilter(
             tuple(FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components),
             bool(request.strict),
         )
         try:
-            found = self.admin.describe(quota_filter)
+            return self.admin.describe(quota_filter)
         except KafkaError as e:
-            return cls(throttle_time_ms=0, error_code=e.errno, error_message=e.message, entries=None)
+            return e
+
+    def describe(self, version: int, request: Any, allowed: bool) -> Any:
+        """The response as a kafka-python message."""
+        cls = response_class(ApiKey.DescribeClientQuotas, version)
+        found = self._find(request, allowed)
+        if isinstance(found, KafkaError):
+            # refused: getErrorResponse(Errors.CLUSTER_AUTHORIZATION_FAILED.exception): ApiError.fromThrowable's
+            # message, null for the generic error, and null entries
+            return cls(throttle_time_ms=0, error_code=found.errno, error_message=found.message, entries=None)
         entries = [self._described(cls, d) for d in found]
         drop_gradually(found)
         return cls(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+
+    def describe_encoded(self, version: int, request: Any, allowed: bool, correlation_id: int) -> bytes:
+        """The framed response, the same bytes as :meth:`describe` encoded, made from the entities directly
+        (:mod:`quotaflow.gateway.wire.quota_entries`: no message object per entity)."""
+        found = self._find(request, allowed)
+        if isinstance(found, KafkaError):
+            return encode_describe_response(version, correlation_id, None, error_code=found.errno,
+                                            error_message=found.message)
+        encoded = encode_describe_response(version, correlation_id, found)
+        drop_gradually(found)
+        return encoded
 
     @staticmethod
     def _described(cls: Any, d: DescribedEntity) -> Any:
