@@ -60,7 +60,7 @@ conformance: setup
 test: test-setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30
 
 demo: setup
 	$(BIN)/python -m quotaflow.demo
