@@ -244,6 +244,7 @@ def test_a_running_shadow_is_scraped_from_a_real_gateway_beside_live(gateway_fac
                 time.sleep(0.5)
         assert doc["shadow"]["id"] == started.id and doc["shadow"]["name"] == "tight hog"
         assert hog[0]["shadow_id"] == str(started.id) and hog[0]["live_throttle_ms"] == 0
+        assert hog[0]["shadow_throttled_requests"] > 0, hog  # the requests the shadow would have throttled
         assert [(c["key"], c["enforced"], c["shadow"]) for c in doc["changes"]] == [
             ("producer_byte_rate", 100 * QUOTA, QUOTA / 4)]
     finally:

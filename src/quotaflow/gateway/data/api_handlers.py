@@ -196,13 +196,13 @@ def decide_shadow(shadow: Enforcement, pending: Pending, frame: bytes, user: str
     decided = _SHADOW_HOOKS[handler.decide](shadow, pending, frame, user, client_id, pending.thread_ns, now_ms)
     if decided is NO_THROTTLE or not decided.throttle_ms:
         return shadow.no_throttle
-    counts = shadow.throttled
+    counts, m = shadow.throttled, shadow.managers  # counted per quota-id: the tags of its throttle-time series
     if decided.throttle_ms_produce:
-        counts.add("produce", user, client_id)
+        counts.add("produce", *m.produce.quota_id(user, client_id))
     if decided.throttle_ms_fetch:
-        counts.add("fetch", user, client_id)
+        counts.add("fetch", *m.fetch.quota_id(user, client_id))
     if decided.throttle_ms_request:
-        counts.add("request", user, client_id)
+        counts.add("request", *m.request.quota_id(user, client_id))
     return ShadowDecisions(shadow.no_throttle.shadow_id, decided.throttle_ms_produce, decided.throttle_ms_fetch,
                            decided.throttle_ms_request, decided.throttle_ms)
 

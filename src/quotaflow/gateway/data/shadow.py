@@ -28,8 +28,8 @@ from quotaflow.store.base import Change, EntityChange, Promotion
 NEVER: Final = 1 << 62
 """``Enforcement.switch_ms`` while no promotion waits: later than any clock reading."""
 MAX_COUNTED: Final = 10_000
-"""(quota type, user, client-id) triples ``kafka_server_shadow_throttled_requests_total`` keeps per broker; beyond
-them a new triple is counted under ``user="*", client_id="*"`` (tenants choose client-ids: memory stays bounded)."""
+"""(quota type, quota-id) pairs ``kafka_server_shadow_throttled_requests_total`` keeps per broker; beyond them a new
+one is counted under ``user="*", client_id="*"`` (tenants choose client-ids: memory stays bounded)."""
 
 Overrides = dict[QuotaEntity, dict[str, float | None]]
 
@@ -76,7 +76,8 @@ class ShadowDecisions:
 
 @dataclass(slots=True)
 class ThrottledCounts:
-    """Requests the shadow would have throttled, per (quota type, user, client-id), for one broker's managers."""
+    """Requests the shadow would have throttled, per quota type and quota-id (the ``user`` / ``client-id`` tags of
+    the shadow's throttle-time series, so a console can put both on one row), for one broker's managers."""
 
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
