@@ -30,6 +30,7 @@ import argparse
 import os
 import platform
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from quotaflow.core.acl import (
 )
 from quotaflow.core.entities import QuotaEntity
 from quotaflow.core.filters import QuotaFilter
+from quotaflow.store.migrations import SCHEMA_VERSION
 from quotaflow.store.sqlite import SqliteStore
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
@@ -66,6 +68,21 @@ CONFIG = ("authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAu
 def tenant_acl(i: int) -> AclBinding:
     return AclBinding(ResourcePattern(ResourceType.TOPIC, f"tenant-{i}.events", PatternType.LITERAL),
                       AccessControlEntry(f"User:tenant-{i % 1000}", "*", AclOperation.WRITE, AclPermissionType.ALLOW))
+
+
+def set_schema(path: Path, version: int) -> None:
+    """Label a store with a schema version (what the gateway under test checks at open)."""
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {version}")
+
+
+def schema_of(python: str, src: str | None) -> int:
+    """The store schema version a source tree knows. A store this tree made carries newer tables (shadow quotas,
+    schema 4) that an older gateway does not read; labelled with the older version, that gateway opens it."""
+    env = dict(os.environ, PYTHONPATH=src) if src else None
+    out = subprocess.run([python, "-c", "from quotaflow.store.migrations import SCHEMA_VERSION as v; print(v)"],
+                         env=env, capture_output=True, text=True, check=True)
+    return int(out.stdout)
 
 
 def populate(path: Path, entities: int, acls: int) -> None:
@@ -146,6 +163,8 @@ def cpu_s(pid: int) -> float:
 # -- one gateway's run ---------------------------------------------------------------------------------------------
 
 def run(tansu: Tansu, store: Path, work: Path, python: str, src: str | None) -> dict[str, Any]:
+    schema = schema_of(python, src)
+    set_schema(store, schema)
     config = work / "gateway.properties"
     config.write_text(CONFIG)
     env_before = os.environ.get("PYTHONPATH")
@@ -204,8 +223,10 @@ def run(tansu: Tansu, store: Path, work: Path, python: str, src: str | None) -> 
         out["described"] = phase("describe-all", describe_all)
 
         def acl_change() -> None:
+            set_schema(store, SCHEMA_VERSION)  # the gateway checked it at open; this tree's writer checks it now
             with SqliteStore(store) as s:
                 s.add_acls([tenant_acl(10_000_000)])
+            set_schema(store, schema)
             time.sleep(WINDOW_S)
 
         phase("acl change", acl_change)
