@@ -79,6 +79,8 @@ from quotaflow.store.shadowing import (
     RUNNING,
     STOPPED,
     changes_to_json,
+    decode_value,
+    encode_value,
     rollback_target,
 )
 from quotaflow.store.signing import RecordSigner, Verified
@@ -101,7 +103,6 @@ MAX_RECORD_BYTES: Final = 1_000_000
 """The largest record (key + value) a writer sends: under Kafka's default ``max.message.bytes`` (1048588) and the
 producer's ``max.request.size`` (1048576), with room for headers and the batch."""
 MANIFEST_KEY: Final = b'["checkpoint",0]'
-_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _CREDENTIAL_TYPES: Final = typing.get_type_hints(Credential)
 _SCRAM_TYPES: Final = typing.get_type_hints(ScramCredential)
 
@@ -110,26 +111,10 @@ def _compact_json(doc: object) -> bytes:
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _encode_value(value: float | None) -> float | str | None:
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
-def _decode_value(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value in _NON_FINITE:
-        return _NON_FINITE[value]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ValueError(f"not a quota value: {value!r}")
-
-
 def quota_record(entity: QuotaEntity, ops: Mapping[str, float | None], ts_ms: int) -> tuple[bytes, bytes]:
     """One entity's operations as one record (key, value)."""
     key = _compact_json([QUOTA_KIND, entity.path, sorted(ops)])
-    return key, _compact_json({"entity": entity.path, "ops": {k: _encode_value(v) for k, v in ops.items()},
+    return key, _compact_json({"entity": entity.path, "ops": {k: encode_value(v) for k, v in ops.items()},
                                "ts": ts_ms})
 
 
@@ -244,7 +229,7 @@ def _validated_ops(entity: QuotaEntity, raw: Mapping[str, object]) -> tuple[Quot
     allowed = config_keys_for_entity(wire, resolver=lambda _host: True)  # no DNS lookups while replaying
     ops: dict[str, float | None] = {}
     for k, value in raw.items():
-        v = _decode_value(value)
+        v = decode_value(value)
         if v is not None:
             validate_quota_key_value(allowed, k, v)
         ops[str(k)] = v
