@@ -294,12 +294,14 @@ class Plan:
 SINK_SCHEMAS: Final = (WINDOW_SCHEMA, ENTITY_SCHEMA, WINDOW_SCHEMA, USAGE_SCHEMA, OUTCOME_SCHEMA)
 
 
-def _partition_fn(plan: Plan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def partition_fn(run: Callable[[pa.Table], pa.Table]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow``'s function for a plan's ``run``: one partition's batches as one table (an empty partition
+    yields nothing), the plan's result cut to the backtest's output batches. The advisor's and the shadow report's."""
     def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = list(batches)
         if not received or not sum(b.num_rows for b in received):
             return
-        yield from plan.run(pa.Table.from_batches(received)).to_batches(max_chunksize=OUT_BATCH_ROWS)
+        yield from run(pa.Table.from_batches(received)).to_batches(max_chunksize=OUT_BATCH_ROWS)
 
     return fn
 
@@ -450,7 +452,7 @@ def run(spec: RecommendSpec, *, master: str | None = None, spark: Any = None,
     fields = [*REQUEST_DECISION_FIELDS, *PROPOSED_FIELDS]
     schema = f"_broker int, seq long, {', '.join(f'{f.name} long' for f in fields)}"
     names = F.array(*[F.lit(b) for b in brokers])
-    decided = narrow.mapInArrow(_partition_fn(plan), schema).select(
+    decided = narrow.mapInArrow(partition_fn(plan.run), schema).select(
         F.element_at(names, F.col("_broker") + 1).alias("broker"), "seq", *[f.name for f in fields])  # fmt: skip
     with summary.timed("decisions", progress):
         _write(decided, spec.out / job.DECISIONS)

@@ -25,7 +25,7 @@ the differing rows (a bounded sample per partition) in ``mismatches/``.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +49,10 @@ from quotaflow.events import (
 )
 from quotaflow.pipeline import job
 from quotaflow.pipeline.advisor import OUTCOME_FIELDS, OUTCOME_SCHEMA, entity_wire, metered, outcome_table
-from quotaflow.pipeline.backtest import LOOP_COLUMNS, OUT_BATCH_ROWS, TableSink, read_input, send_tables
+from quotaflow.pipeline.backtest import LOOP_COLUMNS, TableSink, read_input, send_tables
 from quotaflow.pipeline.compare import compare_summary, compare_windows
 from quotaflow.pipeline.decide import Decided, ManagerView, RequestRows, WindowSettings, decide_rows, time_order
-from quotaflow.pipeline.recommend import Entities, name_outcome
+from quotaflow.pipeline.recommend import Entities, name_outcome, partition_fn
 from quotaflow.pipeline.resolve import QUOTA_TYPES, QuotaConfig, components, resolve_clients
 from quotaflow.pipeline.windows import WINDOW_SCHEMA, window_table
 from quotaflow.store.base import EntityChange, ShadowSet, ShadowStore
@@ -311,16 +311,6 @@ class Plan:
         return pa.table(cols, names=["_broker", "seq", *(f.name for f in DECISION_FIELDS)])
 
 
-def _partition_fn(plan: Plan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        received = list(batches)
-        if not received or not sum(b.num_rows for b in received):
-            return
-        yield from plan.run(pa.Table.from_batches(received)).to_batches(max_chunksize=OUT_BATCH_ROWS)
-
-    return fn
-
-
 def _select_rows(df: Any, shadow: Shadow) -> tuple[Any, str]:
     """The rows the shadow decided: those logged with its ``shadow_id`` when the events carry the column."""
     from pyspark.sql import functions as F
@@ -516,7 +506,7 @@ def _requests(spark: Any, spec: ReportSpec, df: Any, found: list[tuple[str, str,
     narrow = joined.select(*loop, *logged, "_component").repartition("_component").drop("_component")
     schema = f"_broker int, seq long, {', '.join(f'{f.name} long' for f in DECISION_FIELDS)}"
     names = F.array(*[F.lit(b) for b in brokers])
-    decided = narrow.mapInArrow(_partition_fn(plan), schema).select(
+    decided = narrow.mapInArrow(partition_fn(plan.run), schema).select(
         F.element_at(names, F.col("_broker") + 1).alias("broker"), "seq",
         *[f.name for f in DECISION_FIELDS])  # fmt: skip
     with summary.timed("decisions", progress):
