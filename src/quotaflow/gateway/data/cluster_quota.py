@@ -51,12 +51,26 @@ from quotaflow.store.ratelog import RejectionLog
 from quotaflow.store.signing import RecordSigner, ReplayGuard
 
 if TYPE_CHECKING:
+    from quotaflow.engine import QuotaManagers
     from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.engine.sensors import QuotaSensor
     from quotaflow.gateway.data.broker_quotas import BrokerQuotas
     from quotaflow.gateway.data.enforcement import Enforcement
 
 Participants = Callable[[], Mapping[str, "Enforcement"]]  # broker -> its engine managers
+
+
+def _metered(managers: QuotaManagers) -> Iterator[tuple[UsageKey, float, QuotaSensor]]:
+    """Every quota-id with a configured limit and its sensor, over the shared quota types of one set of managers
+    (a broker's live ones or its shadow's): what the usage table divides."""
+    for quota_type in SHARED_TYPES:
+        manager = managers.for_type(quota_type)
+        if not manager.quotas_enabled:
+            continue
+        for qid, sensor in manager.quota_sensors():
+            limit = manager.configured_limit(qid)
+            if limit is not None:
+                yield (quota_type, qid.user, qid.client_id), limit, sensor
 
 log = logging.getLogger(__name__)
 
@@ -337,18 +351,10 @@ class ClusterQuotas:
         sensors: dict[tuple[str, UsageKey], QuotaSensor] = {}
         for broker, enforcement in self.participants().items():
             rates = own[broker] = {}
-            for quota_type in SHARED_TYPES:
-                manager = enforcement.managers.for_type(quota_type)
-                if not manager.quotas_enabled:
-                    continue
-                for qid, sensor in manager.quota_sensors():
-                    limit = manager.configured_limit(qid)
-                    if limit is None:
-                        continue
-                    key: UsageKey = (quota_type, qid.user, qid.client_id)
-                    quotas[key] = limit
-                    rates[key] = max(0.0, sensor.measure(engine_now))
-                    sensors[(broker, key)] = sensor
+            for key, limit, sensor in _metered(enforcement.managers):
+                quotas[key] = limit
+                rates[key] = max(0.0, sensor.measure(engine_now))
+                sensors[(broker, key)] = sensor
         divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
                    for broker, rates in own.items()}
         targets = self.table.shares(quotas, divided, now_ms)
@@ -389,18 +395,10 @@ class ClusterQuotas:
                 continue
             wanted = divided[broker] = {}
             published = self.published.get(broker, {})
-            for quota_type in SHARED_TYPES:
-                manager = shadow.managers.for_type(quota_type)
-                if not manager.quotas_enabled:
-                    continue
-                for qid, sensor in manager.quota_sensors():
-                    limit = manager.configured_limit(qid)
-                    if limit is None:
-                        continue
-                    key: UsageKey = (quota_type, qid.user, qid.client_id)
-                    quotas[key] = limit
-                    wanted[key] = published.get(key)
-                    sensors[(broker, key)] = sensor
+            for key, limit, sensor in _metered(shadow.managers):
+                quotas[key] = limit
+                wanted[key] = published.get(key)
+                sensors[(broker, key)] = sensor
         if not divided:
             return
         for broker, shares in self.table.shares(quotas, divided, now_ms).items():
