@@ -58,8 +58,11 @@ cdef class ConnectionCore:
     cpdef _read_upstream(self, UpstreamCore upstream)
     @cython.locals(pending=Pending)
     cpdef _flush(self)
+    @cython.locals(header=tuple, rows=RowQueue)
     cpdef long long _send(self, Pending pending, object frame, long long start) except? -1
+    @cython.locals(header=tuple)
     cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
+    @cython.locals(header=tuple)
     cpdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
     cpdef hold_limited_produce(self, Pending pending)
