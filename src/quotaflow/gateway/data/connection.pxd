@@ -12,6 +12,7 @@ from quotaflow.gateway.observation.row_queue cimport RowQueue
 cdef class DecisionClock:
     cdef public long long last_ms
 
+    @cython.locals(now=cython.longlong)
     cpdef long long now_ms(self)
 
 
@@ -48,17 +49,19 @@ cdef class ConnectionCore:
     cpdef bint _over_unsent_bound(self, bint upstream) except -1
     cpdef int _take(self) except -1
     cpdef tuple _frame_limit(self)
+    @cython.locals(start=cython.longlong)
     cpdef object _take_request(self, object frame)
     cpdef _enqueue(self, Pending pending)
+    @cython.locals(now_ms=cython.longlong)
     cpdef Pending _on_request(self, object frame)
     cpdef bint _binds_produce(self, Pending pending, object frame) except -1
     cpdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cpdef _forward(self, Pending pending)
     @cython.locals(pending=Pending)
     cpdef _read_upstream(self, UpstreamCore upstream)
-    @cython.locals(pending=Pending)
+    @cython.locals(pending=Pending, clock=cython.longlong)
     cpdef _flush(self)
-    @cython.locals(header=tuple, rows=RowQueue)
+    @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong)
     cpdef long long _send(self, Pending pending, object frame, long long start) except? -1
     @cython.locals(header=tuple)
     cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1

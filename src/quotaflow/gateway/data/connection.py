@@ -117,7 +117,7 @@ class DecisionClock:
         self.last_ms = 0
 
     def now_ms(self) -> int:
-        now = time_ns() // 1_000_000
+        now = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
         if now < self.last_ms:
             now = self.last_ms
         self.last_ms = now
@@ -573,7 +573,7 @@ class ConnectionCore:
         return key not in LOCAL_APIS and _supported(self._offered, key, version)
 
     def _on_request(self, frame: bytes) -> Pending:
-        now_ms = time_ns() // 1_000_000
+        now_ms = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
         if self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
