@@ -46,6 +46,7 @@ cdef class ConnectionCore:
     cpdef _pump(self)
     cpdef _set_reading(self, int gate)
     cpdef int _gate(self) except -1
+    @cython.locals(unsent=Py_ssize_t)
     cpdef bint _over_unsent_bound(self, bint upstream) except -1
     cpdef int _take(self) except -1
     cpdef tuple _frame_limit(self)
