@@ -32,6 +32,7 @@ from quotaflow.gateway.auth.ssl_principal import SslPrincipalMapper
 from quotaflow.gateway.auth.tls import ListenerTls
 from quotaflow.gateway.data import connection, enforcement
 from quotaflow.gateway.data.enforcement import RequestDecisions
+from quotaflow.gateway.data.framing import RECEIVE_BUFFER
 from quotaflow.gateway.observation.eventlog import REQUEST_LOG_SCHEMA
 from quotaflow.gateway.observation.row_queue import RowQueue
 from quotaflow.gateway.server import Gateway
@@ -456,3 +457,93 @@ def test_an_idle_connection_holds_small_buffers_in_both_forms(tmp_path: Path) ->
     client_busy, upstream_busy, client_idle, upstream_idle = compiled
     assert client_busy <= 4096 and upstream_busy <= 4096
     assert client_idle + upstream_idle <= 2048
+
+
+class _CountingTransport(_Transport):
+    """A client transport that counts its reading switches (each one an ``epoll_ctl`` on a real socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.switches = 0
+
+    def pause_reading(self) -> None:
+        self.switches += 1
+        super().pause_reading()
+
+    def resume_reading(self) -> None:
+        self.switches += 1
+        super().resume_reading()
+
+
+def _pipelined_producer(module: ModuleType, store_path: Path, n: int) -> list[tuple[list[int], int, bool]]:
+    """A producer that pipelines ``n`` produce requests in one write (as much of it as the gateway reads) and gets
+    each response from the broker as soon as its request arrives: per step (the first write, then each response),
+    the correlation ids that went upstream, the reading switches so far and whether the client is read."""
+
+    async def run() -> list[tuple[list[int], int, bool]]:
+        gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
+        gw.broker_quotas.load(gw.store.snapshot())
+        conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1)
+        client, upstream = _CountingTransport(), _Transport()
+        conn.connection_made(client)
+        conn._upstream = module.UpstreamProtocol(conn, upstream)
+        pairs = [_frames(i, 1) for i in range(n)]
+        unread = memoryview(b"".join(request for request, _ in pairs))
+        responses = {i: response for i, (_, response) in enumerate(pairs)}
+
+        def offer() -> None:  # the socket's bytes, for as long as the gateway reads it
+            nonlocal unread
+            while unread and client.reading:
+                buf = conn.get_buffer(-1)
+                k = min(len(buf), len(unread))
+                buf[:k] = unread[:k]
+                unread = unread[k:]
+                conn.buffer_updated(k)
+            assert conn._frames.capacity <= RECEIVE_BUFFER  # what waits to be taken: at most the receive buffer
+
+        def forwarded() -> list[int]:
+            return [protocol.read_request(frame[4:])[0].correlation_id for frame in upstream.take()]
+
+        steps = []
+        try:
+            offer()
+            ids = forwarded()
+            steps.append((ids, client.switches, client.reading))
+            while ids:
+                for i in ids:
+                    _feed(conn._upstream, responses[i])
+                offer()
+                ids = forwarded()
+                steps.append((ids, client.switches, client.reading))
+            assert [int.from_bytes(frame[4:8], "big") for frame in client.take()] == list(range(n))  # in order
+        finally:
+            gw.store.close()
+        return steps
+
+    return asyncio.run(run())
+
+
+def test_a_limited_producer_is_read_one_produce_at_a_time_without_a_reading_switch_a_request(tmp_path: Path) -> None:
+    """A producer under a finite producer_byte_rate (1 GB/s here: metered, never throttled) is read one produce at a
+    time, as Kafka reads it: however many it pipelines, the upstream sees the next only once the previous one's
+    response has left. The connection does not stop reading its socket for that (a pause and a resume, two
+    ``epoll_ctl``, per request): what arrives meanwhile waits in the 16 KiB receive buffer, and reading stops only
+    when that is full, so memory stays bounded by it (one produce in flight, the common case, costs no switch at
+    all). Without a quota, pipelined produces go upstream together."""
+    limited, unlimited = tmp_path / "limited.db", tmp_path / "unlimited.db"
+    admin = Admin(open_store(limited))
+    try:
+        assert admin.alter([Alteration.of(QuotaEntity(client_id=CLIENT_ID), {"producer_byte_rate": 1e9})])[0].ok
+    finally:
+        admin.close()
+    for module in (connection, pure_twin(connection)):
+        few = _pipelined_producer(module, limited, 5)  # 5 x 1.1 KB: all of it fits in the receive buffer
+        assert [ids for ids, _, _ in few] == [[0], [1], [2], [3], [4], []], module.__name__
+        assert [(switches, reading) for _, switches, reading in few] == [(0, True)] * 6, module.__name__
+        many = _pipelined_producer(module, limited, 40)  # 44 KB: more than the receive buffer holds
+        assert [ids for ids, _, _ in many] == [[i] for i in range(40)] + [[]], module.__name__
+        assert not many[0][2], "the receive buffer is full: the socket is not read"
+        # with the buffer full, reading resumes as a request is taken and stops as the buffer fills again
+        assert many[-1][1] <= 2 * 40, many[-1]
+        free = _pipelined_producer(module, unlimited, 5)
+        assert free[0][0] == [0, 1, 2, 3, 4], module.__name__

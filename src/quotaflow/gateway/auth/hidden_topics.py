@@ -30,22 +30,23 @@ class HiddenTopics:
     def __init__(self, names: Iterable[str] = ()) -> None:
         self.names = frozenset(names)
         extra = sorted(n for n in self.names if not n.startswith(RESERVED_PREFIX))
-        # the byte patterns whose absence from a frame proves it names no hidden topic
-        self._needles = (RESERVED_PREFIX.encode(), *(n.encode() for n in extra))
+        # the byte patterns whose absence from a frame proves it names no hidden topic (the gateway's compiled
+        # connection core tests them itself on the Produce path: gateway.data.connection._names_any)
+        self.needles: tuple[bytes, ...] = (RESERVED_PREFIX.encode(), *(n.encode() for n in extra))
         self.may_name: Callable[[bytes | memoryview], object] = self._scan
         """Falsy when a frame cannot name a hidden topic (none of their bytes occur in it)."""
-        if len(self._needles) == 1:
+        if len(self.needles) == 1:
             # the usual case (every hidden name has the reserved prefix): a compiled literal's C-level search,
             # asked for every Produce and Fetch without a Python frame of its own (and faster than ``in`` for a
             # literal this short); an alternation of several is ten times slower than ``_scan``'s loop
-            self.may_name = re.compile(re.escape(self._needles[0])).search
+            self.may_name = re.compile(re.escape(self.needles[0])).search
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name.startswith(RESERVED_PREFIX) or name in self.names)
 
     def _scan(self, frame: bytes | memoryview) -> bool:
         data = frame if type(frame) is bytes else bytes(frame)
-        for needle in self._needles:  # noqa: SIM110  (a loop, not any(<generator>): runs for every Produce, Fetch)
+        for needle in self.needles:  # noqa: SIM110  (a loop, not any(<generator>): runs for every Produce, Fetch)
             if needle in data:
                 return True
         return False

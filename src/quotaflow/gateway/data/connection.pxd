@@ -2,6 +2,8 @@
 # connection core's fields as C fields, typed where they are flags, counters and clocks, and its per-request methods
 # as cpdef, so the steps a request takes call each other and read the connection's state without Python lookups.
 
+cimport cython
+
 from quotaflow.gateway.data.framing cimport FrameBuffer
 from quotaflow.gateway.data.pending cimport Pending, request_row
 from quotaflow.gateway.observation.row_queue cimport RowQueue
@@ -10,6 +12,7 @@ from quotaflow.gateway.observation.row_queue cimport RowQueue
 cdef class DecisionClock:
     cdef public long long last_ms
 
+    @cython.locals(now=cython.longlong)
     cpdef long long now_ms(self)
 
 
@@ -30,7 +33,7 @@ cdef class ConnectionCore:
     cdef public UpstreamCore _upstream
     cdef public object _tls, _loop, _queue, _awaiting, _busy, _pool
     cdef public ProduceBinding _produce_binding
-    cdef public object _produce_scan, _produce_access
+    cdef public object _produce_scan, _produce_access, _decision_ms
     cdef public bint _binds_decisions
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port
@@ -43,19 +46,27 @@ cdef class ConnectionCore:
     cpdef _pump(self)
     cpdef _set_reading(self, int gate)
     cpdef int _gate(self) except -1
+    @cython.locals(unsent=Py_ssize_t)
     cpdef bint _over_unsent_bound(self, bint upstream) except -1
     cpdef int _take(self) except -1
     cpdef tuple _frame_limit(self)
+    @cython.locals(start=cython.longlong)
     cpdef object _take_request(self, object frame)
     cpdef _enqueue(self, Pending pending)
+    @cython.locals(now_ms=cython.longlong)
     cpdef Pending _on_request(self, object frame)
     cpdef bint _binds_produce(self, Pending pending, object frame) except -1
     cpdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cpdef _forward(self, Pending pending)
+    @cython.locals(pending=Pending)
     cpdef _read_upstream(self, UpstreamCore upstream)
+    @cython.locals(pending=Pending, clock=cython.longlong)
     cpdef _flush(self)
+    @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong)
     cpdef long long _send(self, Pending pending, object frame, long long start) except? -1
+    @cython.locals(header=tuple)
     cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
+    @cython.locals(header=tuple)
     cpdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
     cpdef hold_limited_produce(self, Pending pending)
@@ -68,3 +79,6 @@ cdef class UpstreamCore:
 
 
 cpdef bint _supported(bytes table, long api_key, long version) except -1
+cdef tuple _header(Pending pending)
+cdef bint _names_any(bytes frame, tuple needles) except -1
+cdef Py_ssize_t _API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID

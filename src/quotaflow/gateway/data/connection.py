@@ -117,7 +117,7 @@ class DecisionClock:
         self.last_ms = 0
 
     def now_ms(self) -> int:
-        now = time_ns() // 1_000_000
+        now = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
         if now < self.last_ms:
             now = self.last_ms
         self.last_ms = now
@@ -176,8 +176,9 @@ class ConnectionCore:
         # the binding then; the request side's test (_binds_produce) is the hidden-name scan without an authorizer,
         # and with one the authorization plane's cached answer (authorize.granted)
         self._binds_decisions = not self.enforcement.excluded
-        self._produce_scan = access.hidden.may_name if access.authorizer is None and self._binds_decisions else None
+        self._produce_scan = access.hidden.needles if access.authorizer is None and self._binds_decisions else None
         self._produce_access = access if access.authorizer is not None and self._binds_decisions else None
+        self._decision_ms = gateway.decision_ms  # the gateway's for its lifetime
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -390,7 +391,7 @@ class ConnectionCore:
         # waiting only for a response (its own, or one in flight): bytes may still come into the receive buffer,
         # taken when the gate opens (Kafka mutes the channel; the small buffer only extends the kernel's), which
         # spares a pause and a resume per request for a producer read one produce at a time
-        want = (gate == _TAKE or (gate == _BUFFER and self._frames.has_room)) and not self._waiting_memory
+        want = (gate == _TAKE or (gate == _BUFFER and self._frames.room())) and not self._waiting_memory
         assert self.transport is not None
         if want != self._reading:
             self._reading = want
@@ -522,7 +523,7 @@ class ConnectionCore:
         """Decide one request and pass it on: forwarded (its bytes go to the upstream socket now) or answered here.
         Returns what is left to do when that must wait (an upstream connect, a local answer)."""
         start = monotonic_ns()
-        self.last_active = monotonic()
+        self.last_active = start / 1e9  # time.monotonic's clock, from the reading just taken
         pending: Pending = self._on_request(frame)
         if pending.forward is not None:
             if self._upstream is None:
@@ -572,7 +573,7 @@ class ConnectionCore:
         return key not in LOCAL_APIS and _supported(self._offered, key, version)
 
     def _on_request(self, frame: bytes) -> Pending:
-        now_ms = time_ns() // 1_000_000
+        now_ms = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
         if self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(frame), now_ms)
@@ -582,7 +583,7 @@ class ConnectionCore:
         except InvalidRequestError as e:  # Kafka closes a connection whose request it cannot parse
             raise ConnectionClosed(str(e)) from e
         pending: Pending = Pending(header, len(frame), now_ms)
-        key = header.api_key
+        key = _header(pending)[_API_KEY]
         if acks != ACKS_UNREADABLE:
             pending.acks = acks
         if self.sasl.pending_auth and key not in _BEFORE_AUTH:
@@ -591,7 +592,7 @@ class ConnectionCore:
         if key == _API_VERSIONS and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
             pending.local = versions.unsupported_version_response(header.correlation_id)  # KIP-511
             return pending
-        if not _supported(self._offered, key, header.api_version):
+        if not _supported(self._offered, key, _header(pending)[_API_VERSION]):
             # the gate: an API or version the gateway does not advertise is never forwarded. Kafka closes a
             # connection whose request names an API or version it does not support; the gateway cannot frame a
             # response for it either (its header version depends on the API version)
@@ -628,7 +629,7 @@ class ConnectionCore:
             return False
         scan = self._produce_scan
         if scan is not None:
-            if len(frame) > _PRODUCE_SCAN_LIMIT or scan(frame):
+            if len(frame) > _PRODUCE_SCAN_LIMIT or _names_any(frame, scan):
                 return False
         elif self._produce_access is None:
             return False
@@ -646,7 +647,7 @@ class ConnectionCore:
         """A Produce's decisions (acks 1 or all, authorized or not: ``engine.produce_throttle``'s, made through the
         kept sensor), or None when a request quota is in force, whose request time the handler table's decision
         (``api_handlers._decide_produce``) records."""
-        client_id = pending.header.client_id or ""
+        client_id = _header(pending)[_CLIENT_ID] or ""
         binding = self._produce_binding
         if binding is None or not binding.holds(self.principal, client_id, now_ms):
             binding = self._produce_binding = ProduceBinding(self.enforcement, self.principal, client_id, now_ms)
@@ -664,7 +665,7 @@ class ConnectionCore:
         """Write the request to the upstream socket."""
         assert self._upstream is not None and pending.forward is not None
         frame, pending.forward = pending.forward, None
-        self._upstream.transport.writelines((SIZE.pack(len(frame)), frame))  # one writev, no copy
+        self._upstream.transport.writelines((_size(len(frame)), frame))  # one writev, no copy
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
 
@@ -711,7 +712,7 @@ class ConnectionCore:
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
             pending: Pending = self._awaiting.popleft()
-            if correlation_id(frame) != pending.header.correlation_id:
+            if correlation_id(frame) != _header(pending)[_CORRELATION_ID]:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
 
@@ -770,9 +771,10 @@ class ConnectionCore:
         per forwarded request: where its request is taken and where it has been forwarded, where its response's
         work begins and ends; consecutive responses share the reading between them). ``start`` is the reading where
         this response's work began; returns the one where it ended."""
-        key = pending.header.api_key
-        sasl = pending.header.api_version == RAW_SASL or key in SASL_APIS
-        now_ms = self.gateway.decision_ms()
+        header = _header(pending)
+        key = header[_API_KEY]
+        sasl = header[_API_VERSION] == RAW_SASL or key in SASL_APIS
+        now_ms = self._decision_ms()
         throttle = 0 if sasl else self._decide(pending, frame, now_ms)
         out = self._render(pending, frame, throttle)
         self._unsent -= len(frame)
@@ -781,13 +783,13 @@ class ConnectionCore:
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are
             if self._tls is None or len(frame) > _TLS_RECORD:
-                self.transport.writelines((SIZE.pack(len(frame)), frame))  # one writev, no copy
+                self.transport.writelines((_size(len(frame)), frame))  # one writev, no copy
             else:  # a TLS transport makes a record of each buffer it is given: one record, not a 4-byte one too
-                self.transport.write(SIZE.pack(len(frame)) + frame)
+                self.transport.write(_size(len(frame)) + frame)
         elif out:
             self.transport.write(out)
-        self.last_active = monotonic()
         end = monotonic_ns()
+        self.last_active = end / 1e9  # time.monotonic's clock, from the reading just taken
         pending.network_ns += end - start
         if sasl:
             # authentication is not a request to the quota managers (Kafka's authenticator runs before KafkaApis);
@@ -798,7 +800,7 @@ class ConnectionCore:
             pending.network_ns += self._auth_ns
             self._auth_ns = 0
         enforcement = self.enforcement
-        client_id = pending.header.client_id or ""
+        client_id = header[_CLIENT_ID] or ""
         if pending.exempt:
             enforcement.exempt_network_time(pending.network_ns, now_ms)
         elif enforcement.network_metered:
@@ -822,9 +824,9 @@ class ConnectionCore:
         if pending.handler is _PRODUCE_HANDLER and pending.acks != 0 and self._binds_decisions:
             decisions = self._decide_bound_produce(pending, now_ms)
         if decisions is None:
-            header = pending.header
-            handler = pending.handler or HANDLERS.get(header.api_key, DEFAULT)
-            decisions = handler.decide(enforcement, pending, frame, self.principal, header.client_id or "",
+            header = _header(pending)
+            handler = pending.handler or HANDLERS.get(header[_API_KEY], DEFAULT)
+            decisions = handler.decide(enforcement, pending, frame, self.principal, header[_CLIENT_ID] or "",
                                        pending.thread_ns, now_ms)
         pending.decisions = decisions
         shadow = enforcement.shadow
@@ -837,8 +839,8 @@ class ConnectionCore:
 
     def _render(self, pending: Pending, frame: bytes, throttle: int) -> bytes:
         """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
-        header = pending.header
-        key, version = header.api_key, header.api_version
+        header = _header(pending)
+        key, version = header[_API_KEY], header[_API_VERSION]
         handler = pending.handler or HANDLERS.get(key, DEFAULT)
         hook = handler.response if pending.authz is None or handler.planned_response is None \
             else handler.planned_response
@@ -858,7 +860,7 @@ class ConnectionCore:
         """A producer under a finite producer_byte_rate is read one produce at a time (Kafka's rule): nothing more
         is read until this produce's response is decided and sent and its throttle has passed, so nothing it
         pipelines slips past the throttle. Both Produce paths ask this (the handler table's hook and the bound one)."""
-        if self.enforcement.produce_limited[self.principal, pending.header.client_id or ""]:
+        if self.enforcement.produce_limited[self.principal, _header(pending)[_CLIENT_ID] or ""]:
             pending.holds_reading = True
             self._held += 1
 
@@ -940,6 +942,27 @@ class UpstreamProtocol(UpstreamCore, asyncio.BufferedProtocol):
         return upstream
 
 
+def _header(pending: Pending) -> tuple[Any, ...]:
+    """``pending.header`` (a ``RequestHeader``, a tuple) read by position: compiled, ``header[_API_KEY]`` is a C
+    array read where ``header.api_key`` is a Python attribute lookup through the NamedTuple's class (the core reads
+    a request's header fields a dozen times between its request and its response)."""
+    return cython.cast(tuple, pending.header)  # type: ignore[no-any-return]  # (a cast: no exact-tuple test)
+
+
+_API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID = 0, 1, 2, 3  # RequestHeader's fields by position
+assert RequestHeader._fields[:4] == ("api_key", "api_version", "correlation_id", "client_id")
+
+
+def _names_any(frame: bytes, needles: tuple[bytes, ...]) -> bool:
+    """``HiddenTopics.may_name``'s test (any of its ``needles``, the bytes of the hidden names, occurs in the
+    frame) made by the core itself: compiled, one ``bytes.find`` (memchr and a skip table) per needle, without the
+    regular-expression engine ``may_name`` runs, nor ``in``, whose operand is first tried as an integer."""
+    for needle in needles:  # noqa: SIM110  (compiled: a C loop; any(<generator>) would make a generator)
+        if frame.find(needle) >= 0:
+            return True
+    return False
+
+
 def _read(transport: asyncio.Transport, on: bool) -> None:
     if on:
         transport.resume_reading()
@@ -956,6 +979,7 @@ def _supported(table: bytes, api_key: int, version: int) -> bool:
     return table[2 * api_key] <= version <= table[2 * api_key + 1]
 
 
+_size: Final = SIZE.pack  # a frame's 4-byte size prefix; bound once: no method lookup twice a request
 _API_VERSIONS: Final = int(ApiKey.ApiVersions)  # a plain int: an IntEnum member is a slower lookup, twice a request
 _PRODUCE: Final = int(ApiKey.Produce)
 _PRODUCE_HANDLER: Final = HANDLERS[ApiKey.Produce]

@@ -19,4 +19,5 @@ cdef class FrameBuffer:
     cpdef _fill(self)
     cpdef _compact(self)
     cpdef bint release(self) except -1
+    cpdef bint room(self) except -1
     cpdef _grow(self, Py_ssize_t need)

@@ -56,6 +56,10 @@ class FrameBuffer:
     def has_room(self) -> bool:
         """More bytes fit in the receive buffer, grown to its capacity if need be (no large frame is being
         assembled)."""
+        return self.room()
+
+    def room(self) -> bool:
+        """:attr:`has_room` as a method: compiled, the connection core calls it as a C function once a request."""
         return not self._size and self._end - self._start < self._max
 
     @property

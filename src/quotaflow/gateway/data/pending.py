@@ -91,19 +91,20 @@ def request_row(broker: str, listener: str, user: str, client_ip: str, pending: 
     struct members, so that logging a request costs no Python frame. A request decided under a running shadow set
     has the ``SHADOW_REQUEST_FIELDS`` after them (``ShadowRequestRow``: the gateway appends those to the event
     log's shadow queue, ``EventLog.shadow_request_rows``, for exactly as long as the shadow runs)."""
-    header = pending.header
+    # a RequestHeader read by position, (api_key, api_version, correlation_id, client_id, ...): no attribute lookups
+    header = cython.cast(tuple, pending.header)
     decisions = pending.decisions
-    version = header.api_version  # RAW_SASL (a raw token exchange) is logged as version 0
+    version = header[1]  # RAW_SASL (a raw token exchange) is logged as version 0
     acks = pending.acks
     if acks is not None and not -128 <= acks <= 127:  # an int16 on the wire, an int8 column: a tenant's acks=1000
         acks = 127 if acks > 0 else -128  # must not stop the log; replay only asks whether it is 0
     shadow = pending.shadow
     if shadow is None:
-        return (now_ms, broker, listener, user, header.client_id or "", client_ip, header.api_key,
+        return (now_ms, broker, listener, user, header[3] or "", client_ip, header[0],
                 version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
                 pending.network_ns, acks, False, seq, decisions.throttle_ms_produce, decisions.throttle_ms_fetch,
                 decisions.throttle_ms_request, decisions.throttle_ms)
-    return (now_ms, broker, listener, user, header.client_id or "", client_ip, header.api_key,
+    return (now_ms, broker, listener, user, header[3] or "", client_ip, header[0],
             version if version > 0 else 0, pending.request_bytes, response_bytes, pending.thread_ns,
             pending.network_ns, acks, False, seq, decisions.throttle_ms_produce, decisions.throttle_ms_fetch,
             decisions.throttle_ms_request, decisions.throttle_ms, shadow.shadow_id, shadow.throttle_ms_produce,
