@@ -43,6 +43,16 @@ def test_max_connections_defaults_to_the_budget_and_is_lowered_to_it() -> None:
     assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=5000), 480).max_connections == 480
 
 
+def test_with_idle_legs_closed_max_connections_may_be_set_up_to_one_descriptor_a_client() -> None:
+    """Idle upstream legs closed (quotaflow.upstream.connections.max.idle.ms): the default stays two descriptors a
+    client (all may be active at once), but a max.connections set up to one a client is kept; above it, lowered."""
+    budget, ceiling = connection_budget(1024), connection_budget(1024, 1)
+    assert ceiling == 1024 - DESCRIPTOR_RESERVE == 960
+    assert bounded_by_descriptors(ConnectionQuotaConfig(), budget, ceiling).max_connections == 480
+    assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=900), budget, ceiling).max_connections == 900
+    assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=5000), budget, ceiling).max_connections == 960
+
+
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
     """In a child whose soft limit is 64 and hard limit 512: raised to 512 (the test process is left alone)."""
     code = ("import resource; from quotaflow.gateway.descriptors import raise_nofile_limit; "
