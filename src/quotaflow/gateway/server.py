@@ -4,7 +4,8 @@
 demo and the bench use it in-process, through ``GatewayThread`` from synchronous code, or as the
 ``quotaflow gateway`` subprocess. The front door is the connection-quota listener (KIP-612); every admitted client
 connection gets its own upstream connection (:mod:`quotaflow.gateway.data.connection`), to the broker whose gateway port
-it came in on (:mod:`quotaflow.gateway.data.brokers`).
+it came in on (:mod:`quotaflow.gateway.data.brokers`), closed while the client is idle and reopened with its next
+request (``quotaflow.upstream.connections.max.idle.ms``).
 """
 
 from __future__ import annotations
