@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
@@ -285,3 +286,29 @@ def test_minus_one_keeps_every_leg(gateway_factory: GatewayFactory) -> None:
     assert _legs(gw.thread)[port] is True
     time.sleep(2.0)  # what 500 ms releases within a housekeeping period
     assert _legs(gw.thread)[port] is True
+
+
+def test_a_tls_upstream_leg_reopens_over_tls(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """The upstream speaks TLS only (a gateway with an SSL listener in front of tansu): the reopened leg is a TLS
+    connection checked against the same trust store, or the second produce could not be delivered."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(ca_file := str(tmp_path / "ca.pem"))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        server := str(tmp_path / "server.pem"))
+    tls_broker = gateway_factory(config=GatewayConfig.from_properties(
+        {"listener.security.protocol.map": "SSL:SSL", "ssl.keystore.location": server}),
+        listeners={"SSL": "127.0.0.1:0"})
+    host, port = tls_broker.thread.address("SSL")
+    front = gateway_factory(f"{host}:{port}", config=GatewayConfig.from_properties(
+        {"quotaflow.upstream.security.protocol": "SSL", "quotaflow.upstream.ssl.truststore.location": ca_file,
+         UPSTREAM_CONNECTIONS_MAX_IDLE_MS: str(IDLE_MS)}))
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    producer = _Librdkafka(front.bootstrap, "tls-idle")
+    try:
+        assert producer.send(topic, b"a") == 0
+        before = _legs(front.thread)
+        _wait("the idle legs closed", lambda: not any(_legs(front.thread).values()))
+        assert producer.send(topic, b"b") == 1
+        assert {p for p, open_ in _legs(front.thread).items() if open_} <= set(before)
+    finally:
+        producer.close()
