@@ -312,3 +312,20 @@ def test_a_tls_upstream_leg_reopens_over_tls(gateway_factory: GatewayFactory, tm
         assert {p for p, open_ in _legs(front.thread).items() if open_} <= set(before)
     finally:
         producer.close()
+
+
+def test_a_reopen_that_fails_closes_the_client(gateway_factory: GatewayFactory) -> None:
+    """The broker gone while the client was idle: its next request is held while the upstream is retried
+    (quotaflow.upstream.connect.timeout.ms, 1 s here), then its connection is closed, as when a leg is lost."""
+    with Tansu() as broker:
+        gw = gateway_factory(broker.bootstrap, config=GatewayConfig.from_properties(
+            {UPSTREAM_CONNECTIONS_MAX_IDLE_MS: str(IDLE_MS), "quotaflow.upstream.connect.timeout.ms": "1000"}))
+        wire = Wire(gw.address)
+        wire.send(ApiVersionsRequest[0](), 0)
+        ApiVersionsResponse.decode(wire.recv(), version=0, header=True)
+        port = wire.sock.getsockname()[1]
+        _wait("the wire connection's leg closed", lambda: _legs(gw.thread).get(port) is False)
+        broker.stop()
+        wire.send(ApiVersionsRequest[0](), 0)
+        assert wire.closed(timeout=WAIT_S)
+        _wait("the client connection gone", lambda: port not in _legs(gw.thread))
