@@ -23,6 +23,7 @@ from quotaflow.gateway.descriptors import (
     DESCRIPTOR_RESERVE,
     bounded_by_descriptors,
     connection_budget,
+    legs_over,
 )
 from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
@@ -51,6 +52,10 @@ def test_with_idle_legs_closed_max_connections_may_be_set_up_to_one_descriptor_a
     assert bounded_by_descriptors(ConnectionQuotaConfig(), budget, ceiling).max_connections == 480
     assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=900), budget, ceiling).max_connections == 900
     assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=5000), budget, ceiling).max_connections == 960
+    # near the limit, legs are closed early to keep a headroom of 1/20 of it (at least 16)
+    assert legs_over(1024, 400, 400) == 0  # 864 + 51 <= 1024
+    assert legs_over(1024, 900, 100) == 900 + 100 + DESCRIPTOR_RESERVE + 51 - 1024 == 91
+    assert legs_over(256, 150, 60) == 150 + 60 + 64 + 16 - 256
 
 
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:

@@ -24,7 +24,7 @@ import trustme
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
 from quotaflow.admin import Admin, Alteration
@@ -34,6 +34,7 @@ from quotaflow.gateway.auth.sasl import hash_password
 from quotaflow.gateway.config import UPSTREAM_CONNECTIONS_MAX_IDLE_MS, GatewayConfig
 from quotaflow.gateway.server import GatewayThread
 from quotaflow.store import open_store
+from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
 from .conftest import GatewayFactory, RunningGateway
@@ -329,3 +330,42 @@ def test_a_reopen_that_fails_closes_the_client(gateway_factory: GatewayFactory) 
         wire.send(ApiVersionsRequest[0](), 0)
         assert wire.closed(timeout=WAIT_S)
         _wait("the client connection gone", lambda: port not in _legs(gw.thread))
+
+
+@pytest.mark.slow
+def test_near_the_open_file_limit_idle_legs_close_early(tansu: Tansu, tmp_path: Path) -> None:
+    """A gateway process with 256 descriptors and max.connections=180 (above two a client, 96; within one a
+    client, 192), the upstream idle setting at its default (60 s): 150 clients bootstrap one after the other and all
+    are answered, because near the limit the longest-idle legs are closed early (the old gateway lowered
+    max.connections to 96: the 97th waited in the backlog); then all 150 are answered again on their connections."""
+    store = tmp_path / "few.db"
+    open_store(store).close()
+    config = tmp_path / "gw.properties"
+    config.write_text("max.connections=180\n")
+    gw = GatewayProcess(tansu.bootstrap, store, tmp_path / "gw", nofile=256, metrics=True,
+                        extra_args=("--config", str(config))).start()
+    clients: list[Wire] = []
+    try:
+        for _ in range(150):
+            wire = Wire(("127.0.0.1", gw.port))
+            wire.sock.settimeout(60)
+            clients.append(wire)
+            wire.send(MetadataRequest[1](topics=[]), 1)
+            assert MetadataResponse.decode(wire.recv(), version=1, header=True).brokers
+        pid = gw.pid
+        assert pid is not None
+        # the housekeeping keeps a headroom (1/20 of the limit, at least 16) by closing the longest-idle legs
+        _wait("the gateway's descriptors back under its limit less the headroom",
+              lambda: len(os.listdir(f"/proc/{pid}/fd")) <= 256 - 16)
+        with urllib.request.urlopen(f"{gw.http_url}/metrics", timeout=30) as response:
+            body = response.read().decode()
+        closed = [float(line.split()[1]) for line in body.splitlines()
+                  if line.startswith("kafka_server_upstream_idle_connection_close_total")]
+        assert closed and closed[0] > 0
+        for wire in clients:  # every connection still served: its leg reopened where it was closed
+            wire.send(MetadataRequest[1](topics=[]), 1)
+            assert MetadataResponse.decode(wire.recv(), version=1, header=True).brokers
+    finally:
+        for wire in clients:
+            wire.sock.close()
+        gw.stop()

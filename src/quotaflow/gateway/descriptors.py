@@ -12,7 +12,8 @@ Kafka's clean one rather than EMFILE. A ``max.connections`` set above that is lo
 An idle client's upstream leg is closed (``quotaflow.upstream.connections.max.idle.ms``), so an idle client holds one
 descriptor, as on a broker. The default stays two a connection (every client may be active at once); an operator
 whose clients are mostly idle may set ``max.connections`` up to one a connection, ``nofile - DESCRIPTOR_RESERVE``
-(with a warning): a leg that then finds no descriptor is retried as an unreachable upstream is, while idle legs
+(with a warning). Near the limit the housekeeping closes the longest-idle legs with nothing in flight early
+(:func:`legs_over`); a leg that still finds no descriptor is retried as an unreachable upstream is while others
 close, and its client is closed if none frees within ``quotaflow.upstream.connect.timeout.ms``.
 """
 
@@ -60,6 +61,14 @@ def raise_nofile_limit() -> int:
 def connection_budget(nofile: int, per_connection: int = DESCRIPTORS_PER_CONNECTION) -> int:
     """The client connections ``nofile`` descriptors can hold (at least 1), ``per_connection`` descriptors each."""
     return max(1, (nofile - DESCRIPTOR_RESERVE) // per_connection)
+
+
+def legs_over(nofile: int, connections: int, legs: int) -> int:
+    """How many upstream legs to close early so that ``connections`` client sockets and ``legs`` upstream ones, with
+    the reserve, stay a headroom (1/20 of ``nofile``, at least 16) below the open-file limit: only a
+    ``max.connections`` set above two descriptors a client gets there (the default never does)."""
+    headroom = max(16, nofile // 20)
+    return max(0, connections + legs + DESCRIPTOR_RESERVE + headroom - nofile)
 
 
 def bounded_by_descriptors(config: ConnectionQuotaConfig, budget: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import logging
 import random
 import socket
@@ -72,6 +73,7 @@ from quotaflow.gateway.descriptors import (
     DESCRIPTORS_PER_IDLE_CONNECTION,
     bounded_by_descriptors,
     connection_budget,
+    legs_over,
     raise_nofile_limit,
 )
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
@@ -138,11 +140,11 @@ class Gateway:
         # max.connections within what the descriptors allow (the soft limit raised to the hard one first), so too
         # many clients meet Kafka's clean refusal, not EMFILE; set explicitly, up to one descriptor a client while
         # idle upstream legs are closed (gateway.descriptors)
-        nofile = raise_nofile_limit()
+        self.nofile = nofile = raise_nofile_limit()
         self.connection_budget = connection_budget(nofile)
-        releases = self.config.upstream_connections_max_idle_ms > 0 and not self.sasl_passthrough
-        self.connection_ceiling = connection_budget(nofile, DESCRIPTORS_PER_IDLE_CONNECTION) if releases \
-            else self.connection_budget
+        self.releases_idle_legs = self.config.upstream_connections_max_idle_ms > 0 and not self.sasl_passthrough
+        self.connection_ceiling = connection_budget(nofile, DESCRIPTORS_PER_IDLE_CONNECTION) \
+            if self.releases_idle_legs else self.connection_budget
         conn_config = bounded_by_descriptors(connection_quota_config(props), self.connection_budget,
                                              self.connection_ceiling)
         self._owns_store = isinstance(store, str | Path)
@@ -209,6 +211,7 @@ class Gateway:
         # wall-clock ms for quota decisions, never behind the previous one (a C call: it is read once a response)
         self.decision_ms: Callable[[], int] = DecisionClock().now_ms
         self.upstream_warnings = RateLimitedLog(log)
+        self.descriptor_warnings = RateLimitedLog(log)  # idle upstream legs closed early, near the open-file limit
         self.request_memory = RequestMemory(self.config.request_pool_bytes)
         self.preauth_memory = RequestMemory(self.config.sasl_queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
@@ -427,6 +430,15 @@ class Gateway:
             conn.close()
             self.connections.discard(conn)
 
+    def _release_legs_early(self, over: int) -> None:
+        """Descriptors short (a ``max.connections`` above two a client, gateway.descriptors): close up to ``over``
+        upstream legs with nothing in flight before their time, the longest idle first."""
+        legs = [conn for conn in self.connections if conn.upstream_open]
+        released = sum(conn.release_upstream() for conn in heapq.nsmallest(over, legs, key=_last_active))
+        self.upstream_legs_released += released
+        self.descriptor_warnings.warning("open-file limit %d nearly reached: %d idle upstream connections closed "
+                                         "before quotaflow.upstream.connections.max.idle.ms", self.nofile, released)
+
     async def connect_upstream(self, node: int | None, at: Address | None = None) -> UpstreamLeg:
         """An upstream connection for a client on node ``node``'s port (None: a bootstrap port, or pinned to the
         address ``at`` it reached before), the node and the address it reaches (``BrokerRoutes.connect``). While
@@ -619,7 +631,9 @@ class Gateway:
             neediest = {pool: pool.neediest() for pool in (self.request_memory, self.preauth_memory)
                         if pool.contended}
             stall_s = min(STALLED_S, body_s)
+            legs = 0
             for conn in list(self.connections):
+                legs += conn.upstream_open
                 if neediest and conn.stalls_pool(now, stall_s, neediest):
                     log.info("closing connection from %s:%s: its request holds pool memory others wait for and has "
                              "not progressed for %.0f s", conn.client_ip, conn.client_port, stall_s)
@@ -637,6 +651,9 @@ class Gateway:
                         self.upstream_legs_released += 1  # idle: one descriptor, its own socket, until it sends
                     if conn.last_active < release_cutoff:
                         conn.release_buffers()  # idle: its receive buffers back to their initial size
+            over = legs_over(self.nofile, len(self.connections), legs) if self.releases_idle_legs else 0
+            if over:
+                self._release_legs_early(over)
             if now - last_tick >= 1.0:
                 self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now
@@ -708,6 +725,10 @@ class GatewayThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _last_active(conn: ClientConnection) -> float:
+    return conn.last_active
 
 
 def _positive_int(props: Mapping[str, str], key: str) -> int | None:
