@@ -221,12 +221,14 @@ def descriptors_for(ns: list[int], per_client: int = 2) -> list[int]:
     return ns
 
 
-def run(ns: list[int], rounds: int, work: Path, *, per_proc: int = 0,
-        upstream_idle_ms: int = 10_000) -> list[tuple[str, dict[str, float]]]:
+def run(ns: list[int], rounds: int, work: Path, *, per_proc: int = 0, upstream_idle_ms: int = 10_000,
+        paced: bool = True) -> list[tuple[str, dict[str, float]]]:
     """Each N against tansu, then against a gateway in front of another tansu. ``per_proc`` > 0: the clients are
     held by ceil(N / per_proc) holder processes, and the gateway closes idle upstream legs after
     ``upstream_idle_ms`` (``quotaflow.upstream.connections.max.idle.ms``; 10 s keeps its housekeeping at its 1 s
-    period) with ``max.connections`` set to N + 64 (one descriptor a client); measured once the legs are closed."""
+    period) with ``max.connections`` set to N + 64 (one descriptor a client); measured once the legs are closed.
+    ``paced`` False: the batches come as fast as the gateway answers them, the gateway closing legs early near its
+    open-file limit."""
     results = []
     for n in ns:
         procs = -(-n // per_proc) if per_proc else 0
@@ -248,7 +250,7 @@ def run(ns: list[int], rounds: int, work: Path, *, per_proc: int = 0,
             try:
                 assert gw.pid is not None
                 results.append(("gateway", measure(gw.pid, gw.port, gw.bootstrap, n, rounds, procs=procs,
-                                                   paced=bool(procs), settle_s=settle_s)))
+                                                   paced=bool(procs) and paced, settle_s=settle_s)))
                 print("gateway", results[-1][1], flush=True)
                 log = gw.log_path.read_text(errors="replace")
                 if "Too many open files" in log:
@@ -287,6 +289,8 @@ def main() -> None:
                         help="hold the idle clients in holder processes of at most this many each (each has its own "
                              "open-file limit), the gateway closing idle upstream legs")
     parser.add_argument("--upstream-idle-ms", type=int, default=10_000)
+    parser.add_argument("--unpaced", action="store_true",
+                        help="with --per-proc: do not wait for the gateway's legs to close between batches")
     parser.add_argument("--hold", type=int, default=None, help=argparse.SUPPRESS)  # a holder child: the port
     parser.add_argument("--source", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -295,7 +299,8 @@ def main() -> None:
         return
     ns = descriptors_for([int(x) for x in args.clients.split(",")], 1 if args.per_proc else 2)
     with tempfile.TemporaryDirectory(prefix="quotaflow-idle-") as work:
-        results = run(ns, args.rounds, Path(work), per_proc=args.per_proc, upstream_idle_ms=args.upstream_idle_ms)
+        results = run(ns, args.rounds, Path(work), per_proc=args.per_proc, upstream_idle_ms=args.upstream_idle_ms,
+                      paced=not args.unpaced)
     text = report(results, "python bench/idle_connections.py " + " ".join(sys.argv[1:]))
     print(text)
     if args.out is not None:
