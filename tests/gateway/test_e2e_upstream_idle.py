@@ -369,3 +369,34 @@ def test_near_the_open_file_limit_idle_legs_close_early(tansu: Tansu, tmp_path: 
         for wire in clients:
             wire.sock.close()
         gw.stop()
+
+
+def test_a_bootstrap_connection_whose_node_is_unknown_reopens_to_the_same_address(
+        tansu: Tansu, gateway_factory: GatewayFactory) -> None:
+    """The bootstrap list names tansu as ``localhost`` while it advertises 127.0.0.1: the node behind the bootstrap
+    address is not known, so the connection's quotas are the gateway's own name and its leg is pinned by address.
+    The list's first address (nothing listening at first) starts listening while the connection is idle: the
+    reopened leg still reaches tansu, its quotas still under the same name."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    try:
+        tansu_port = int(tansu.bootstrap.rsplit(":", 1)[1])
+        gw = gateway_factory(f"127.0.0.1:{squatter.getsockname()[1]},localhost:{tansu_port}", config=_idle_config())
+        wire = Wire(gw.address)
+        wire.send(ApiVersionsRequest[0](), 0)
+        ApiVersionsResponse.decode(wire.recv(), version=0, header=True)
+        port = wire.sock.getsockname()[1]
+        gateway = gw.thread.gateway
+        assert gateway is not None
+
+        def broker() -> str:
+            return str(gw.thread.call(lambda: next(c.broker for c in gateway.connections if c.client_port == port)))
+
+        assert broker() == "gateway"  # broker_key: the node behind localhost:<port> is not known
+        _wait("the wire connection's leg closed", lambda: _legs(gw.thread).get(port) is False)
+        squatter.listen(8)
+        wire.send(MetadataRequest[1](topics=[]), 1)  # a listener that never answers would time this out
+        assert MetadataResponse.decode(wire.recv(), version=1, header=True).brokers
+        assert _legs(gw.thread)[port] is True and broker() == "gateway"
+    finally:
+        squatter.close()
