@@ -5,8 +5,12 @@
 Real processes on loopback (``quotaflow gateway`` children, tansu through ``quotaflow.testing``), each curve built
 from the bench scripts that measure one point of it:
 
-* idle: bench/idle_connections.py per N (KB per idle client, a producer's p50/p99), gateway beside tansu, N up to
-  what the host's descriptors allow;
+* idle: bench/idle_connections.py per N (descriptors and KB per idle client, a producer's p50/p99), gateway beside
+  tansu, N up to what the host's descriptors allow. The idle clients are held by holder processes of at most
+  ``--idle-per-proc`` each (each process has its own open-file limit), the gateway closing idle upstream legs after
+  ``--idle-upstream-ms`` (``quotaflow.upstream.connections.max.idle.ms``) with ``max.connections`` set to N + 64, and
+  measured once the legs are closed: one gateway then holds as many idle clients as its own descriptors, as a broker
+  does (``--idle-per-proc 0``: the clients in this process, every leg open, as before);
 * tenants: T distinct client-ids (a default client-id quota in force, so each has its own sensors) producing raw
   1 KiB Produce requests (bench/gateway_wire_latency.py's frame) at a fixed total rate over a few connections; CPU
   per request (bench/gateway_cpu.py's ``cpu_seconds``) of the gateway and, the same load sent direct, of tansu;
@@ -50,7 +54,7 @@ from quotaflow.testing.acked_rate import producers
 from quotaflow.testing.gateway_process import GatewayProcess
 from quotaflow.testing.tansu import Tansu
 
-FULL = {"idle": [100, 1000, 5000, 20000], "tenants": [10, 100, 1000, 5000], "entities": [1000, 10000, 100000],
+FULL = {"idle": [1000, 5000, 10000, 20000], "tenants": [10, 100, 1000, 5000], "entities": [1000, 10000, 100000],
         "acls": [1000, 10000, 100000], "fleet": [1, 2, 4, 8], "logins": [100, 500, 1000, 2000]}
 QUICK = {"idle": [100, 1000], "tenants": [10, 1000], "entities": [1000, 10000], "acls": [1000, 10000],
          "fleet": [1, 2], "logins": [100, 500]}
@@ -220,16 +224,19 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_idle(rows: list[tuple[str, Row]], capped: bool) -> tuple[list[str], str]:
-    table = _table(["target", "N idle", "KB per client", "p50 / p99 ms idle", "p50 / p99 ms with N held",
-                    "control after"],
-                   [[name, f"{int(r['n']):,}", f"{r['kb_per_client']:.1f}",
+    table = _table(["target", "N idle", "descriptors per client", "KB per client", "p50 / p99 ms idle",
+                    "p50 / p99 ms with N held", "control after"],
+                   [[name, f"{int(r['n']):,}", f"{r['fds_per_client']:.2f}", f"{r['kb_per_client']:.1f}",
                      f"{r['idle_med']:.2f} / {r['idle_p99']:.2f}",
                      f"{r['held_med']:.2f} / {r['held_p99']:.2f}", f"{r['after_med']:.2f} / {r['after_p99']:.2f}"]
                     for name, r in rows])
     gw = [r for name, r in rows if name == "gateway"]
     ta = [r for name, r in rows if name == "tansu"]
     worst = max(r["held_p99"] / max(r["idle_p99"], r["after_p99"]) for r in gw)
-    reading = (f"KB per idle client {min(r['kb_per_client'] for r in gw):.1f}–{max(r['kb_per_client'] for r in gw):.1f}"
+    reading = (f"descriptors per idle client {min(r['fds_per_client'] for r in gw):.2f}–"
+               f"{max(r['fds_per_client'] for r in gw):.2f} (tansu {min(r['fds_per_client'] for r in ta):.2f}–"
+               f"{max(r['fds_per_client'] for r in ta):.2f}); "
+               f"KB per idle client {min(r['kb_per_client'] for r in gw):.1f}–{max(r['kb_per_client'] for r in gw):.1f}"
                f" (tansu {min(r['kb_per_client'] for r in ta):.1f}–{max(r['kb_per_client'] for r in ta):.1f}); "
                f"p99 with N held / the worse of idle and control: at most {worst:.2f}x; the curve ends at "
                f"N = {int(gw[-1]['n']):,}" + (", where the host's descriptors end." if capped else "."))
@@ -303,6 +310,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer points, shorter runs")
     parser.add_argument("--curves", default="idle,tenants,entities,acls,fleet,logins")
     parser.add_argument("--login-users", type=int, default=10)
+    parser.add_argument("--idle-per-proc", type=int, default=9_000,
+                        help="idle clients per holder process (0: all in this process, every upstream leg open)")
+    parser.add_argument("--idle-upstream-ms", type=int, default=10_000,
+                        help="the gateway's quotaflow.upstream.connections.max.idle.ms in the idle curve")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     points = QUICK if args.quick else FULL
@@ -318,8 +329,9 @@ def main() -> None:
         for curve in curves:
             l0, t0 = load(), time.monotonic()
             if curve == "idle":
-                ns = idle.descriptors_for(points["idle"])
-                idle_rows = idle.run(ns, 100 if args.quick else 300, work)
+                ns = idle.descriptors_for(points["idle"], 1 if args.idle_per_proc else 2)
+                idle_rows = idle.run(ns, 100 if args.quick else 300, work, per_proc=args.idle_per_proc,
+                                     upstream_idle_ms=args.idle_upstream_ms)
                 capped = ns != [min(idle.MAX_CLIENTS, n) for n in points["idle"]]
                 table, reading = render_idle(idle_rows, capped)
             elif curve == "tenants":

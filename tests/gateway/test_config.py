@@ -85,3 +85,15 @@ def test_request_memory_wakes_the_frames_closest_to_done_first() -> None:
                             remaining=50)
     pool.release(holder)
     assert woken == ["small", "hog"] and pool.used == 100
+
+
+def test_upstream_idle_setting_is_minus_one_or_positive() -> None:
+    """``quotaflow.upstream.connections.max.idle.ms``: the Kafka client's ``connections.max.idle.ms`` for the
+    gateway's upstream legs; -1 never closes one (as Kafka's Selector reads a negative value), 0 is refused."""
+    assert GatewayConfig.from_properties({}).upstream_connections_max_idle_ms == 60_000
+    for raw, value in (("-1", -1), ("1", 1), ("540000", 540_000)):
+        config = GatewayConfig.from_properties({"quotaflow.upstream.connections.max.idle.ms": raw})
+        assert config.upstream_connections_max_idle_ms == value
+    for raw in ("0", "-2", "soon"):
+        with pytest.raises(CommandError, match=r"quotaflow\.upstream\.connections\.max\.idle\.ms"):
+            GatewayConfig.from_properties({"quotaflow.upstream.connections.max.idle.ms": raw})

@@ -23,6 +23,7 @@ from quotaflow.gateway.descriptors import (
     DESCRIPTOR_RESERVE,
     bounded_by_descriptors,
     connection_budget,
+    legs_over,
 )
 from quotaflow.store import open_store
 from quotaflow.testing.gateway_process import GatewayProcess
@@ -41,6 +42,20 @@ def test_max_connections_defaults_to_the_budget_and_is_lowered_to_it() -> None:
     assert bounded_by_descriptors(ConnectionQuotaConfig(), 480).max_connections == 480  # Kafka's default: unset
     assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=20), 480).max_connections == 20
     assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=5000), 480).max_connections == 480
+
+
+def test_with_idle_legs_closed_max_connections_may_be_set_up_to_one_descriptor_a_client() -> None:
+    """Idle upstream legs closed (quotaflow.upstream.connections.max.idle.ms): the default stays two descriptors a
+    client (all may be active at once), but a max.connections set up to one a client is kept; above it, lowered."""
+    budget, ceiling = connection_budget(1024), connection_budget(1024, 1)
+    assert ceiling == 1024 - DESCRIPTOR_RESERVE == 960
+    assert bounded_by_descriptors(ConnectionQuotaConfig(), budget, ceiling).max_connections == 480
+    assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=900), budget, ceiling).max_connections == 900
+    assert bounded_by_descriptors(ConnectionQuotaConfig(max_connections=5000), budget, ceiling).max_connections == 960
+    # near the limit, legs are closed early to keep a headroom of 1/20 of it (at least 16)
+    assert legs_over(1024, 400, 400) == 0  # 864 + 51 <= 1024
+    assert legs_over(1024, 900, 100) == 900 + 100 + DESCRIPTOR_RESERVE + 51 - 1024 == 91
+    assert legs_over(256, 150, 60) == 150 + 60 + 64 + 16 - 256
 
 
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:

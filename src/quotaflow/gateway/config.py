@@ -38,6 +38,7 @@ SCRAM_LEGACY_CLIENT_NONCE: Final = "quotaflow.sasl.scram.legacy.client.nonce"
 UPSTREAM_BACKOFF_MS: Final = "quotaflow.upstream.reconnect.backoff.ms"
 UPSTREAM_BACKOFF_MAX_MS: Final = "quotaflow.upstream.reconnect.backoff.max.ms"
 UPSTREAM_CONNECT_TIMEOUT_MS: Final = "quotaflow.upstream.connect.timeout.ms"
+UPSTREAM_CONNECTIONS_MAX_IDLE_MS: Final = "quotaflow.upstream.connections.max.idle.ms"
 LISTENER_SECURITY_PROTOCOL_MAP: Final = "listener.security.protocol.map"
 PLAINTEXT: Final = "PLAINTEXT"
 SASL_PLAINTEXT: Final = "SASL_PLAINTEXT"
@@ -82,6 +83,10 @@ class GatewayConfig:
     upstream_backoff_ms: int = 100  # first wait before retrying an unreachable upstream
     upstream_backoff_max_ms: int = 2_000  # the exponential backoff's ceiling
     upstream_connect_timeout_ms: int = 30_000  # how long a client is held while its upstream is retried
+    # a client connection's upstream leg idle this long is closed (nothing in flight; never in SASL passthrough)
+    # and reopened to the same broker with its next request: an idle client then holds one descriptor, as on a
+    # broker (the Kafka client's connections.max.idle.ms, whose default is 540000; -1: never)
+    upstream_connections_max_idle_ms: int = 60_000
     # listener name -> PLAINTEXT | SASL_PLAINTEXT | SSL | SASL_SSL (listener.security.protocol.map); unmapped ones use
     # their own name when it is a protocol name, else PLAINTEXT
     security_protocols: Mapping[str, str] = field(default_factory=dict)
@@ -114,8 +119,10 @@ class GatewayConfig:
             UPSTREAM_BACKOFF_MS: "upstream_backoff_ms",
             UPSTREAM_BACKOFF_MAX_MS: "upstream_backoff_max_ms",
             UPSTREAM_CONNECT_TIMEOUT_MS: "upstream_connect_timeout_ms",
+            UPSTREAM_CONNECTIONS_MAX_IDLE_MS: "upstream_connections_max_idle_ms",
         }
-        minimum = {FAILED_AUTHENTICATION_DELAY_MS: 0, FETCH_MAX_BYTES: 1024, QUEUED_MAX_REQUEST_BYTES: -1}
+        minimum = {FAILED_AUTHENTICATION_DELAY_MS: 0, FETCH_MAX_BYTES: 1024, QUEUED_MAX_REQUEST_BYTES: -1,
+                   UPSTREAM_CONNECTIONS_MAX_IDLE_MS: -1}
         values: dict[str, object] = {}
         extra: dict[str, str] = {}
         for key, raw in props.items():
@@ -134,6 +141,9 @@ class GatewayConfig:
                 least = minimum.get(key, 1)
                 if number < least:
                     raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be at least {least}")
+                if key == UPSTREAM_CONNECTIONS_MAX_IDLE_MS and number == 0:
+                    raise CommandError(f"Invalid value {raw} for configuration {key}: Value must be -1 (never) or at "
+                                       f"least 1")
                 values[typed[key]] = number
             else:
                 extra[key] = raw

@@ -6,7 +6,6 @@ upstream, SASL verification, the local quota-admin answers, address rewriting an
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
     from quotaflow.gateway.config import GatewayConfig
     from quotaflow.gateway.data.addresses import AddressOf
     from quotaflow.gateway.data.broker_quotas import BrokerQuotas
+    from quotaflow.gateway.data.brokers import Address, UpstreamLeg
     from quotaflow.gateway.data.partition_counts import PartitionCounts
     from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.data.request_memory import RequestMemory
@@ -82,8 +82,7 @@ class ConnectionContext(Protocol):
     def scram_admin(self) -> ScramAdmin | None:
         """KIP-554 answers from the gateway's own credentials (None: the store keeps no SCRAM credentials)."""
 
-    async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
-                                                                int | None]: ...
+    async def connect_upstream(self, node: int | None, at: Address | None = None) -> UpstreamLeg: ...
     async def upstream_api_versions(self) -> list[tuple[int, int, int]]: ...
     def address_map(self, listener: str) -> AddressOf: ...
     def decision_ms(self) -> int: ...

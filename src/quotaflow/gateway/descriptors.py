@@ -8,6 +8,13 @@ upstream connect fails too, and a new client cannot even bootstrap. Kafka's answ
 ``AcceptorBlockedPercent`` shows it) and counts resume as connections close. Kafka's default is unbounded
 (2147483647); the gateway's is what its descriptors allow, ``(nofile - DESCRIPTOR_RESERVE) / 2``, so the refusal is
 Kafka's clean one rather than EMFILE. A ``max.connections`` set above that is lowered to it, with a warning.
+
+An idle client's upstream leg is closed (``quotaflow.upstream.connections.max.idle.ms``), so an idle client holds one
+descriptor, as on a broker. The default stays two a connection (every client may be active at once); an operator
+whose clients are mostly idle may set ``max.connections`` up to one a connection, ``nofile - DESCRIPTOR_RESERVE``
+(with a warning). Near the limit the housekeeping closes the longest-idle legs with nothing in flight early
+(:func:`legs_over`); a leg that still finds no descriptor is retried as an unreachable upstream is while others
+close, and its client is closed if none frees within ``quotaflow.upstream.connect.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ log = logging.getLogger(__name__)
 # interpreter's own (shared libraries, /dev/urandom, the event loop's selector and self-pipe)
 DESCRIPTOR_RESERVE: Final = 64
 DESCRIPTORS_PER_CONNECTION: Final = 2  # the client's socket and its upstream socket
+DESCRIPTORS_PER_IDLE_CONNECTION: Final = 1  # the client's socket: its idle upstream leg closed
 _NR_OPEN: Final = Path("/proc/sys/fs/nr_open")  # the kernel's ceiling when the hard limit is unlimited
 
 
@@ -50,18 +58,37 @@ def raise_nofile_limit() -> int:
     return INT_MAX if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def connection_budget(nofile: int) -> int:
-    """The client connections ``nofile`` descriptors can hold (at least 1)."""
-    return max(1, (nofile - DESCRIPTOR_RESERVE) // DESCRIPTORS_PER_CONNECTION)
+def connection_budget(nofile: int, per_connection: int = DESCRIPTORS_PER_CONNECTION) -> int:
+    """The client connections ``nofile`` descriptors can hold (at least 1), ``per_connection`` descriptors each."""
+    return max(1, (nofile - DESCRIPTOR_RESERVE) // per_connection)
 
 
-def bounded_by_descriptors(config: ConnectionQuotaConfig, budget: int) -> ConnectionQuotaConfig:
-    """``config`` with ``max.connections`` at most ``budget``: the default (unset) becomes the budget; a larger
-    setting is lowered to it, with a warning (it would otherwise end in EMFILE)."""
+def legs_over(nofile: int, connections: int, legs: int) -> int:
+    """How many upstream legs to close early so that ``connections`` client sockets and ``legs`` upstream ones, with
+    the reserve, stay a headroom (1/20 of ``nofile``, at least 16) below the open-file limit: only a
+    ``max.connections`` set above two descriptors a client gets there (the default never does)."""
+    headroom = max(16, nofile // 20)
+    return max(0, connections + legs + DESCRIPTOR_RESERVE + headroom - nofile)
+
+
+def bounded_by_descriptors(config: ConnectionQuotaConfig, budget: int,
+                           ceiling: int | None = None) -> ConnectionQuotaConfig:
+    """``config`` with ``max.connections`` within the descriptors: the default (unset) becomes ``budget`` (two a
+    connection); a setting above ``ceiling`` (the budget, or one descriptor a connection while idle upstream legs
+    are closed) is lowered to it, with a warning (it would otherwise end in EMFILE); one between the two is kept,
+    with a warning that it counts on idle clients."""
+    ceiling = budget if ceiling is None else max(budget, ceiling)
     if config.max_connections <= budget:
         return config
-    if config.max_connections != INT_MAX:
-        log.warning("max.connections=%d is more than the open-file limit allows (%d descriptors, 2 per connection): "
-                    "using %d; raise the limit (ulimit -n) to allow more", config.max_connections,
-                    budget * DESCRIPTORS_PER_CONNECTION + DESCRIPTOR_RESERVE, budget)
-    return dataclasses.replace(config, max_connections=budget)
+    if config.max_connections == INT_MAX:
+        return dataclasses.replace(config, max_connections=budget)
+    nofile = budget * DESCRIPTORS_PER_CONNECTION + DESCRIPTOR_RESERVE
+    if config.max_connections <= ceiling:
+        log.warning("max.connections=%d is more than the open-file limit (%d) allows with every client active (2 "
+                    "descriptors each, %d clients): it counts on idle clients, whose upstream connections are closed "
+                    "(quotaflow.upstream.connections.max.idle.ms)", config.max_connections, nofile, budget)
+        return config
+    log.warning("max.connections=%d is more than the open-file limit allows (%d descriptors, %d per connection): "
+                "using %d; raise the limit (ulimit -n) to allow more", config.max_connections, nofile,
+                DESCRIPTORS_PER_CONNECTION if ceiling == budget else DESCRIPTORS_PER_IDLE_CONNECTION, ceiling)
+    return dataclasses.replace(config, max_connections=ceiling)

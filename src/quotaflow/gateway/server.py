@@ -4,20 +4,22 @@
 demo and the bench use it in-process, through ``GatewayThread`` from synchronous code, or as the
 ``quotaflow gateway`` subprocess. The front door is the connection-quota listener (KIP-612); every admitted client
 connection gets its own upstream connection (:mod:`quotaflow.gateway.data.connection`), to the broker whose gateway port
-it came in on (:mod:`quotaflow.gateway.data.brokers`).
+it came in on (:mod:`quotaflow.gateway.data.brokers`), closed while the client is idle and reopened with its next
+request (``quotaflow.upstream.connections.max.idle.ms``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import logging
 import random
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,7 +35,7 @@ from quotaflow.core.addresses import parse_host_port
 from quotaflow.core.authorizer import StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.connection import ConnectionQuotaConfig
-from quotaflow.engine.metrics import MetricSource
+from quotaflow.engine.metrics import MetricSample, MetricSource
 from quotaflow.gateway.auth.acl_admin import AclAdminHandler
 from quotaflow.gateway.auth.authorize import Access
 from quotaflow.gateway.auth.authz_audit import LOG_ALLOWED, AuthzAudit
@@ -58,6 +60,7 @@ from quotaflow.gateway.data.brokers import (
     Address,
     BrokerRoutes,
     Streams,
+    UpstreamLeg,
     UpstreamUnavailableError,
     parse_upstreams,
 )
@@ -66,7 +69,13 @@ from quotaflow.gateway.data.connection import ClientConnection, DecisionClock
 from quotaflow.gateway.data.partition_counts import PartitionCounts
 from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
 from quotaflow.gateway.data.request_memory import STALLED_S, RequestMemory
-from quotaflow.gateway.descriptors import bounded_by_descriptors, connection_budget, raise_nofile_limit
+from quotaflow.gateway.descriptors import (
+    DESCRIPTORS_PER_IDLE_CONNECTION,
+    bounded_by_descriptors,
+    connection_budget,
+    legs_over,
+    raise_nofile_limit,
+)
 from quotaflow.gateway.listener import AcceptedConnection, ConnectionQuotaReloader, QuotaListener
 from quotaflow.gateway.observation.connection_events import ObservedConnectionQuotas
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
@@ -86,6 +95,7 @@ API_VERSIONS_TTL_S: Final = 60.0  # how long the upstream's ApiVersions list is 
 BUFFER_RELEASE_S: Final = 1.0  # a connection idle this long has its receive buffers shrunk (housekeeping)
 UPSTREAM_FRAME_LIMIT: Final = 1 << 20  # the ApiVersions probe's answer is a few hundred bytes
 EVENT_LOG_BUFFER_MAX_BYTES: Final = "quotaflow.event.log.buffer.max.bytes"  # rows waiting for a refusing disk
+UPSTREAM_METRICS_GROUP: Final = "Upstream"  # kafka_server_upstream_*: the gateway's own connections to its brokers
 RELOAD_ACLS_ATTEMPTS: Final = 3  # delta reads raced by another loader before the whole set is read instead
 
 
@@ -118,10 +128,6 @@ class Gateway:
         props = read_properties(self.config_path) if self.config_path is not None else {}
         self.config = config or GatewayConfig.from_properties(props)
         self.event_log_buffer_bytes = _positive_int(self.config.extra, EVENT_LOG_BUFFER_MAX_BYTES)
-        # max.connections within what the descriptors allow (the soft limit raised to the hard one first), so too
-        # many clients meet Kafka's clean refusal, not EMFILE (gateway.descriptors)
-        self.connection_budget = connection_budget(raise_nofile_limit())
-        conn_config = bounded_by_descriptors(connection_quota_config(props), self.connection_budget)
         # TLS settings (Kafka's ssl.* names, PEM): refused here, before anything is bound, when incomplete
         self.listener_tls = {name: listener_tls(self.config.extra, name) for name in self.listen
                              if self.config.security_protocol(name) in TLS_PROTOCOLS}
@@ -131,6 +137,16 @@ class Gateway:
         upstream_sasl = upstream_security_protocol(self.config.extra).startswith("SASL_")
         self.upstream_identity = service_identity(self.config.extra) if upstream_sasl else None
         self.sasl_passthrough = upstream_sasl and self.upstream_identity is None
+        # max.connections within what the descriptors allow (the soft limit raised to the hard one first), so too
+        # many clients meet Kafka's clean refusal, not EMFILE; set explicitly, up to one descriptor a client while
+        # idle upstream legs are closed (gateway.descriptors)
+        self.nofile = nofile = raise_nofile_limit()
+        self.connection_budget = connection_budget(nofile)
+        self.releases_idle_legs = self.config.upstream_connections_max_idle_ms > 0 and not self.sasl_passthrough
+        self.connection_ceiling = connection_budget(nofile, DESCRIPTORS_PER_IDLE_CONNECTION) \
+            if self.releases_idle_legs else self.connection_budget
+        conn_config = bounded_by_descriptors(connection_quota_config(props), self.connection_budget,
+                                             self.connection_ceiling)
         self._owns_store = isinstance(store, str | Path)
         self.store: QuotaStore = open_store(store) if isinstance(store, str | Path) else store
         # SCRAM is offered when the store keeps SCRAM credentials (the SQLite store), PLAIN always
@@ -182,6 +198,7 @@ class Gateway:
         self.addresses: dict[str, tuple[str, int]] = {}
         self.metrics_address: tuple[str, int] | None = None
         self.connections: set[ClientConnection] = set()
+        self.upstream_legs_released = 0  # upstream legs closed idle (quotaflow.upstream.connections.max.idle.ms)
         self._listener: QuotaListener | None = None
         self._reloader: ConnectionQuotaReloader | None = None
         self._metrics: Any = None
@@ -194,6 +211,7 @@ class Gateway:
         # wall-clock ms for quota decisions, never behind the previous one (a C call: it is read once a response)
         self.decision_ms: Callable[[], int] = DecisionClock().now_ms
         self.upstream_warnings = RateLimitedLog(log)
+        self.descriptor_warnings = RateLimitedLog(log)  # idle upstream legs closed early, near the open-file limit
         self.request_memory = RequestMemory(self.config.request_pool_bytes)
         self.preauth_memory = RequestMemory(self.config.sasl_queued_max_request_bytes)
         self._api_versions: tuple[float, list[tuple[int, int, int]]] | None = None
@@ -296,14 +314,15 @@ class Gateway:
 
     def _reconfigure(self, config: ConnectionQuotaConfig) -> None:
         """An edited server.properties: its connection settings, max.connections still within the descriptors."""
-        self.connection_quotas.reconfigure(bounded_by_descriptors(config, self.connection_budget))
+        self.connection_quotas.reconfigure(bounded_by_descriptors(config, self.connection_budget,
+                                                                  self.connection_ceiling))
 
     async def _start_metrics(self) -> None:
         from quotaflow.gateway.observation.metrics_http import MetricsServer
 
         self._metrics = MetricsServer("127.0.0.1", self.metrics_port or 0,
                                       sources=[self.broker_quotas, self.connection_quotas, self.sasl,
-                                               self.authz_audit])
+                                               self.authz_audit, self])
         if self.cluster_quotas is not None:
             self._metrics.add_source(self.cluster_quotas)
         if self._event_log is not None:
@@ -316,6 +335,17 @@ class Gateway:
         self._metrics.add_json_route("/brokers", lambda _query: self.brokers.describe() if self.brokers else {})
         await self._metrics.start()
         self.metrics_address = self._metrics.address
+
+    def metric_samples(self, now_ms: int) -> Iterator[MetricSample]:
+        """The upstream legs of client connections (the gateway as a Kafka client of its brokers): how many are
+        open now (the descriptors beyond the clients' own) and how many were closed idle."""
+        yield MetricSample("connection-count", UPSTREAM_METRICS_GROUP, (),
+                           float(sum(1 for conn in list(self.connections) if conn.upstream_open)),
+                           "client connections' upstream connections open now")
+        yield MetricSample("idle-connection-close-total", UPSTREAM_METRICS_GROUP, (),
+                           float(self.upstream_legs_released),
+                           "upstream connections closed idle past quotaflow.upstream.connections.max.idle.ms, "
+                           "reopened with their client's next request")
 
     def add_metric_source(self, source: MetricSource) -> None:
         """One more source for ``/metrics`` (the ``--workers`` supervisor's slot board); before or after start."""
@@ -400,13 +430,22 @@ class Gateway:
             conn.close()
             self.connections.discard(conn)
 
-    async def connect_upstream(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter,
-                                                                int | None]:
-        """An upstream connection for a client on node ``node``'s port (None: a bootstrap port) and the node it
-        reaches (``BrokerRoutes.connect``). While the upstream is unreachable the caller is held: retried with
-        exponential backoff (``quotaflow.upstream.reconnect.backoff.ms`` doubling up to ``...backoff.max.ms``,
-        ±20 % jitter) for at most ``quotaflow.upstream.connect.timeout.ms``, then ``UpstreamUnavailableError``.
-        Failures are logged through one rate-limited warning, never one line per attempt."""
+    def _release_legs_early(self, over: int) -> None:
+        """Descriptors short (a ``max.connections`` above two a client, gateway.descriptors): close up to ``over``
+        upstream legs with nothing in flight before their time, the longest idle first."""
+        legs = [conn for conn in self.connections if conn.upstream_open]
+        released = sum(conn.release_upstream() for conn in heapq.nsmallest(over, legs, key=_last_active))
+        self.upstream_legs_released += released
+        self.descriptor_warnings.warning("open-file limit %d nearly reached: %d idle upstream connections closed "
+                                         "before quotaflow.upstream.connections.max.idle.ms", self.nofile, released)
+
+    async def connect_upstream(self, node: int | None, at: Address | None = None) -> UpstreamLeg:
+        """An upstream connection for a client on node ``node``'s port (None: a bootstrap port, or pinned to the
+        address ``at`` it reached before), the node and the address it reaches (``BrokerRoutes.connect``). While
+        the upstream is unreachable the caller is held: retried with exponential backoff
+        (``quotaflow.upstream.reconnect.backoff.ms`` doubling up to ``...backoff.max.ms``, ±20 % jitter) for at most
+        ``quotaflow.upstream.connect.timeout.ms``, then ``UpstreamUnavailableError``. Failures are logged through one
+        rate-limited warning, never one line per attempt."""
         cfg = self.config
         deadline = time.monotonic() + cfg.upstream_connect_timeout_ms / 1000
         backoff = cfg.upstream_backoff_ms / 1000
@@ -414,7 +453,7 @@ class Gateway:
             remaining = deadline - time.monotonic()
             assert self.brokers is not None
             try:
-                return await asyncio.wait_for(self.brokers.connect(node), timeout=max(remaining, 0.05))
+                return await asyncio.wait_for(self.brokers.connect(node, at), timeout=max(remaining, 0.05))
             except UpstreamAuthenticationError as e:  # a refused identity is not an outage: no retry
                 self.upstream_warnings.warning("upstream refused the gateway's identity: %s", e)
                 raise UpstreamUnavailableError(str(e)) from e
@@ -438,7 +477,7 @@ class Gateway:
         async with self._api_versions_lock:
             if self._api_versions is not None and time.monotonic() - self._api_versions[0] < API_VERSIONS_TTL_S:
                 return self._api_versions[1]
-            reader, writer, _node = await self.connect_upstream(None)
+            reader, writer, _node, _at = await self.connect_upstream(None)
             try:
                 request = ApiVersionsRequest[0]()
                 request.with_header(correlation_id=0, client_id="quotaflow-gateway")
@@ -573,20 +612,28 @@ class Gateway:
         """Close connections idle longer than connections.max.idle.ms (as Kafka's Selector does), those that
         began a frame and did not finish it within quotaflow.request.body.timeout.ms (the memory it holds is
         released), and, while others wait for pool memory, those whose frame holds some and stalls; end elapsed
-        throttles and expire idle sensors (Kafka's reaper threads)."""
+        throttles and expire idle sensors (Kafka's reaper threads). A connection idle longer than
+        quotaflow.upstream.connections.max.idle.ms has its upstream leg closed when nothing is in flight on it
+        (``ClientConnection.release_upstream``; its next request reopens it), as a Kafka client closes its idle
+        connections."""
         idle_s = self.config.connections_max_idle_ms / 1000
         body_s = self.config.request_body_timeout_ms / 1000
-        period = min(1.0, max(min(idle_s, body_s) / 10, 0.01))
+        upstream_idle_ms = self.config.upstream_connections_max_idle_ms
+        upstream_idle_s = upstream_idle_ms / 1000 if upstream_idle_ms > 0 else float("inf")
+        period = min(1.0, max(min(idle_s, body_s, upstream_idle_s) / 10, 0.01))
         last_tick = 0.0
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
             cutoff = now - idle_s
             release_cutoff = now - BUFFER_RELEASE_S
+            upstream_cutoff = now - upstream_idle_s
             neediest = {pool: pool.neediest() for pool in (self.request_memory, self.preauth_memory)
                         if pool.contended}
             stall_s = min(STALLED_S, body_s)
+            legs = 0
             for conn in list(self.connections):
+                legs += conn.upstream_open
                 if neediest and conn.stalls_pool(now, stall_s, neediest):
                     log.info("closing connection from %s:%s: its request holds pool memory others wait for and has "
                              "not progressed for %.0f s", conn.client_ip, conn.client_port, stall_s)
@@ -599,8 +646,14 @@ class Gateway:
                              conn.client_ip, conn.client_port, self.config.request_body_timeout_ms,
                              REQUEST_BODY_TIMEOUT_MS)
                     conn.close(abort=True)
-                elif conn.last_active < release_cutoff:
-                    conn.release_buffers()  # idle: its receive buffers back to their initial size
+                else:
+                    if conn.last_active < upstream_cutoff and conn.release_upstream():
+                        self.upstream_legs_released += 1  # idle: one descriptor, its own socket, until it sends
+                    if conn.last_active < release_cutoff:
+                        conn.release_buffers()  # idle: its receive buffers back to their initial size
+            over = legs_over(self.nofile, len(self.connections), legs) if self.releases_idle_legs else 0
+            if over:
+                self._release_legs_early(over)
             if now - last_tick >= 1.0:
                 self.broker_quotas.tick(time.time_ns() // 1_000_000)
                 last_tick = now
@@ -672,6 +725,10 @@ class GatewayThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _last_active(conn: ClientConnection) -> float:
+    return conn.last_active
 
 
 def _positive_int(props: Mapping[str, str], key: str) -> int | None:

@@ -85,3 +85,25 @@ def test_base_plus_node_id_and_an_unusable_port_is_logged(caplog: pytest.LogCapt
             await listener.close()
 
     asyncio.run(run())
+
+
+def test_a_pinned_bootstrap_connection_tries_only_its_address() -> None:
+    """A leg reopened after an idle close, on a bootstrap port whose node is not known, goes to the address it
+    reached before (``at``), never to the bootstrap list's first answer."""
+    async def run() -> None:
+        tried: list[tuple[str, int]] = []
+
+        async def record(address: tuple[str, int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            tried.append(address)
+            raise ConnectionRefusedError("refused")
+
+        routes = BrokerRoutes([("a", 1), ("b", 2)], {}, lambda *_a: ("x", 0), record)
+        with pytest.raises(UpstreamUnavailableError):
+            await routes.connect(None)
+        assert tried == [("a", 1), ("b", 2)]
+        tried.clear()
+        with pytest.raises(UpstreamUnavailableError, match="b:2"):
+            await routes.connect(None, ("b", 2))
+        assert tried == [("b", 2)]
+
+    asyncio.run(run())

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import MetadataRequest
@@ -39,6 +39,19 @@ Address: TypeAlias = tuple[str, int]
 Streams: TypeAlias = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Bind: TypeAlias = Callable[[str, str, int, int], Address]  # (listener, host, port, node id) -> bound address
 Open: TypeAlias = Callable[[Address], Awaitable[Streams]]
+
+
+
+class UpstreamLeg(NamedTuple):
+    """An upstream connection as :meth:`BrokerRoutes.connect` opened it: its streams, the node it reached (None: a
+    bootstrap address whose node is not known) and the address it reached, so a client connection whose idle leg was
+    closed reopens it to the same broker (``quotaflow.upstream.connections.max.idle.ms``)."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    node: int | None
+    address: Address
+
 
 DISCOVERY_METADATA_VERSION: Final = 1  # node_id, host, port, rack: every broker since Kafka 0.10 answers it
 MAX_PORT: Final = 65535
@@ -139,10 +152,12 @@ class BrokerRoutes:
 
     # -- connecting -----------------------------------------------------------------------------------------
 
-    async def connect(self, node: int | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int | None]:
-        """The upstream connection for a client on node ``node``'s port (None: a bootstrap port) and the node it
-        reaches. A bootstrap connection tries the bootstrap addresses in order."""
-        targets = self.bootstrap if node is None else [self.upstream[node]]
+    async def connect(self, node: int | None, at: Address | None = None) -> UpstreamLeg:
+        """The upstream connection for a client on node ``node``'s port (None: a bootstrap port), the node and the
+        address it reaches. A bootstrap connection tries the bootstrap addresses in order, unless ``at`` pins it to
+        the one it reached before (its node unknown: a reopened leg must reach the same broker)."""
+        targets = [at] if node is None and at is not None else self.bootstrap if node is None \
+            else [self.upstream[node]]
         errors: list[str] = []
         for address in targets:
             try:
@@ -150,7 +165,7 @@ class BrokerRoutes:
             except OSError as e:
                 errors.append(f"{address[0]}:{address[1]}: {e}")
                 continue
-            return reader, writer, node if node is not None else self.node_at(address)
+            return UpstreamLeg(reader, writer, node if node is not None else self.node_at(address), address)
         raise UpstreamUnavailableError("; ".join(errors))
 
     async def discover(self, timeout_s: float = 5.0) -> bool:
@@ -158,7 +173,7 @@ class BrokerRoutes:
         can name them. False (logged) when the upstream did not answer: brokers are then learned from traffic."""
         try:
             async with asyncio.timeout(timeout_s):
-                reader, writer, _node = await self.connect(None)
+                reader, writer, _node, _at = await self.connect(None)
                 try:
                     brokers = await _metadata_brokers(reader, writer)
                 finally:

@@ -70,6 +70,7 @@ cdef class ConnectionCore:
     cpdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
     cpdef hold_limited_produce(self, Pending pending)
+    cdef public object _upstream_route
 
 
 cdef class UpstreamCore:

@@ -203,6 +203,9 @@ class ConnectionCore:
         self.transport: asyncio.Transport | None = None
         self._frames = FrameBuffer()
         self._upstream: UpstreamCore | None = None
+        # (node, address) the upstream leg reached first (None: not opened yet): a leg released while idle reopens
+        # there (release_upstream)
+        self._upstream_route: tuple[int | None, tuple[str, int]] | None = None
         self._queue: deque[Pending] = deque()  # taken, response not sent yet: in request order
         self._awaiting: deque[Pending] = deque()  # forwarded, upstream response not read yet
         self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
@@ -318,6 +321,32 @@ class ConnectionCore:
         self._frames.release()
         if self._upstream is not None:
             self._upstream.frames.release()
+
+    @property
+    def upstream_open(self) -> bool:
+        """Whether this connection holds an upstream socket now (the ``/metrics`` count of upstream connections)."""
+        return self._upstream is not None
+
+    def release_upstream(self) -> bool:
+        """Close the upstream leg of a connection idle past ``quotaflow.upstream.connections.max.idle.ms`` (the
+        gateway's housekeeping), as a Kafka client closes its idle connections: an idle client then holds one
+        descriptor, its own socket, as on a broker. The next request to forward reopens the leg
+        (:meth:`_ensure_upstream`) to the broker it reached first, authenticated as the gateway was, under the same
+        quotas: the quota state is the broker's managers', never the leg's.
+
+        Only with nothing in flight on it: no request forwarded and unanswered, no response not yet sent, no async
+        step running (a connect, a local answer), no byte of a response read, nothing unwritten to the upstream.
+        Never in SASL passthrough: there the leg carries the client's own authentication, which a new leg would not.
+        Returns whether the leg was closed."""
+        upstream = self._upstream
+        if (upstream is None or self._closing or self._stopped or self.sasl.passthrough is not None
+                or self._awaiting or self._queue or self._busy is not None or upstream.frames.partial
+                or self._upstream_blocked or upstream.transport.get_write_buffer_size()):
+            return False
+        self._upstream = None  # first: the leg's connection_lost is then not the client's loss (UpstreamCore)
+        self._upstream_reading = True  # a new leg is read from its start
+        upstream.close()
+        return True
 
     def _release_memory(self) -> None:
         if self._pool is not None:
@@ -682,21 +711,30 @@ class ConnectionCore:
     # -- upstream -> gateway ----------------------------------------------------------------------------------
 
     async def _ensure_upstream(self) -> None:
-        """Connect the upstream on first use; while it is down the client is held (the gateway retries with
+        """Connect the upstream on first use, and again after an idle leg was released (:meth:`release_upstream`):
+        then to the node it reached first (on a bootstrap port whose node is not known, the same address), whose
+        quotas stay this connection's. While the upstream is down the client is held (the gateway retries with
         backoff up to its bound), then the connection is closed."""
         if self._upstream is not None:
             return
+        route = self._upstream_route
         try:
-            reader, writer, node = await self.gateway.connect_upstream(self.node)
+            if route is None:
+                reader, writer, node, address = await self.gateway.connect_upstream(self.node)
+            else:
+                reader, writer, node, address = await self.gateway.connect_upstream(
+                    route[0], route[1] if route[0] is None else None)
         except UpstreamUnavailableError as e:
             raise ConnectionClosed(str(e)) from e
         if self._closing:
             writer.close()
             raise ConnectionClosed("closed while connecting upstream")
         self._upstream = UpstreamProtocol.take_over(self, reader, writer)
-        self.broker = broker_key(node, self.gateway.broker)
-        self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
-        self._produce_binding = None
+        if route is None:
+            self._upstream_route = (node, address)
+            self.broker = broker_key(node, self.gateway.broker)
+            self.enforcement = self.gateway.broker_quotas.for_broker(self.broker)
+            self._produce_binding = None
 
     def _read_upstream(self, upstream: UpstreamCore) -> None:
         frames: FrameBuffer = upstream.frames
@@ -911,7 +949,8 @@ class UpstreamCore:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.conn._upstream_lost()
+        if self.conn._upstream is self:  # not a leg released while idle (ConnectionCore.release_upstream)
+            self.conn._upstream_lost()
 
     def pause_writing(self) -> None:
         self.conn._upstream_writing(True)

@@ -18,12 +18,13 @@ from typing import Any, Final
 from kafka.protocol.api_key import ApiKey
 
 from quotaflow.core.errors import QuotaflowError
+from quotaflow.gateway.data.brokers import UpstreamLeg
 from quotaflow.gateway.observation.ratelog import RateLimitedLog
 from quotaflow.gateway.wire import protocol
 
 log = logging.getLogger(__name__)
 
-Connect = Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter, int | None]]]
+Connect = Callable[[], Awaitable[UpstreamLeg]]
 Versions = Callable[[], Awaitable[list[tuple[int, int, int]]]]
 MAX_ENTRIES: Final = 100_000  # bounded by the cluster's topics; cleared if it ever gets larger
 TIMEOUT_S: Final = 5.0
@@ -90,7 +91,7 @@ class PartitionCounts:
         request = cls(topics=[entry(name=n) for n in names] + [entry(topic_id=i, name=None) for i in ids],
                       allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         request.with_header(correlation_id=1, client_id="quotaflow-gateway")
-        reader, writer, _node = await self._connect()
+        reader, writer, _node, _at = await self._connect()
         try:
             writer.write(bytes(request.encode(version=version, header=True, framed=True)))
             await writer.drain()
