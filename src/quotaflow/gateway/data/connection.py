@@ -117,7 +117,7 @@ class DecisionClock:
         self.last_ms = 0
 
     def now_ms(self) -> int:
-        now = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
+        now: int = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
         if now < self.last_ms:
             now = self.last_ms
         self.last_ms = now
