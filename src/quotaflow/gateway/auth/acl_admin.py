@@ -1,4 +1,4 @@
-"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31) answered by the gateway from the store, as Kafka's
+"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31) answered by the gateway, as Kafka's
 ``AclApis`` answers them.
 
 Order of checks, as Kafka's: a request naming an UNKNOWN (undefined) code cannot be parsed, so the connection is
@@ -8,9 +8,13 @@ authorizer configured, SECURITY_DISABLED ("No Authorizer is configured on the br
 configured."), as a broker without ``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's
 ``AclBinding`` refuses to build) fails whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides.
 After a change the gateway's own authorizer is reloaded at once (the others follow within
-``quotaflow.store.poll.ms``). Store work runs in an executor thread; its CPU time is returned so the request quota
-can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs are forwarded to it
-instead (``versions.PASSTHROUGH_APIS``).
+``quotaflow.store.poll.ms``). DescribeAcls and DeleteAcls are answered from the authorizer's index, first brought up
+to the store's ACLs (the changes since the version it holds), never from a read of the store's whole set: a filter
+naming a resource costs its answer, not the number of ACLs (``AclIndex.matching``); a DescribeAcls response is
+written straight to bytes (``wire.acl_entries``). Without a store-backed authorizer the store's set is filtered
+(``AclAdmin``). The work runs in an executor thread, with the GIL switch interval lowered; its CPU time is returned
+so the request quota can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs
+are forwarded to it instead (``versions.PASSTHROUGH_APIS``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from quotaflow.core.errors import (
     UnknownServerError,
 )
 from quotaflow.gateway.collector import collector_paused, drop_gradually, loop_first
+from quotaflow.gateway.wire.acl_entries import encode_describe_acls_response
 from quotaflow.gateway.wire.protocol import encode_response, response_class
 
 _NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
@@ -119,9 +124,15 @@ class AclAdminHandler:
                 # a describe (delete) may answer with every ACL: short-lived, acyclic objects, freed by reference
                 # counting; the loop takes the GIL back within a millisecond whenever it wants it
                 with collector_paused(), loop_first():
-                    response = self.answer(api_key, version, decoded, allowed)
-                    if correlation_id is not None:
-                        response = encode_response(response, version, correlation_id)
+                    if correlation_id is not None and api_key == ApiKey.DescribeAcls and allowed \
+                            and self.admin is not None:
+                        [acl_filter] = decoded
+                        assert isinstance(acl_filter, AclBindingFilter)
+                        response = self.describe_encoded(version, acl_filter, correlation_id)
+                    else:
+                        response = self.answer(api_key, version, decoded, allowed)
+                        if correlation_id is not None:
+                            response = encode_response(response, version, correlation_id)
             return response, time.thread_time_ns() - start
 
         return await asyncio.get_running_loop().run_in_executor(None, run)
@@ -174,6 +185,15 @@ class AclAdminHandler:
                 acls=[res.AclDescription(principal=e.principal, host=e.host, operation=int(e.operation),
                                          permission_type=int(e.permission_type)) for e in entries])
             for p, entries in by_pattern.items()])
+
+    def describe_encoded(self, version: int, acl_filter: AclBindingFilter, correlation_id: int) -> bytes:
+        """The framed DescribeAcls response, the same bytes as :meth:`_describe`'s message encoded, written from the
+        bindings directly (:mod:`quotaflow.gateway.wire.acl_entries`: no message object per binding)."""
+        assert self.admin is not None
+        found = self.admin.describe(acl_filter, self._index())
+        encoded = encode_describe_acls_response(version, correlation_id, found)
+        drop_gradually(found)
+        return encoded
 
     @staticmethod
     def _matching(cls: Any, b: AclBinding) -> Any:
