@@ -84,7 +84,7 @@ class AclAdminHandler:
         self.reload = reload
         self.sync = sync
         """The index describes and deletes are answered from, brought up to date with the store first (the
-        gateway's authorizer's, ``GatewayServer.synced_acl_index``); None, or it answering None (the authorizer's
+        gateway's authorizer's, ``Gateway.synced_acl_index``); None, or it answering None (the authorizer's
         ACLs are not the store's): the store's whole set is read and filtered (:class:`AclAdmin`)."""
 
     def decode(self, api_key: int, request: Any) -> list[AclBindingFilter] | list[AclBinding | None]:
