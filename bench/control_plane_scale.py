@@ -16,6 +16,10 @@ from its start to 0.5 s after it ends (the ACL and quota phases: a 3 s window, t
 * describe-all: one DescribeClientQuotas with an empty filter (every entity) over the wire;
 * acl change: one ACL added to the store (as ``kafka-acls --add`` does), picked up by the gateway's ACL poll;
 * quota alteration: one AlterClientQuotas of an existing entity through the gateway;
+* describe acls (literal) / (any): one DescribeAcls of one topic's literal ACLs, then one of every ACL (ANY), with
+  kafka-python's admin client over the wire;
+* delete acls: one DeleteAcls of two MATCH filters (two topics' ACLs); delete acls (every, refused): one DeleteAcls
+  of every ACL, past Kafka's 10,000-record bound, refused whole (nothing removed);
 * enforcement: a second producer (client-id ``cp-victim``, 10 KB records) runs; ``producer_byte_rate=1024`` is set
   on that client-id through the gateway; the time from the alteration's answer to the first produce response that
   carries a throttle (kafka-python's ``throttle-time-max`` > 0), i.e. measured on the data path.
@@ -246,6 +250,50 @@ def run(tansu: Tansu, store: Path, work: Path, python: str, src: str | None) -> 
 
         phase("quota alteration", alteration)
 
+        def acl_admin() -> Any:
+            from kafka.admin import KafkaAdminClient
+
+            return KafkaAdminClient(bootstrap_servers=gw.bootstrap, request_timeout_ms=300_000)
+
+        def describe_acls(name: str | None) -> int:
+            from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+            from kafka.admin import ResourcePatternFilter as Rpf
+            from kafka.admin import ResourceType as Rt
+
+            admin = acl_admin()
+            try:
+                pattern = (Rpf(Rt.TOPIC, name, ACLResourcePatternType.LITERAL) if name is not None
+                           else Rpf(Rt.ANY, None, ACLResourcePatternType.ANY))
+                acls, error = admin.describe_acls(ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                                            pattern))
+                assert error is None or error.errno == 0, error
+                return len(acls)
+            finally:
+                admin.close()
+
+        out["acls_literal"] = phase("describe acls (literal)", lambda: describe_acls(tenant_acl(5).pattern.name))
+        out["acls_any"] = phase("describe acls (any)", lambda: describe_acls(None))
+
+        def delete_acls(names: list[str | None]) -> list[int]:
+            from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType
+            from kafka.admin import ResourcePatternFilter as Rpf
+            from kafka.admin import ResourceType as Rt
+
+            admin = acl_admin()
+            try:
+                answered = admin.delete_acls([ACLFilter(
+                    None, None, ACLOperation.ANY, ACLPermissionType.ANY,
+                    Rpf(Rt.TOPIC, name, ACLResourcePatternType.MATCH) if name is not None
+                    else Rpf(Rt.ANY, None, ACLResourcePatternType.ANY)) for name in names])
+                return [-1 if err is not None and err.errno else len(deleted) for _f, deleted, err in answered]
+            finally:
+                admin.close()
+
+        out["deleted"] = phase("delete acls", lambda: delete_acls([tenant_acl(7).pattern.name,
+                                                                   tenant_acl(8).pattern.name]))
+        # every ACL: past Kafka's 10,000-record bound, refused whole (UNKNOWN_SERVER_ERROR), nothing removed
+        out["deleted_all"] = phase("delete acls (every, refused)", lambda: delete_acls([None]))
+
         victim = Producer(gw.bootstrap, work / "victim.log", client_id="cp-victim", size=10_000, watch_throttle=True)
         try:
             time.sleep(1)
@@ -274,7 +322,8 @@ def _with_python(command: Any, python: str) -> Any:
 
 # -- report ------------------------------------------------------------------------------------------------------
 
-PHASES = ("idle", "resolve", "describe-all", "acl change", "quota alteration")
+PHASES = ("idle", "resolve", "describe-all", "acl change", "quota alteration", "describe acls (literal)",
+          "describe acls (any)", "delete acls", "delete acls (every, refused)")
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
@@ -308,7 +357,13 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         each = ", ".join(f"{x:.0f}" for x in r["resolve_each_ms"])
         lines.append(f"* {n}: each /resolve {each} ms; describe-all answered {r['described']:,} entities in "
                      f"{r['describe-all']['action_s']:.1f} s (client decode included); a quota alteration reached "
-                     f"enforcement (first throttled produce response) {r['enforcement_s']:.2f} s after it was acked")
+                     f"enforcement (first throttled produce response) {r['enforcement_s']:.2f} s after it was acked; "
+                     f"DescribeAcls answered {r['acls_literal']:,} ACL(s) for one topic in "
+                     f"{r['describe acls (literal)']['action_s'] * 1000:.0f} ms and {r['acls_any']:,} for ANY in "
+                     f"{r['describe acls (any)']['action_s']:.1f} s (admin client start and decode included); "
+                     f"DeleteAcls removed {r['deleted']} in {r['delete acls']['action_s'] * 1000:.0f} ms; "
+                     f"the delete of every ACL answered {r['deleted_all']} (-1: refused) in "
+                     f"{r['delete acls (every, refused)']['action_s']:.1f} s")
     return "\n".join(lines) + "\n"
 
 

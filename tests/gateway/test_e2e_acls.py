@@ -117,6 +117,98 @@ def test_kafka_python_admin_manages_acls_and_the_authorizer_follows(authz_gatewa
         admin.close()
 
 
+def _kp_filter(rt: ResourceType, name: str | None, pt: ACLResourcePatternType,
+               principal: str | None = None) -> ACLFilter:
+    return ACLFilter(principal, None, ACLOperation.ANY, ACLPermissionType.ANY, ResourcePatternFilter(rt, name, pt))
+
+
+def _qf_filter(f: ACLFilter) -> qacl.AclBindingFilter:
+    p = f.resource_pattern
+    return qacl.AclBindingFilter(
+        qacl.ResourcePatternFilter(qacl.ResourceType(p.resource_type.value), p.resource_name,
+                                   qacl.PatternType(p.pattern_type.value)),
+        qacl.AccessControlEntryFilter(f.principal, f.host, qacl.AclOperation(f.operation.value),
+                                      qacl.AclPermissionType(f.permission_type.value)))
+
+
+def _kp_rows(acls: list[ACL]) -> list[tuple[int, str, int, str, str, int, int]]:
+    return [(a.resource_pattern.resource_type.value, a.resource_pattern.resource_name,
+             a.resource_pattern.pattern_type.value, a.principal, a.host, a.operation.value, a.permission_type.value)
+            for a in acls]
+
+
+def _rows(bindings: list[qacl.AclBinding]) -> list[tuple[int, str, int, str, str, int, int]]:
+    return [b.sort_key() for b in bindings]
+
+
+def test_describe_and_delete_answer_from_the_gateways_index_not_the_stores_whole_set(
+        authz_gateway: RunningGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACLs written by the CLI's store handle (as another gateway or ``quotaflow acls`` writes them) are described
+    and deleted over the wire at once (the describe brings the gateway's index up to the store first), with the
+    answers of the store-backed brute force, and the gateway never reads the store's whole ACL set for them."""
+    from quotaflow.admin.acls import AclAdmin
+
+    gw = authz_gateway.thread.gateway
+    whole_reads: list[int] = []
+    read_all = gw.acl_store.acls
+    monkeypatch.setattr(gw.acl_store, "acls", lambda: whole_reads.append(1) or read_all())
+
+    def b(name: str, pt: qacl.PatternType, principal: str, op: qacl.AclOperation) -> qacl.AclBinding:
+        return qacl.AclBinding(qacl.ResourcePattern(qacl.ResourceType.TOPIC, name, pt),
+                               qacl.AccessControlEntry(principal, "*", op, qacl.AclPermissionType.ALLOW))
+
+    written = [b(f"pay-{i}", qacl.PatternType.LITERAL, f"User:t{i % 3}", qacl.AclOperation.READ) for i in range(150)]
+    written += [b("pay-", qacl.PatternType.PREFIXED, "User:t1", qacl.AclOperation.WRITE),
+                b("pay-1", qacl.PatternType.PREFIXED, "User:t2", qacl.AclOperation.DESCRIBE),
+                b("*", qacl.PatternType.LITERAL, "User:t0", qacl.AclOperation.DESCRIBE),
+                b("other", qacl.PatternType.LITERAL, "User:t0", qacl.AclOperation.READ)]
+    with open_store(authz_gateway.store_path) as cli:
+        cli.add_acls(written)
+        brute = AclAdmin(cli)
+        filters = [_kp_filter(ResourceType.TOPIC, "pay-12", ACLResourcePatternType.LITERAL),
+                   _kp_filter(ResourceType.TOPIC, "pay-12", ACLResourcePatternType.MATCH),
+                   _kp_filter(ResourceType.ANY, "pay-", ACLResourcePatternType.PREFIXED),
+                   _kp_filter(ResourceType.ANY, "pay-1", ACLResourcePatternType.ANY),
+                   _kp_filter(ResourceType.TOPIC, None, ACLResourcePatternType.ANY, principal="User:t2"),
+                   _kp_filter(ResourceType.ANY, None, ACLResourcePatternType.ANY)]
+        admin = _kp_admin(authz_gateway.bootstrap, "admin")
+        try:
+            for f in filters:
+                acls, error = admin.describe_acls(f)
+                assert error is None or error.errno == 0
+                expected = _rows(brute.describe(_qf_filter(f)))
+                assert expected and _kp_rows(acls) == expected, f
+            # every ACL through librdkafka too
+            from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType
+            from confluent_kafka.admin import ResourceType as RdType
+
+            rd = _rd_admin(authz_gateway.bootstrap, "admin")
+            every = rd.describe_acls(AclBindingFilter(RdType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                      AclOperation.ANY, AclPermissionType.ANY),
+                                     request_timeout=20).result()
+            assert sorted((x.name, x.principal) for x in every) == sorted(
+                (w.pattern.name, w.entry.principal) for w in written)
+            # DeleteAcls: the MATCH of one name and one principal's literal pay-1* ACLs, found the same way
+            deleting = [_kp_filter(ResourceType.TOPIC, "pay-7", ACLResourcePatternType.MATCH),
+                        _kp_filter(ResourceType.TOPIC, "pay-1", ACLResourcePatternType.PREFIXED)]
+            expected_deleted = [_rows(brute.describe(_qf_filter(f))) for f in deleting]
+            answered = admin.delete_acls(deleting)
+            assert [_kp_rows(deleted) for _f, deleted, _err in answered] == expected_deleted
+            assert all(err is None or err.errno == 0 for _f, _d, err in answered)
+            gone = {r for rows in expected_deleted for r in rows}
+            assert {w.sort_key() for w in cli.acls().bindings} == {w.sort_key() for w in written} - gone
+            # the gateway's own authorizer follows the delete (t1 could read pay-7 before)
+            assert not gw.authorizer.authorize("User:t1", "127.0.0.1", qacl.AclOperation.READ,
+                                               qacl.ResourceType.TOPIC, "pay-7")
+            # and a describe right after sees the delete made through this gateway
+            acls, _error = admin.describe_acls(_kp_filter(ResourceType.TOPIC, "pay-7",
+                                                          ACLResourcePatternType.MATCH))
+            assert acls == []
+        finally:
+            admin.close()
+    assert whole_reads == []
+
+
 def test_non_super_user_gets_cluster_authorization_failed(authz_gateway: RunningGateway) -> None:
     bob = _kp_admin(authz_gateway.bootstrap, "bob")
     try:

@@ -28,6 +28,7 @@ from quotaflow.core.acl import (
     WILDCARD,
     AccessControlEntry,
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     PatternType,
@@ -158,6 +159,10 @@ class _Shards(Generic[K, V]):
         for shard in self._maps:
             yield from shard
 
+    def items(self) -> Iterator[tuple[K, V]]:
+        for shard in self._maps:
+            yield from shard.items()
+
 
 SHARDS: Final = 64
 _SHARD_MASK: Final = SHARDS - 1
@@ -276,6 +281,41 @@ class _TypeIndex:
         self._patterns[name] = out
         return out
 
+    def candidates(self, resource_type: ResourceType, name: str | None, pattern_type: PatternType,
+                   principal: str | None) -> Iterator[AclBinding]:
+        """Every binding of this type a filter of (``name``, ``pattern_type``, ``principal``) may match, and only
+        those of the patterns it can name: a named filter looks up its patterns (LITERAL: the name; PREFIXED: the
+        prefix; ANY: both; MATCH: the name, ``*`` and every indexed prefix length of the name), so the work follows
+        the answer; an unnamed one walks this type's bindings (a principal's only, when it names one). A superset of
+        the answer: :meth:`quotaflow.core.acl.AclBindingFilter.matches` decides."""
+        if name is None:
+            if principal is not None:
+                yield from self.by_principal.get(principal) or ()
+                return
+            for _principal, held in self.by_principal.items():
+                yield from held
+            return
+        found: list[tuple[str, PatternType, _Bucket | None]] = []
+        if pattern_type in (PatternType.LITERAL, PatternType.ANY, PatternType.MATCH):
+            found.append((name, PatternType.LITERAL, self.wildcard if name == WILDCARD else self.literal.get(name)))
+        if pattern_type == PatternType.MATCH and name != WILDCARD:
+            found.append((WILDCARD, PatternType.LITERAL, self.wildcard))
+        if pattern_type in (PatternType.PREFIXED, PatternType.ANY):
+            found.append((name, PatternType.PREFIXED, self.prefixed.get(name)))
+        if pattern_type == PatternType.MATCH and self.prefixed:
+            for length in self.prefix_lengths:
+                if length > len(name):
+                    break
+                found.append((name[:length], PatternType.PREFIXED, self.prefixed.get(name[:length])))
+        for pattern_name, kind, bucket in found:
+            if bucket is None:
+                continue
+            pattern = ResourcePattern(resource_type, pattern_name, kind)
+            groups = bucket.values() if principal is None else (bucket.get(principal) or (),)
+            for entries in groups:
+                for entry in entries:
+                    yield AclBinding(pattern, entry[3])
+
     def pattern_at(self, resource_type: ResourceType, name: str, position: int) -> ResourcePattern:
         """The ``position``-th pattern :meth:`patterns` yields for ``name``."""
         candidates: list[ResourcePattern] = []
@@ -376,6 +416,23 @@ class AclIndex:
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def matching(self, acl_filter: AclBindingFilter) -> Iterator[AclBinding]:
+        """Every binding ``acl_filter`` matches (:meth:`AclBindingFilter.matches`, the one definition), unordered.
+        The index only narrows the candidates (:meth:`_TypeIndex.candidates`): a filter naming a resource costs its
+        answer, not the number of ACLs; one naming none walks the bindings of its type(s) (a generator: the caller
+        decides how much to take at a time)."""
+        pattern = acl_filter.pattern_filter
+        if pattern.resource_type == ResourceType.ANY:
+            types = [(rt, self._types[rt]) for rt in sorted(self._types)]
+        else:
+            index = self._types.get(pattern.resource_type)
+            types = [] if index is None else [(pattern.resource_type, index)]
+        principal = acl_filter.entry_filter.principal
+        for rt, index in types:
+            for b in index.candidates(rt, pattern.name, pattern.pattern_type, principal):
+                if acl_filter.matches(b):
+                    yield b
 
     def find(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
              name: str) -> tuple[int, int, AccessControlEntry | None]:

@@ -32,7 +32,7 @@ from quotaflow.admin.codec import resolution_to_json
 from quotaflow.brokerconfig import connection_quota_config
 from quotaflow.core.acl import Authorizer
 from quotaflow.core.addresses import parse_host_port
-from quotaflow.core.authorizer import StandardAuthorizer, authorizer_from_properties
+from quotaflow.core.authorizer import AclIndex, StandardAuthorizer, authorizer_from_properties
 from quotaflow.core.errors import CommandError, QuotaflowError, StoreError
 from quotaflow.engine.connection import ConnectionQuotaConfig
 from quotaflow.engine.metrics import MetricSample, MetricSource
@@ -184,7 +184,8 @@ class Gateway:
             raise StoreError(f"the quota store {getattr(self.store, 'path', self.store)} keeps no ACLs; the "
                              f"authorizer needs one")
         self.acl_admin = AclAdminHandler(AclAdmin(self.acl_store) if self.acl_store is not None else None,
-                                         authorizer, admin_principals, reload=self.reload_acls)
+                                         authorizer, admin_principals, reload=self.reload_acls,
+                                         sync=self.synced_acl_index)
         self.sasl = SaslVerifier(self.store, threads=self.config.sasl_verify_threads,
                                  failed_rate_per_ip=self.config.sasl_failed_rate_per_ip,
                                  queue_size=self.config.sasl_verify_queue_size,
@@ -256,6 +257,17 @@ class Gateway:
             if authorizer.update(added, removed, held, changes[-1].version):
                 return
         self._load_all_acls(authorizer, store)
+
+    def synced_acl_index(self) -> AclIndex | None:
+        """The authorizer's ACL index brought up to the store's ACLs first (:meth:`reload_acls`: the changes since
+        the version held), so a DescribeAcls / DeleteAcls answered from it sees every change made before it through
+        this gateway, another one or the CLI; None when the authorizer's ACLs are not the store's (any thread, off
+        the event loop)."""
+        managed = self._managed_authorizer()
+        if managed is None:
+            return None
+        self.reload_acls()
+        return managed[0].index
 
     def _load_all_acls(self, authorizer: StandardAuthorizer, store: AclStore) -> None:
         """The store's whole ACL set into the authorizer (the first load; a delta the store no longer holds)."""

@@ -1,4 +1,4 @@
-"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31) answered by the gateway from the store, as Kafka's
+"""DescribeAcls (29), CreateAcls (30) and DeleteAcls (31) answered by the gateway, as Kafka's
 ``AclApis`` answers them.
 
 Order of checks, as Kafka's: a request naming an UNKNOWN (undefined) code cannot be parsed, so the connection is
@@ -8,9 +8,13 @@ authorizer configured, SECURITY_DISABLED ("No Authorizer is configured on the br
 configured."), as a broker without ``authorizer.class.name``; then a CreateAcls naming ANY / MATCH (which Kafka's
 ``AclBinding`` refuses to build) fails whole with UNKNOWN_SERVER_ERROR; then :mod:`quotaflow.admin.acls` decides.
 After a change the gateway's own authorizer is reloaded at once (the others follow within
-``quotaflow.store.poll.ms``). Store work runs in an executor thread; its CPU time is returned so the request quota
-can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs are forwarded to it
-instead (``versions.PASSTHROUGH_APIS``).
+``quotaflow.store.poll.ms``). DescribeAcls and DeleteAcls are answered from the authorizer's index, first brought up
+to the store's ACLs (the changes since the version it holds), never from a read of the store's whole set: a filter
+naming a resource costs its answer, not the number of ACLs (``AclIndex.matching``); a DescribeAcls response is
+written straight to bytes (``wire.acl_entries``). Without a store-backed authorizer the store's set is filtered
+(``AclAdmin``). The work runs in an executor thread, with the GIL switch interval lowered; its CPU time is returned
+so the request quota can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs
+are forwarded to it instead (``versions.PASSTHROUGH_APIS``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
-from quotaflow.admin.acls import AclAdmin, sort_bindings
+from quotaflow.admin.acls import AclAdmin
 from quotaflow.core.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -37,13 +41,16 @@ from quotaflow.core.acl import (
     ResourceType,
     from_code,
 )
+from quotaflow.core.authorizer import AclIndex
 from quotaflow.core.errors import (
     ClusterAuthorizationFailedError,
     InvalidRequestError,
     SecurityDisabledError,
     UnknownServerError,
 )
-from quotaflow.gateway.wire.protocol import response_class
+from quotaflow.gateway.collector import collector_paused, drop_gradually, loop_first
+from quotaflow.gateway.wire.acl_entries import encode_describe_acls_response
+from quotaflow.gateway.wire.protocol import encode_response, response_class
 
 _NO_AUTHORIZER_DESCRIBE = "No Authorizer is configured on the broker"
 _NO_AUTHORIZER = "No Authorizer is configured."
@@ -70,11 +77,15 @@ class AclAdminHandler:
     """The gateway's answers to the three ACL APIs. ``admin`` None: no authorizer is configured."""
 
     def __init__(self, admin: AclAdmin | None, authorizer: Authorizer | None, admins: frozenset[str] | None,
-                 reload: Callable[[], None] | None = None) -> None:
+                 reload: Callable[[], None] | None = None, sync: Callable[[], AclIndex | None] | None = None) -> None:
         self.admin = admin if authorizer is not None else None
         self.authorizer = authorizer
         self.admins = admins
         self.reload = reload
+        self.sync = sync
+        """The index describes and deletes are answered from, brought up to date with the store first (the
+        gateway's authorizer's, ``Gateway.synced_acl_index``); None, or it answering None (the authorizer's
+        ACLs are not the store's): the store's whole set is read and filtered (:class:`AclAdmin`)."""
 
     def decode(self, api_key: int, request: Any) -> list[AclBindingFilter] | list[AclBinding | None]:
         """The filters (describe, delete) or bindings (create; None where Kafka cannot build the binding). Raise
@@ -94,15 +105,34 @@ class AclAdminHandler:
                                       AccessControlEntry(c.principal, c.host, op, perm)))
         return out
 
-    async def handle(self, api_key: int, version: int, request: Any, allowed: bool) -> tuple[Any, int]:
+    async def handle(self, api_key: int, version: int, request: Any, allowed: bool,
+                     correlation_id: int | None = None) -> tuple[Any, int]:
         """The response message for a decoded 29/30/31 request, and the executor thread time spent on it.
         ``allowed``: DESCRIBE (describe) / ALTER (create, delete) on the cluster, decided by the gateway's one
-        cluster check (``authorize.cluster_allowed``), audited there."""
+        cluster check (``authorize.cluster_allowed``), audited there. With ``correlation_id`` the response comes
+        back encoded (the framed bytes), in the executor thread too: a describe of every ACL at 100,000 is never
+        encoded on the event loop."""
         decoded = self.decode(api_key, request)
 
         def run() -> tuple[Any, int]:
             start = time.thread_time_ns()
-            response = self.answer(api_key, version, decoded, allowed)
+            if api_key == ApiKey.CreateAcls:
+                response = self.answer(api_key, version, decoded, allowed)
+                if correlation_id is not None:
+                    response = encode_response(response, version, correlation_id)
+            else:
+                # a describe (delete) may answer with every ACL: short-lived, acyclic objects, freed by reference
+                # counting; the loop takes the GIL back within a millisecond whenever it wants it
+                with collector_paused(), loop_first():
+                    if correlation_id is not None and api_key == ApiKey.DescribeAcls and allowed \
+                            and self.admin is not None:
+                        [acl_filter] = decoded
+                        assert isinstance(acl_filter, AclBindingFilter)
+                        response = self.describe_encoded(version, acl_filter, correlation_id)
+                    else:
+                        response = self.answer(api_key, version, decoded, allowed)
+                        if correlation_id is not None:
+                            response = encode_response(response, version, correlation_id)
             return response, time.thread_time_ns() - start
 
         return await asyncio.get_running_loop().run_in_executor(None, run)
@@ -127,13 +157,16 @@ class AclAdminHandler:
             self._reload(any(r.is_success for r in results))
             return cls(throttle_time_ms=0, results=[cls.AclCreationResult(error_code=r.code, error_message=r.message)
                                                     for r in results])
-        deleted = self.admin.delete([f for f in decoded if isinstance(f, AclBindingFilter)])
+        deleted = self.admin.delete([f for f in decoded if isinstance(f, AclBindingFilter)], self._index())
         self._reload(any(r.deleted for r in deleted))
         result = cls.DeleteAclsFilterResult
         return cls(throttle_time_ms=0, filter_results=[
             result(error_code=r.error.code, error_message=r.error.message,
                    matching_acls=[self._matching(result.DeleteAclsMatchingAcl, b) for b in r.deleted])
             for r in deleted])
+
+    def _index(self) -> AclIndex | None:
+        return None if self.sync is None else self.sync()
 
     def _reload(self, changed: bool) -> None:
         if changed and self.reload is not None:
@@ -142,14 +175,25 @@ class AclAdminHandler:
     def _describe(self, cls: Any, acl_filter: AclBindingFilter) -> Any:
         assert self.admin is not None
         by_pattern: dict[ResourcePattern, list[AccessControlEntry]] = {}
-        for b in sort_bindings(self.admin.describe(acl_filter)):
+        found = self.admin.describe(acl_filter, self._index())
+        for b in found:
             by_pattern.setdefault(b.pattern, []).append(b.entry)
+        drop_gradually(found)
         res = cls.DescribeAclsResource
         return cls(throttle_time_ms=0, error_code=0, error_message=None, resources=[
             res(resource_type=int(p.resource_type), resource_name=p.name, pattern_type=int(p.pattern_type),
                 acls=[res.AclDescription(principal=e.principal, host=e.host, operation=int(e.operation),
                                          permission_type=int(e.permission_type)) for e in entries])
             for p, entries in by_pattern.items()])
+
+    def describe_encoded(self, version: int, acl_filter: AclBindingFilter, correlation_id: int) -> bytes:
+        """The framed DescribeAcls response, the same bytes as :meth:`_describe`'s message encoded, written from the
+        bindings directly (:mod:`quotaflow.gateway.wire.acl_entries`: no message object per binding)."""
+        assert self.admin is not None
+        found = self.admin.describe(acl_filter, self._index())
+        encoded = encode_describe_acls_response(version, correlation_id, found)
+        drop_gradually(found)
+        return encoded
 
     @staticmethod
     def _matching(cls: Any, b: AclBinding) -> Any:

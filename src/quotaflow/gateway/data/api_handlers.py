@@ -483,10 +483,10 @@ async def _acl_admin(scope: HandlerScope, request: Any, pending: Pending) -> Pen
     allowed = authorize.cluster_allowed(scope.gateway.access, scope, header.api_key, scope.client_ip,
                                         authorize.OP.DESCRIBE if header.api_key == ApiKey.DescribeAcls
                                         else authorize.OP.ALTER)
-    response, executor_ns = await scope.gateway.acl_admin.handle(header.api_key, header.api_version, request,
-                                                                 allowed)
+    encoded, executor_ns = await scope.gateway.acl_admin.handle(header.api_key, header.api_version, request,
+                                                                allowed, correlation_id=header.correlation_id)
     pending.thread_ns += executor_ns
-    pending.local = protocol.encode_response(response, header.api_version, header.correlation_id)
+    pending.local = encoded
     return pending
 
 
