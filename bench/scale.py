@@ -1,6 +1,7 @@
 """Issue 37 item 5: the scale curves, each beside its anchor, with their shape and where they break.
 
     .venv/bin/python bench/scale.py [--quick] [--curves idle,tenants,entities,acls,fleet,logins] [--out FILE]
+                                    [--fleet-sizes 1,2,4,8]
 
 Real processes on loopback (``quotaflow gateway`` children, tansu through ``quotaflow.testing``), each curve built
 from the bench scripts that measure one point of it:
@@ -303,9 +304,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer points, shorter runs")
     parser.add_argument("--curves", default="idle,tenants,entities,acls,fleet,logins")
     parser.add_argument("--login-users", type=int, default=10)
+    parser.add_argument("--fleet-sizes", default=None, help="the fleet curve's gateway counts, e.g. 4,8")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    points = QUICK if args.quick else FULL
+    points = dict(QUICK if args.quick else FULL)
+    if args.fleet_sizes:
+        points["fleet"] = [int(n) for n in args.fleet_sizes.split(",")]
     curves = args.curves.split(",")
     unknown = set(curves) - set(FULL)
     if unknown:
