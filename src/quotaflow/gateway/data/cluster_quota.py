@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -69,6 +69,7 @@ BROKER_SCOPE: Final = "broker"
 CLUSTER_SCOPE: Final = "cluster"
 USAGE_RETENTION_MS: Final = 3_600_000  # reports are read from the end: an hour of history is plenty
 APPLY_PER_WINDOW: Final = 4  # shares are re-applied a few times a window (new sensors, quota changes)
+SETTLE_WINDOWS: Final = 2  # a report round: the peers' next reports, and their way here
 _TYPES: Final = {t.name: t for t in (*SHARED_TYPES, IP_CONNECTION_RATE)}
 MAX_WRITERS: Final = 10_000  # gateway ids remembered for replay checks before the stale ones are dropped
 
@@ -118,18 +119,25 @@ def _number(props: Mapping[str, str], key: str, default: Any, kind: type) -> Any
 # -- wire format of a usage report ----------------------------------------------------------------------------
 
 
-def encode_report(gateway: str, window_ms: int, participants: Mapping[str, Mapping[UsageKey, float]]) -> bytes:
+def encode_report(gateway: str, window_ms: int, participants: Mapping[str, Mapping[UsageKey, float]],
+                  throttled: Mapping[str, Collection[UsageKey]] | None = None) -> bytes:
     """One record per gateway and window: every participant's (broker's, and ``connections`` for the per-IP
-    connection rates) rates per quota-id."""
-    doc = {"gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
-           "participants": {broker: [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
-                            for broker, rates in participants.items()}}
+    connection rates) rates per quota-id, and the quota-ids each throttled within the rate window (a key of its
+    own: a reader that does not know it still takes the rates)."""
+    doc: dict[str, Any] = {
+        "gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
+        "participants": {broker: [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
+                         for broker, rates in participants.items()}}
+    if throttled:
+        doc["throttled"] = {broker: [[t.name, user, client] for t, user, client in keys]
+                            for broker, keys in throttled.items() if keys}
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_report(value: bytes, received_ms: int) -> list[UsageReport]:
     doc = json.loads(value)
     gateway = str(doc["gateway"])
+    hot = dict(doc.get("throttled") or {})
     reports: list[UsageReport] = []
     for broker, rows in dict(doc["participants"]).items():
         rates: dict[UsageKey, float] = {}
@@ -137,7 +145,9 @@ def decode_report(value: bytes, received_ms: int) -> list[UsageReport]:
             quota_type = _TYPES.get(type_name)
             if quota_type is not None and isinstance(rate, int | float) and rate >= 0:
                 rates[(quota_type, str(user), str(client))] = float(rate)
-        reports.append(UsageReport(participant_id(gateway, str(broker)), received_ms, rates))
+        throttled = frozenset(key for type_name, user, client in hot.get(broker, ())
+                              if (key := (_TYPES.get(type_name), str(user), str(client))) in rates)
+        reports.append(UsageReport(participant_id(gateway, str(broker)), received_ms, rates, throttled))
     return reports
 
 
@@ -290,7 +300,10 @@ class ClusterQuotas:
         # this gateway's rates as last published: shares divide by what everyone published, its own included, so
         # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
         self.published: dict[str, dict[UsageKey, float]] = {}
-        self._applied_ms: int | None = None
+        self.published_throttled: dict[str, frozenset[UsageKey]] = {}  # and the quota-ids it published throttled
+        self._throttled: dict[str, frozenset[UsageKey]] = {}  # throttled within the rate window, as last applied
+        self._next_publish_ms = 0
+        self._metered_since: dict[tuple[str, UsageKey], int] = {}  # (broker, quota-id) -> first metered here
         self.live_participants = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -309,38 +322,48 @@ class ClusterQuotas:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_publish = 0
         while True:
             await asyncio.sleep(self.window_ms / APPLY_PER_WINDOW / 1000)
-            now = _now_ms()
-            own = self.apply(now)
-            if now >= next_publish:
-                next_publish = now + self.window_ms
-                self.published = {broker: smooth(self.published.get(broker, {}), rates)
-                                  for broker, rates in own.items()}
-                value = encode_report(self.gateway_id, self.window_ms, self.published)
+            value = self.step(_now_ms())
+            if value is not None:
                 try:
                     await loop.run_in_executor(None, self.exchange.publish, self.gateway_id, value)
                 except Exception as e:  # the broker is away: keep enforcing with what we know
                     log.warning("cannot publish usage to %s: %s", self.settings.usage_topic, e)
 
-    def apply(self, now_ms: int) -> dict[str, dict[UsageKey, float]]:
+    def step(self, now_ms: int, engine_now_ms: int | None = None) -> bytes | None:
+        """One turn of the share loop: :meth:`apply`, and once a window the report to publish (this gateway's
+        rates, smoothed), None between. Pure apart from the engine it bounds: the loop and the fleet tests drive
+        it with their clocks."""
+        own = self.apply(now_ms, engine_now_ms)
+        if now_ms < self._next_publish_ms:
+            return None
+        self._next_publish_ms = now_ms + self.window_ms
+        self.published = {broker: smooth(self.published.get(broker, {}), rates) for broker, rates in own.items()}
+        self.published_throttled = dict(self._throttled)
+        return encode_report(self.gateway_id, self.window_ms, self.published, self.published_throttled)
+
+    def apply(self, now_ms: int, engine_now_ms: int | None = None) -> dict[str, dict[UsageKey, float]]:
         """Take the reports that arrived, compute every participant's share of every quota-id (from the rates
         published last, everyone's) and set it as the bound of that quota-id's sensor; returns this gateway's
-        current rates per participant (what it publishes next)."""
+        current rates per participant (what it publishes next). ``now_ms`` is the clock reports are judged by,
+        ``engine_now_ms`` the engine's (default: wall time, as the gateway records with)."""
         for report in self.exchange.take():
             self.table.receive(report)
         self.table.expire(now_ms)
-        engine_now = time.time_ns() // 1_000_000  # the engine's clock (wall time, as the gateway records with)
+        engine_now = time.time_ns() // 1_000_000 if engine_now_ms is None else engine_now_ms
         quotas: dict[UsageKey, float] = {}
         own: dict[str, dict[UsageKey, float]] = {}
         sensors: dict[tuple[str, UsageKey], QuotaSensor] = {}
+        throttled: dict[str, frozenset[UsageKey]] = {}
         for broker, enforcement in self.participants().items():
             rates = own[broker] = {}
+            hot: set[UsageKey] = set()
             for quota_type in SHARED_TYPES:
                 manager = enforcement.managers.for_type(quota_type)
                 if not manager.quotas_enabled:
                     continue
+                since = engine_now - manager.samples * manager.window_ms  # the rate window
                 for qid, sensor in manager.quota_sensors():
                     limit = manager.configured_limit(qid)
                     if limit is None:
@@ -349,33 +372,47 @@ class ClusterQuotas:
                     quotas[key] = limit
                     rates[key] = max(0.0, sensor.measure(engine_now))
                     sensors[(broker, key)] = sensor
-        divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
+                    if manager.throttled_since(qid, since):
+                        hot.add(key)
+            throttled[broker] = frozenset(hot)
+        self._throttled = throttled
+        self._metered_since = {(broker, key): self._metered_since.get((broker, key), now_ms)
+                               for broker, rates in own.items() for key in rates}
+        divided = {broker: {key: self._divided_rate(broker, key, now_ms) for key in rates}
                    for broker, rates in own.items()}
-        targets = self.table.shares(quotas, divided, now_ms)
+        targets = self.table.shares(quotas, divided, now_ms, self.published_throttled)
         self.live_participants = len(own) + sum(1 for p in self.table.live_peers(now_ms)
                                                 if not p.participant.endswith("/" + CONNECTIONS))
-        elapsed = self.window_ms if self._applied_ms is None else now_ms - self._applied_ms
-        self._applied_ms = now_ms
         self.shares = {}
         if self.connections is not None:
             own[CONNECTIONS], self.shares[CONNECTIONS] = share_ip_connection_rates(
                 self.table, self.connections, self.gateway_id, self.published.get(CONNECTIONS, {}), now_ms,
-                engine_now, elapsed)
+                engine_now)
             shadow = getattr(self.connections, "shadow", None)  # a shadow set's: bounded the same way, not published
             if shadow is not None:
                 share_ip_connection_rates(self.table, shadow, self.gateway_id, self.published.get(CONNECTIONS, {}),
-                                          now_ms, engine_now, elapsed)
+                                          now_ms, engine_now)
         for broker, shares in targets.items():
             applied = self.shares[broker] = {}
             for key, target in shares.items():
                 sensor = sensors[(broker, key)]
-                bound = applied[key] = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                bound = applied[key] = limit_decrease(target, sensor.bound, own[broker][key])
                 if sensor.bound != bound:
                     sensor.set_bound(bound)
-        self._share_shadow(now_ms, elapsed)
+        self._share_shadow(now_ms, engine_now)
         return own
 
-    def _share_shadow(self, now_ms: int, elapsed: int) -> None:
+    def _divided_rate(self, broker: str, key: UsageKey, now_ms: int) -> float | None:
+        """The rate a participant's share of a quota-id is divided by: its published one, None (demand unknown:
+        ``Q`` over every live participant) while it has published none or has metered the quota-id for less than
+        ``SETTLE_WINDOWS``: peers that started it at the same moment have not reported it yet, and each would
+        take all of ``Q`` meanwhile."""
+        since = self._metered_since.get((broker, key), now_ms)
+        if now_ms - since < SETTLE_WINDOWS * self.window_ms:
+            return None
+        return self.published.get(broker, {}).get(key)
+
+    def _share_shadow(self, now_ms: int, engine_now_ms: int) -> None:
         """A running shadow set's sensors get the same treatment as the live ones: each shadow quota-id's local
         share of the shadow's cluster-wide value, from the same published usage (the shadow meets the same
         traffic), the same table and the same decrease limit. A quota-id the live quotas do not meter has no
@@ -388,7 +425,6 @@ class ClusterQuotas:
             if shadow is None:
                 continue
             wanted = divided[broker] = {}
-            published = self.published.get(broker, {})
             for quota_type in SHARED_TYPES:
                 manager = shadow.managers.for_type(quota_type)
                 if not manager.quotas_enabled:
@@ -399,14 +435,14 @@ class ClusterQuotas:
                         continue
                     key: UsageKey = (quota_type, qid.user, qid.client_id)
                     quotas[key] = limit
-                    wanted[key] = published.get(key)
+                    wanted[key] = self._divided_rate(broker, key, now_ms)
                     sensors[(broker, key)] = sensor
         if not divided:
             return
-        for broker, shares in self.table.shares(quotas, divided, now_ms).items():
+        for broker, shares in self.table.shares(quotas, divided, now_ms, self.published_throttled).items():
             for key, target in shares.items():
                 sensor = sensors[(broker, key)]
-                bound = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                bound = limit_decrease(target, sensor.bound, max(0.0, sensor.measure(engine_now_ms)))
                 if sensor.bound != bound:
                     sensor.set_bound(bound)
 
