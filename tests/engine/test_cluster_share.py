@@ -91,17 +91,18 @@ def test_every_broker_of_a_gateway_is_a_participant() -> None:
                       "me/3": {}}
 
 
-def test_a_participant_without_a_rate_yet_gets_q_over_every_live_participant() -> None:
+def test_a_participant_without_a_rate_yet_gets_q_over_the_live_gateways() -> None:
     """Its demand is unknown, and its peers may have started the quota-id at the same moment without having
-    reported it yet: Q over every live participant of its kind, metering the quota-id or not."""
+    reported it yet: Q over every live gateway, metering the quota-id or not (or over N, if more participants
+    meter it)."""
     table = ShareTable("me", window_ms=1000)
     table.receive(UsageReport("peer/1", 0, {KEY: 900.0}))
     assert table.shares({KEY: 1000.0}, {"me/1": {KEY: None}}, now_ms=0) == {"me/1": {KEY: 500.0}}
     assert table.shares({KEY: 1000.0}, {"me/1": {KEY: 0.0}}, now_ms=0) == {"me/1": {KEY: pytest.approx(50.0)}}
-    for peer in ("peer/2", "other/1", "other/2"):
-        table.receive(UsageReport(peer, 0, {}))  # live, not metering KEY (yet)
-    table.receive(UsageReport("other/connections", 0, {}))  # a connections participant: not of the kind
-    assert table.shares({KEY: 1000.0}, {"me/1": {KEY: None}}, now_ms=0) == {"me/1": {KEY: 200.0}}
+    for peer in ("peer/2", "other/1", "other/connections", "third/gateway"):
+        table.receive(UsageReport(peer, 0, {}))  # live, not metering KEY (yet): 3 gateways besides this one
+    assert table.shares({KEY: 1000.0}, {"me/1": {KEY: None}, "me/gateway": {}}, now_ms=0) == {
+        "me/1": {KEY: 250.0}, "me/gateway": {}}
     assert table.shares({KEY: 1000.0}, {"me/1": {KEY: 900.0}}, now_ms=0) == {"me/1": {KEY: 500.0}}
 
 

@@ -183,8 +183,10 @@ class ShareTable:
         """For each of this gateway's participants (``local``: its published rate per quota-id it meters, None while
         it has published none yet; ``throttled``: the quota-ids it published as throttled), the local quota of every
         quota-id it meters that has a configured cluster-wide value in ``quotas`` (:func:`fair_shares`). A
-        participant without a rate yet gets the even split ``Q / N``: its demand is unknown, and a share near the
-        floor would let Kafka's formula throttle its first burst for many windows."""
+        participant without a rate yet gets ``Q`` over the live gateways (or over ``N``, if more): its demand is
+        unknown, its peers may have started the quota-id at the same moment without having reported it yet (each
+        would take all of ``Q``), and a share near the floor would let Kafka's formula throttle its first burst for
+        many windows."""
         throttled = throttled or {}
         peers = self.live_peers(now_ms)
         # per quota-id, every live participant that meters it: (local participant or None, rate, throttled)
@@ -199,15 +201,14 @@ class ShareTable:
                 if key in quotas:
                     rows.setdefault(key, []).append((None, rate, key in peer.throttled))
         # a participant that has not published a quota-id yet may be one of many starting at once: it gets Q over
-        # every live participant of its kind, metering the quota-id or not
-        connection_peers = sum(1 for p in peers if p.participant.endswith("/" + CONNECTIONS))
-        kinds = {True: len(local) + connection_peers, False: len(local) + len(peers) - connection_peers}
+        # the live gateways (this one included), metering the quota-id or not
+        gateways = len({p.participant.rsplit("/", 1)[0] for p in peers} - {self.gateway}) + 1
         out: dict[str, dict[UsageKey, float]] = {participant: {} for participant in local}
         for key, members in rows.items():
             if not any(member is not None for member, _, _ in members):
                 continue
             quota, n = quotas[key], len(members)
-            unknown = quota / max(n, kinds[key[0] is IP_CONNECTION_RATE])
+            unknown = quota / max(n, gateways)
             split = fair_shares(quota, [unknown if rate is None else demand(rate, hot)
                                         for _, rate, hot in members], self.floor_fraction)
             for (member, rate, _), share in zip(members, split, strict=True):
