@@ -113,6 +113,7 @@ class ClientQuotaManager:
         self._throttle_sensors: dict[QuotaId, Avg] = {}
         self._throttle_last_ms: dict[QuotaId, int] = {}
         self._throttled_until: dict[QuotaId, int] = {}  # when the latest throttle of a quota-id ends
+        self.new_sensor_divisor = 1  # a new sensor's bound is the configured limit over this (cluster scope: 1..N)
         self._sanitized: dict[str, str] = {}
         self._tags: dict[tuple[str, str], QuotaId] = {}
         self._delay_queue: list[int] = []  # end times of throttled channels (a min-heap)
@@ -228,6 +229,11 @@ class ClientQuotaManager:
     # -- sensors --------------------------------------------------------------------------------------------------
     def _new_sensor(self, qid: QuotaId, now_ms: int) -> QuotaSensor:
         bound = self.limit_for(qid)
+        if self.new_sensor_divisor > 1 and bound < UNLIMITED:
+            # quotaflow.quota.scope=cluster: the live gateways' even split until the next share update; at the
+            # configured value, Kafka's first window (2 s at 3 samples) let each of N gateways starting a client at
+            # once admit 2 x Q before its first throttle
+            bound /= self.new_sensor_divisor
         if self.quota_type is QuotaType.CONTROLLER_MUTATION:
             return TokenBucketSensor(self.samples, self.window_ms, bound, now_ms, self.metrics_samples,
                                      self.metrics_window_ms)

@@ -51,6 +51,7 @@ class ConnectionRate(Enum):
 
 IP_CONNECTION_RATE: Final = ConnectionRate.IP_CONNECTION_CREATION
 CONNECTIONS: Final = "connections"  # the participant of a gateway's connection quotas (its acceptors)
+PRESENCE: Final = "presence"  # a participant without rates in every report: an idle gateway is live too
 
 # (quota type, user tag, client-id tag): one quota-id of one quota type, as Kafka's metric tags name it; for the
 # per-IP connection rate (IP_CONNECTION_RATE, ip, "")
@@ -177,6 +178,11 @@ class ShareTable:
     def live_peers(self, now_ms: int) -> list[UsageReport]:
         return [r for r in self.peers.values() if now_ms - r.received_ms <= self.expiry_ms]
 
+    def live_gateways(self, now_ms: int) -> int:
+        """The gateways heard from within the expiry, this one included (every report names its gateway's
+        ``PRESENCE`` participant, so an idle gateway counts too)."""
+        return len({p.participant.rsplit("/", 1)[0] for p in self.live_peers(now_ms)} - {self.gateway}) + 1
+
     def shares(self, quotas: Mapping[UsageKey, float], local: Mapping[str, Mapping[UsageKey, float | None]],
                now_ms: int, throttled: Mapping[str, Collection[UsageKey]] | None = None
                ) -> dict[str, dict[UsageKey, float]]:
@@ -202,7 +208,7 @@ class ShareTable:
                     rows.setdefault(key, []).append((None, rate, key in peer.throttled))
         # a participant that has not published a quota-id yet may be one of many starting at once: it gets Q over
         # the live gateways (this one included), metering the quota-id or not
-        gateways = len({p.participant.rsplit("/", 1)[0] for p in peers} - {self.gateway}) + 1
+        gateways = self.live_gateways(now_ms)
         out: dict[str, dict[UsageKey, float]] = {participant: {} for participant in local}
         for key, members in rows.items():
             if not any(member is not None for member, _, _ in members):

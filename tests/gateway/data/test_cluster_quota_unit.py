@@ -139,10 +139,31 @@ def test_a_throttle_is_published_for_the_rate_window() -> None:
     produce.throttle("ANONYMOUS", "app", 500, now)
     value = cq.step(now, now)
     assert value is not None
-    assert decode_report(value, now)[0].throttled == {KEY}
+    reports = {r.participant: r for r in decode_report(value, now)}
+    assert reports["me/0"].throttled == {KEY}
+    assert reports["me/presence"].rates == {}  # every report names the gateway: an idle one counts as live too
     assert cq.step(now + 1000, now + 3500) is not None
-    assert decode_report(cq.step(now + 2000, now + 3501) or b"", now)[0].throttled == frozenset()  # 3 s after its end
-    assert decode_report(value.replace(b'"throttled"', b'"other"'), now)[0].throttled == frozenset()
+    later = cq.step(now + 2000, now + 3501) or b""
+    assert {r.participant: r for r in decode_report(later, now)}["me/0"].throttled == frozenset()  # 3 s after
+    older = decode_report(value.replace(b'"throttled"', b'"other"'), now)  # a reader without the key: no throttles
+    assert all(r.throttled == frozenset() for r in older)
+
+
+def test_a_new_sensor_starts_at_q_over_the_live_gateways() -> None:
+    """Before the next share update a quota-id's new sensor runs at the configured value over the live gateways: N
+    gateways whose clients start at once must not each admit Q (Kafka's first window lets 2 s × Q through)."""
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    exchange.inbox.extend(decode_report(encode_report("idle", 1000, {"presence": {}}), now))  # a peer, idle
+    cq.apply(now)
+    assert cq.live_participants == 1  # the idle peer's presence is not a participant
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    assert enforcement.managers.produce.quota_sensors()[0][1].bound == Q / 2
 
 
 def test_ip_connection_rates_are_a_participant_of_their_own() -> None:

@@ -34,6 +34,7 @@ from quotaflow.engine.cluster_share import (
     DEFAULT_EXPIRY_WINDOWS,
     DEFAULT_FLOOR_FRACTION,
     IP_CONNECTION_RATE,
+    PRESENCE,
     SHARED_TYPES,
     ShareTable,
     UsageKey,
@@ -158,9 +159,12 @@ def _now_ms() -> int:
 class UsageExchange:
     """The usage topic: publish this gateway's reports, collect everyone else's (kafka-python, own thread)."""
 
-    def __init__(self, bootstrap: str, topic: str, signer: RecordSigner | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, signer: RecordSigner | None = None,
+                 lookback_ms: int = 0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.lookback_ms = lookback_ms  # read from this long before the end at start (the expiry)
+        self._ends: dict[tuple[str, int], int] = {}  # the end offsets at start: what is before them is the lookback
         # with a signer, reports are signed, and only signed, fresh ones count: a writer of the topic without the
         # fleet key cannot shrink every gateway's share by reporting huge usage, nor replay a peer's old report
         self.signer = signer
@@ -207,6 +211,13 @@ class UsageExchange:
                       for p in sorted(self._consumer.partitions_for_topic(self.topic) or {0})]
         self._consumer.assign(partitions)
         self._consumer.seek_to_end(*partitions)
+        self._ends = {(tp.topic, tp.partition): self._consumer.position(tp) for tp in partitions}
+        # the reports of the last expiry: a gateway that starts knows its live peers at once (else it is alone for
+        # a window, and a client that comes now gets all of Q there while the peers give theirs theirs)
+        since = time.time_ns() // 1_000_000 - self.lookback_ms
+        for tp, found in (self._consumer.offsets_for_times({tp: since for tp in partitions}) or {}).items():
+            if found is not None:
+                self._consumer.seek(tp, found.offset)
         self._thread = threading.Thread(target=self._run, name="quotaflow-usage", daemon=True)
         self._thread.start()
 
@@ -220,17 +231,21 @@ class UsageExchange:
                 log.warning("usage topic %s: %s", self.topic, e)
                 self._stop.wait(1.0)
                 continue
-            received = _now_ms()
+            received, wall = _now_ms(), time.time_ns() // 1_000_000
             reports: list[UsageReport] = []
             for records in batches.values():
                 for record in records:
+                    # a report of the lookback at start is as old as its timestamp says (the writer's clock: at
+                    # most the expiry); later ones are judged by when they arrive, so clocks need not agree
+                    end = self._ends.get((record.topic, record.partition), 0)
+                    age = min(max(0, wall - record.timestamp), self.lookback_ms) if record.offset < end else 0
                     error = self._check(record.key, record.value, record.headers)
                     if error is not None:
                         self.rejected += 1
                         self._rejections.skipped(record.offset, error)
                         continue
                     try:
-                        reports.extend(decode_report(record.value, received))
+                        reports.extend(decode_report(record.value, received - age))
                     except (ValueError, TypeError, KeyError) as e:
                         self.bad_reports += 1
                         log.debug("usage topic %s: skipped a report at offset %d: %s", self.topic, record.offset, e)
@@ -295,7 +310,8 @@ class ClusterQuotas:
         if signer is None:
             log.warning("usage topic %s: reports are not signed (%s is not set): anyone who can write the topic "
                         "can change every gateway's share of its quotas", settings.usage_topic, SIGNING_KEY_FILE)
-        self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic, signer)
+        self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic, signer,
+                                      settings.expiry_windows * window_ms)
         self.shares: dict[str, dict[UsageKey, float]] = {}  # broker -> quota-id -> local bound
         # this gateway's rates as last published: shares divide by what everyone published, its own included, so
         # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
@@ -341,7 +357,10 @@ class ClusterQuotas:
         self._next_publish_ms = now_ms + self.window_ms
         self.published = {broker: smooth(self.published.get(broker, {}), rates) for broker, rates in own.items()}
         self.published_throttled = dict(self._throttled)
-        return encode_report(self.gateway_id, self.window_ms, self.published, self.published_throttled)
+        # PRESENCE: peers count this gateway among the live ones before it meters anything (its first client's
+        # share is then Q over the gateways, not Q)
+        return encode_report(self.gateway_id, self.window_ms, {PRESENCE: {}, **self.published},
+                             self.published_throttled)
 
     def apply(self, now_ms: int, engine_now_ms: int | None = None) -> dict[str, dict[UsageKey, float]]:
         """Take the reports that arrived, compute every participant's share of every quota-id (from the rates
@@ -356,11 +375,13 @@ class ClusterQuotas:
         own: dict[str, dict[UsageKey, float]] = {}
         sensors: dict[tuple[str, UsageKey], QuotaSensor] = {}
         throttled: dict[str, frozenset[UsageKey]] = {}
+        gateways = self.table.live_gateways(now_ms)
         for broker, enforcement in self.participants().items():
             rates = own[broker] = {}
             hot: set[UsageKey] = set()
             for quota_type in SHARED_TYPES:
                 manager = enforcement.managers.for_type(quota_type)
+                manager.new_sensor_divisor = gateways  # a sensor made before the next turn: Q over the gateways
                 if not manager.quotas_enabled:
                     continue
                 since = engine_now - manager.samples * manager.window_ms  # the rate window
@@ -382,7 +403,7 @@ class ClusterQuotas:
                    for broker, rates in own.items()}
         targets = self.table.shares(quotas, divided, now_ms, self.published_throttled)
         self.live_participants = len(own) + sum(1 for p in self.table.live_peers(now_ms)
-                                                if not p.participant.endswith("/" + CONNECTIONS))
+                                                if not p.participant.endswith(("/" + CONNECTIONS, "/" + PRESENCE)))
         self.shares = {}
         if self.connections is not None:
             own[CONNECTIONS], self.shares[CONNECTIONS] = share_ip_connection_rates(
