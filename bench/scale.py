@@ -1,6 +1,7 @@
 """Issue 37 item 5: the scale curves, each beside its anchor, with their shape and where they break.
 
     .venv/bin/python bench/scale.py [--quick] [--curves idle,tenants,entities,acls,fleet,logins] [--out FILE]
+                                    [--fleet-sizes 1,2,4,8]
 
 Real processes on loopback (``quotaflow gateway`` children, tansu through ``quotaflow.testing``), each curve built
 from the bench scripts that measure one point of it:
@@ -18,7 +19,8 @@ from the bench scripts that measure one point of it:
   a producer's worst round trip during /resolve, describe-all, one alteration, one ACL change; enforcement delay;
 * fleet: 1..8 gateways with ``quotaflow.quota.scope=cluster`` on one kafka:// store and one usage topic, one
   flat-out producer per gateway with the same client-id (``quotaflow.testing.acked_rate``): usage bytes per gateway
-  per second and the fleet's acked rate / Q;
+  per second and the fleet's acked rate / Q; beside it the anchor, the same fleet with ``scope=broker`` and a fixed
+  Q / N on each gateway (what Kafka's throttle admits at an even split's bound on this host);
 * logins: bench/login_burst.py's burst of correct SASL/PLAIN logins at once.
 
 The load average (1 min) is recorded at the start and end of every curve: on a shared host these are loaded-host
@@ -170,36 +172,48 @@ def usage_bytes(bootstrap: str, topic: str, start_ms: int, end_ms: int) -> tuple
     return records, size
 
 
+def fleet_run(tansu: Tansu, n: int, work: Path, scope: str, warm: float, measure: float) -> Row:
+    """N gateways, one flat-out producer each with the same client-id: with ``scope=cluster`` the client-id's
+    quota is Q cluster-wide; the anchor, ``scope=broker`` with a fixed Q / N on each gateway, is what Kafka's
+    throttle admits of the same producers at the bound an even split gives, on this host, at this moment."""
+    tag = uuid.uuid4().hex[:6]
+    usage, topic = f"usage-{n}-{tag}", f"fleet-{n}-{tag}"
+    store = f"kafka://{tansu.bootstrap}/quotas-{tag}"
+    quota = FLEET_Q if scope == "cluster" else FLEET_Q / n
+    with KafkaStore(store) as s:
+        s.alter([(QuotaEntity(client_id="shared"), {"producer_byte_rate": float(quota)})])
+    config = work / f"fleet-{n}-{scope}.properties"
+    config.write_text("quota.window.size.seconds=1\nquota.window.num=3\n"
+                      f"quotaflow.quota.cluster.expiry.windows=2\nquotaflow.quota.scope={scope}\n"
+                      f"quotaflow.quota.cluster.usage.topic={usage}\n")
+    with ExitStack() as stack:
+        gws = [stack.enter_context(GatewayProcess(tansu.bootstrap, store, work / f"fleet-{n}-{scope}-{i}",
+                                                  extra_args=("--config", str(config))))
+               for i in range(n)]
+        with producers([g.bootstrap for g in gws], topic, "shared") as running:
+            start = time.monotonic()
+            time.sleep(warm)
+            t0, w0 = time.monotonic(), time.time()
+            time.sleep(measure)
+            t1, w1 = time.monotonic(), time.time()
+            rates = [p.rate(t0, t1) for p in running]
+    row: Row = {"held": sum(rates) / FLEET_Q, "min_share": min(rates) / FLEET_Q, "max_share": max(rates) / FLEET_Q,
+                "warm_s": t0 - start}
+    if scope == "cluster":
+        records, size = usage_bytes(tansu.bootstrap, usage, int(w0 * 1000), int(w1 * 1000))
+        row |= {"usage_b_gw_s": size / n / (w1 - w0), "records_gw_s": records / n / (w1 - w0),
+                "record_b": size / records if records else 0.0}
+    return row
+
+
 def fleet_curve(points: list[int], work: Path, quick: bool) -> list[Row]:
     warm, measure = (6.0, 9.0) if quick else (6.0, 12.0)
     rows = []
     with Tansu() as tansu:
         for n in points:
-            tag = uuid.uuid4().hex[:6]
-            usage, topic = f"usage-{n}-{tag}", f"fleet-{n}-{tag}"
-            store = f"kafka://{tansu.bootstrap}/quotas-{tag}"
-            with KafkaStore(store) as s:
-                s.alter([(QuotaEntity(client_id="shared"), {"producer_byte_rate": float(FLEET_Q)})])
-            config = work / f"fleet-{n}.properties"
-            config.write_text("quota.window.size.seconds=1\nquota.window.num=3\n"
-                              "quotaflow.quota.cluster.expiry.windows=2\nquotaflow.quota.scope=cluster\n"
-                              f"quotaflow.quota.cluster.usage.topic={usage}\n")
-            with ExitStack() as stack:
-                gws = [stack.enter_context(GatewayProcess(tansu.bootstrap, store, work / f"fleet-{n}-{i}",
-                                                          extra_args=("--config", str(config))))
-                       for i in range(n)]
-                with producers([g.bootstrap for g in gws], topic, "shared") as running:
-                    start = time.monotonic()
-                    time.sleep(warm)
-                    t0, w0 = time.monotonic(), time.time()
-                    time.sleep(measure)
-                    t1, w1 = time.monotonic(), time.time()
-                    rates = [p.rate(t0, t1) for p in running]
-            records, size = usage_bytes(tansu.bootstrap, usage, int(w0 * 1000), int(w1 * 1000))
-            rows.append({"n": n, "held": sum(rates) / FLEET_Q, "min_share": min(rates) / FLEET_Q,
-                         "max_share": max(rates) / FLEET_Q, "usage_b_gw_s": size / n / (w1 - w0),
-                         "records_gw_s": records / n / (w1 - w0), "record_b": size / records if records else 0.0,
-                         "warm_s": t0 - start})
+            row = {"n": n, **fleet_run(tansu, n, work, "cluster", warm, measure)}
+            row["fixed_held"] = fleet_run(tansu, n, work, "broker", warm, measure)["held"]
+            rows.append(row)
             print("fleet", rows[-1], flush=True)
     return rows
 
@@ -281,15 +295,18 @@ def render_control(rows: list[Row], what: str) -> tuple[list[str], str]:
 
 def render_fleet(rows: list[Row]) -> tuple[list[str], str]:
     table = _table(["gateways", "usage bytes / gateway / s", "usage records / gateway / s", "bytes / record",
-                    "fleet acked / Q", "per-gateway min–max / Q"],
+                    "fleet acked / Q", "per-gateway min–max / Q", "anchor: fixed Q/N per gateway, acked / Q"],
                    [[str(r["n"]), f"{r['usage_b_gw_s']:.0f}", f"{r['records_gw_s']:.2f}", f"{r['record_b']:.0f}",
-                     f"{r['held']:.2f}", f"{r['min_share']:.2f}–{r['max_share']:.2f}"] for r in rows])
-    off = [r["n"] for r in rows if not 0.8 <= r["held"] <= 1.2]
+                     f"{r['held']:.2f}", f"{r['min_share']:.2f}–{r['max_share']:.2f}", f"{r['fixed_held']:.2f}"]
+                    for r in rows])
+    off = [r["n"] for r in rows if not 0.92 <= r["held"] <= 1.08]
+    low = [r["n"] for r in rows if r["min_share"] < 0.1 / r["n"]]  # the floor φ·Q/N, φ = 0.1
     usage = [r["usage_b_gw_s"] for r in rows]
     held = [r["held"] for r in rows]
     reading = (f"usage per gateway {min(usage):.0f}–{max(usage):.0f} B/s;"
                f" the fleet held {min(held):.2f}–{max(held):.2f} x Q"
-               + (f"; outside [0.8, 1.2] x Q at {off}" if off else "; within [0.8, 1.2] x Q at every size") + ".")
+               + (f"; outside [0.92, 1.08] x Q at {off}" if off else "; within [0.92, 1.08] x Q at every size")
+               + (f"; a gateway below the floor at {low}" if low else "; no gateway below the floor") + ".")
     return table, reading
 
 
@@ -314,9 +331,12 @@ def main() -> None:
                         help="idle clients per holder process (0: all in this process, every upstream leg open)")
     parser.add_argument("--idle-upstream-ms", type=int, default=10_000,
                         help="the gateway's quotaflow.upstream.connections.max.idle.ms in the idle curve")
+    parser.add_argument("--fleet-sizes", default=None, help="the fleet curve's gateway counts, e.g. 4,8")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    points = QUICK if args.quick else FULL
+    points = dict(QUICK if args.quick else FULL)
+    if args.fleet_sizes:
+        points["fleet"] = [int(n) for n in args.fleet_sizes.split(",")]
     curves = args.curves.split(",")
     unknown = set(curves) - set(FULL)
     if unknown:

@@ -38,7 +38,6 @@ class Gateway:
     table: ShareTable = field(init=False)
     published: dict[UsageKey, float] = field(default_factory=dict)
     accepted: list[int] = field(default_factory=list)  # accept times (ms)
-    last_apply_ms: int | None = None
 
     def __post_init__(self) -> None:
         self.quotas = ConnectionQuotas(ConnectionQuotaConfig(quota_window_num=3, quota_window_size_seconds=1))
@@ -56,9 +55,7 @@ class Gateway:
         self.accepted.append(now_ms)
 
     def apply(self, now_ms: int) -> tuple[dict[UsageKey, float], dict[UsageKey, float]]:
-        elapsed = WINDOW_MS if self.last_apply_ms is None else now_ms - self.last_apply_ms
-        self.last_apply_ms = now_ms
-        return share_ip_connection_rates(self.table, self.quotas, self.name, self.published, now_ms, now_ms, elapsed)
+        return share_ip_connection_rates(self.table, self.quotas, self.name, self.published, now_ms, now_ms)
 
     def publish(self, rates: dict[UsageKey, float], now_ms: int, peers: list[Gateway]) -> None:
         self.published = smooth(self.published, rates)

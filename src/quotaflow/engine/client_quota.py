@@ -112,6 +112,8 @@ class ClientQuotaManager:
         sensor has not expired, and the records are the ones :meth:`record_and_get_throttle_ms` would make."""
         self._throttle_sensors: dict[QuotaId, Avg] = {}
         self._throttle_last_ms: dict[QuotaId, int] = {}
+        self._throttled_until: dict[QuotaId, int] = {}  # when the latest throttle of a quota-id ends
+        self.new_sensor_divisor = 1  # a new sensor's bound is the configured limit over this (cluster scope: 1..N)
         self._sanitized: dict[str, str] = {}
         self._tags: dict[tuple[str, str], QuotaId] = {}
         self._delay_queue: list[int] = []  # end times of throttled channels (a min-heap)
@@ -227,6 +229,11 @@ class ClientQuotaManager:
     # -- sensors --------------------------------------------------------------------------------------------------
     def _new_sensor(self, qid: QuotaId, now_ms: int) -> QuotaSensor:
         bound = self.limit_for(qid)
+        if self.new_sensor_divisor > 1 and bound < UNLIMITED:
+            # quotaflow.quota.scope=cluster: the live gateways' even split until the next share update; at the
+            # configured value, Kafka's first window (2 s at 3 samples) let each of N gateways starting a client at
+            # once admit 2 x Q before its first throttle
+            bound /= self.new_sensor_divisor
         if self.quota_type is QuotaType.CONTROLLER_MUTATION:
             return TokenBucketSensor(self.samples, self.window_ms, bound, now_ms, self.metrics_samples,
                                      self.metrics_window_ms)
@@ -285,6 +292,7 @@ class ClientQuotaManager:
         for q in dead_t:
             del self._throttle_sensors[q]
             del self._throttle_last_ms[q]
+            self._throttled_until.pop(q, None)
         return len(dead) + len(dead_t)
 
     # -- recording ------------------------------------------------------------------------------------------------
@@ -381,6 +389,7 @@ class ClientQuotaManager:
             avg = self._throttle_sensors[qid] = Avg(self.metrics_samples, self.metrics_window_ms)
         avg.record(float(throttle_ms), now_ms)
         self._throttle_last_ms[qid] = now_ms
+        self._throttled_until[qid] = max(self._throttled_until.get(qid, now_ms), now_ms + throttle_ms)
         heapq.heappush(self._delay_queue, now_ms + throttle_ms)
         self._queue_size.record(1.0)
 
@@ -397,6 +406,11 @@ class ClientQuotaManager:
         """Throttled channels still muted at ``now_ms``."""
         self.expire_throttles(now_ms)
         return len(self._delay_queue)
+
+    def throttled_since(self, qid: QuotaId, since_ms: int) -> bool:
+        """Whether a throttle of this quota-id ran at some time at or after ``since_ms`` (it is muted now, or was
+        within the interval): its demand is more than its bound. Cluster-wide quotas read it (no recording)."""
+        return self._throttled_until.get(qid, since_ms - 1) >= since_ms
 
     def throttle_time_avg(self, user: str, client_id: str, now_ms: int) -> float | None:
         avg = self._throttle_sensors.get(self.quota_id(user, client_id))

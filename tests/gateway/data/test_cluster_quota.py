@@ -75,8 +75,8 @@ def test_cluster_scope_holds_q_across_gateways_and_survives_a_kill(tansu: Tansu,
             now = time.monotonic()
             ra, rb = pa.rate(start + 6, now), pb.rate(start + 6, now)
             assert 0.8 * Q <= ra + rb <= 1.2 * Q, f"summed acked rate {ra + rb:.0f} B/s with scope=cluster, Q={Q}"
-            # each gateway keeps at least the floor share, φ · Q / N = 0.05 Q (the split between two flat-out
-            # producers is not forced even: it drifts toward even by φ per window)
+            # each gateway keeps at least the floor share, φ · Q / N = 0.05 Q (two flat-out producers are both
+            # throttled, so their shares are even; their acked rates still swing with Kafka's bursts)
             assert min(ra, rb) > 0.04 * Q, (ra, rb)
             print(f"scope=cluster: {ra:.0f} + {rb:.0f} = {(ra + rb) / Q:.3f} Q")
             shares = [_share(a), _share(b)]

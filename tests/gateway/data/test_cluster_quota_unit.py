@@ -79,29 +79,30 @@ def test_shares_become_the_sensor_bounds() -> None:
     assert sensor.bound == Q and cq.live_participants == 1  # alone: the whole quota
     exchange.inbox.append(UsageReport("peer/1", now, {(QuotaType.PRODUCE, "", "other"): 5.0}))
     cq.apply(now + 1000)
-    assert sensor.bound == Q  # a peer that does not meter this quota-id takes no share of it
-    exchange.inbox.append(UsageReport("peer/0", now + 1000, {KEY: 0.0}))
+    # metered here for less than 2 windows: the peer may have started it too and not reported it yet, so Q over
+    # every live participant
+    assert sensor.bound == pytest.approx(Q / 2)
+    cq.published = {"0": {KEY: 0.0}}  # what step() publishes once a window
     cq.apply(now + 2000)
+    assert sensor.bound == Q  # settled: a peer that does not meter this quota-id takes no share of it
+    exchange.inbox.append(UsageReport("peer/0", now + 2000, {KEY: 0.0}))
+    cq.apply(now + 2001)
     assert sensor.bound == pytest.approx(Q / 2)  # a peer that meters it, nobody has traffic: even split
-    exchange.inbox.append(UsageReport("peer/0", now + 2000, {KEY: 1e9}))
-    cq.apply(now + 3000)
-    assert sensor.bound == pytest.approx(Q / 2)  # nothing published here yet: demand unknown, even split
-    cq.published = {"0": {KEY: 0.0}}  # published: no traffic here, the peer carries (nearly) all of it
-    cq.apply(now + 3250)
-    assert sensor.bound == pytest.approx(Q / 2 / 2 ** 0.25)  # the target is the floor; down by 2 per window
-    exchange.inbox.append(UsageReport("peer/0", now + 5000, {KEY: 1e9}))
-    cq.apply(now + 7250)
-    assert sensor.bound == pytest.approx(Q * 0.05)  # there: the floor, φ · Q / N
+    exchange.inbox.append(UsageReport("peer/0", now + 3500, {KEY: 1e9}, frozenset({KEY})))
+    cq.apply(now + 3500)
+    # no traffic here, the peer throttled: this gateway keeps the floor, φ · Q / N (its rate is ~0: at once)
+    assert sensor.bound == pytest.approx(Q * 0.05)
     samples = {(s.group, s.name): s.value for s in cq.metric_samples(now)}
     assert samples[("Produce", "cluster-share")] == sensor.bound
-    assert samples[("ClusterQuota", "live-participants")] == 2  # peer/1 fell silent 6 s ago
-    cq.apply(now + 5000 + 3 * 1000 + 1)  # and now peer/0 too: alone again, the whole quota at once
+    assert samples[("ClusterQuota", "live-participants")] == 2  # peer/1 fell silent 3.5 s ago
+    cq.apply(now + 3500 + 3 * 1000 + 1)  # and now peer/0 too: alone again, the whole quota at once
     assert sensor.bound == Q and cq.live_participants == 1
 
 
 def test_shares_divide_the_published_rates() -> None:
     """Every gateway divides the rates everyone published for the last window, its own included, so two gateways
-    that see the same reports compute shares that add up to Q (with live rates they could both claim a burst)."""
+    that see the same reports compute shares that add up to Q (with live rates they could both claim a burst).
+    A participant published as throttled wants more than its rate shows: throttled participants are equals."""
     enforcement = Enforcement(GatewayConfig(quota_window_num=3))
     enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
     settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
@@ -110,14 +111,59 @@ def test_shares_divide_the_published_rates() -> None:
     cq.exchange = exchange  # type: ignore[assignment]
     now = 1_000_000
     enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    cq.apply(now - 2000)  # metered here for 2 windows: settled
     cq.published = {"0": {KEY: 30_000.0}}
     exchange.inbox.append(UsageReport("peer/0", now, {KEY: 10_000.0}))
     cq.apply(now)
-    mine = cq.shares["0"][KEY]
-    floor = 0.1 * Q / 2
-    assert mine == pytest.approx(floor + (Q - 2 * floor) * 30_000 / 40_000)
-    # what the peer computes from the same two reports: the rest of Q
-    assert mine + floor + (Q - 2 * floor) * 10_000 / 40_000 == pytest.approx(Q)
+    # nobody throttled: each gets 1.25 × its rate (37.5k, 12.5k) and the unused 50k evenly
+    assert cq.shares["0"][KEY] == pytest.approx(62_500.0)  # the peer computes 37.5k from the same reports: Q
+    exchange.inbox.append(UsageReport("peer/0", now + 1000, {KEY: 10_000.0}, frozenset({KEY})))
+    cq.apply(now + 1000)  # (a window later: a bound comes down by at most half a window)
+    assert cq.shares["0"][KEY] == pytest.approx(37_500.0)  # the throttled peer gets all that is not used here
+    cq.published_throttled = {"0": frozenset({KEY})}
+    cq.apply(now + 1001)
+    assert cq.shares["0"][KEY] == pytest.approx(Q / 2)  # both throttled: equals, whatever their rates
+
+
+def test_a_throttle_is_published_for_the_rate_window() -> None:
+    """A quota-id this gateway throttled within the rate window (3 × 1 s) is published as throttled, in a key of
+    the report that a reader without it ignores."""
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    cq.exchange = FakeExchange()  # type: ignore[assignment]
+    produce = enforcement.managers.produce
+    now = 1_000_000
+    assert produce.record_and_get_throttle_ms("ANONYMOUS", "app", 10 * Q, now) > 0
+    produce.throttle("ANONYMOUS", "app", 500, now)
+    value = cq.step(now, now)
+    assert value is not None
+    reports = {r.participant: r for r in decode_report(value, now)}
+    assert reports["me/0"].throttled == {KEY}
+    assert reports["me/presence"].rates == {}  # every report names the gateway: an idle one counts as live too
+    assert cq.step(now + 1000, now + 3500) is not None
+    later = cq.step(now + 2000, now + 3501) or b""
+    assert {r.participant: r for r in decode_report(later, now)}["me/0"].throttled == frozenset()  # 3 s after
+    older = decode_report(value.replace(b'"throttled"', b'"other"'), now)  # a reader without the key: no throttles
+    assert all(r.throttled == frozenset() for r in older)
+
+
+def test_a_new_sensor_starts_at_q_over_the_live_gateways() -> None:
+    """Before the next share update a quota-id's new sensor runs at the configured value over the live gateways: N
+    gateways whose clients start at once must not each admit Q (Kafka's first window lets 2 s × Q through)."""
+    enforcement = Enforcement(GatewayConfig(quota_window_num=3))
+    enforcement.load(Snapshot(1, {QuotaEntity(client_id="app"): {"producer_byte_rate": Q}}))
+    settings = ClusterQuotaSettings.from_properties({"quotaflow.quota.scope": "cluster"})
+    cq = ClusterQuotas(settings, lambda: {"0": enforcement}, "127.0.0.1:9", window_ms=1000, gateway_id="me")
+    exchange = FakeExchange()
+    cq.exchange = exchange  # type: ignore[assignment]
+    now = 1_000_000
+    exchange.inbox.extend(decode_report(encode_report("idle", 1000, {"presence": {}}), now))  # a peer, idle
+    cq.apply(now)
+    assert cq.live_participants == 1  # the idle peer's presence is not a participant
+    enforcement.managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
+    assert enforcement.managers.produce.quota_sensors()[0][1].bound == Q / 2
 
 
 def test_ip_connection_rates_are_a_participant_of_their_own() -> None:
@@ -176,14 +222,15 @@ def test_a_shadow_sets_sensors_get_their_share_of_the_shadows_quota_as_the_live_
         managers.produce.record_and_get_throttle_ms("ANONYMOUS", "app", 1, now)
     live = enforcement.managers.produce.quota_sensors()[0][1]
     shadow = enforcement.shadow.managers.produce.quota_sensors()[0][1]
+    cq.apply(now - 2000)  # metered here for 2 windows: settled
     cq.published = {"0": {KEY: 30_000.0}}
     exchange.inbox.append(UsageReport("peer/0", now, {KEY: 10_000.0}))
     cq.apply(now)
-    assert live.bound == pytest.approx(0.05 * Q + 0.9 * Q * 30_000 / 40_000)
-    assert shadow.bound == pytest.approx(0.05 * Q / 2 + 0.9 * Q / 2 * 30_000 / 40_000)  # the same treatment
+    assert live.bound == pytest.approx(1.25 * 30_000 + (Q - 1.25 * 40_000) / 2)
+    assert shadow.bound == pytest.approx(1.25 * 30_000)  # the same treatment: the demands fill Q / 2 exactly
     quotas.stop_shadow()
     cq.apply(now + 250)  # no shadow: nothing else changes
-    assert live.bound == pytest.approx(0.05 * Q + 0.9 * Q * 30_000 / 40_000)
+    assert live.bound == pytest.approx(1.25 * 30_000 + (Q - 1.25 * 40_000) / 2)
 
 
 def test_a_shadow_sets_ip_connection_rates_get_their_share_too() -> None:

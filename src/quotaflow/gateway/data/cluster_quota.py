@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,6 +34,7 @@ from quotaflow.engine.cluster_share import (
     DEFAULT_EXPIRY_WINDOWS,
     DEFAULT_FLOOR_FRACTION,
     IP_CONNECTION_RATE,
+    PRESENCE,
     SHARED_TYPES,
     ShareTable,
     UsageKey,
@@ -52,6 +53,7 @@ from quotaflow.store.signing import RecordSigner, ReplayGuard
 
 if TYPE_CHECKING:
     from quotaflow.engine import QuotaManagers
+    from quotaflow.engine.client_quota import ClientQuotaManager, QuotaId
     from quotaflow.engine.connection import ConnectionQuotas
     from quotaflow.engine.sensors import QuotaSensor
     from quotaflow.gateway.data.broker_quotas import BrokerQuotas
@@ -60,9 +62,9 @@ if TYPE_CHECKING:
 Participants = Callable[[], Mapping[str, "Enforcement"]]  # broker -> its engine managers
 
 
-def _metered(managers: QuotaManagers) -> Iterator[tuple[UsageKey, float, QuotaSensor]]:
+def _metered(managers: QuotaManagers) -> Iterator[tuple[ClientQuotaManager, QuotaId, UsageKey, float, QuotaSensor]]:
     """Every quota-id with a configured limit and its sensor, over the shared quota types of one set of managers
-    (a broker's live ones or its shadow's): what the usage table divides."""
+    (a broker's live ones or its shadow's), with its manager and quota-id: what the usage table divides."""
     for quota_type in SHARED_TYPES:
         manager = managers.for_type(quota_type)
         if not manager.quotas_enabled:
@@ -70,7 +72,7 @@ def _metered(managers: QuotaManagers) -> Iterator[tuple[UsageKey, float, QuotaSe
         for qid, sensor in manager.quota_sensors():
             limit = manager.configured_limit(qid)
             if limit is not None:
-                yield (quota_type, qid.user, qid.client_id), limit, sensor
+                yield manager, qid, (quota_type, qid.user, qid.client_id), limit, sensor
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ BROKER_SCOPE: Final = "broker"
 CLUSTER_SCOPE: Final = "cluster"
 USAGE_RETENTION_MS: Final = 3_600_000  # reports are read from the end: an hour of history is plenty
 APPLY_PER_WINDOW: Final = 4  # shares are re-applied a few times a window (new sensors, quota changes)
+SETTLE_WINDOWS: Final = 2  # a report round: the peers' next reports, and their way here
 _TYPES: Final = {t.name: t for t in (*SHARED_TYPES, IP_CONNECTION_RATE)}
 MAX_WRITERS: Final = 10_000  # gateway ids remembered for replay checks before the stale ones are dropped
 
@@ -132,18 +135,25 @@ def _number(props: Mapping[str, str], key: str, default: Any, kind: type) -> Any
 # -- wire format of a usage report ----------------------------------------------------------------------------
 
 
-def encode_report(gateway: str, window_ms: int, participants: Mapping[str, Mapping[UsageKey, float]]) -> bytes:
+def encode_report(gateway: str, window_ms: int, participants: Mapping[str, Mapping[UsageKey, float]],
+                  throttled: Mapping[str, Collection[UsageKey]] | None = None) -> bytes:
     """One record per gateway and window: every participant's (broker's, and ``connections`` for the per-IP
-    connection rates) rates per quota-id."""
-    doc = {"gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
-           "participants": {broker: [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
-                            for broker, rates in participants.items()}}
+    connection rates) rates per quota-id, and the quota-ids each throttled within the rate window (a key of its
+    own: a reader that does not know it still takes the rates)."""
+    doc: dict[str, Any] = {
+        "gateway": gateway, "window_ms": window_ms, "ts": time.time_ns() // 1_000_000,
+        "participants": {broker: [[t.name, user, client, rate] for (t, user, client), rate in rates.items()]
+                         for broker, rates in participants.items()}}
+    if throttled:
+        doc["throttled"] = {broker: [[t.name, user, client] for t, user, client in keys]
+                            for broker, keys in throttled.items() if keys}
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_report(value: bytes, received_ms: int) -> list[UsageReport]:
     doc = json.loads(value)
     gateway = str(doc["gateway"])
+    hot = dict(doc.get("throttled") or {})
     reports: list[UsageReport] = []
     for broker, rows in dict(doc["participants"]).items():
         rates: dict[UsageKey, float] = {}
@@ -151,7 +161,9 @@ def decode_report(value: bytes, received_ms: int) -> list[UsageReport]:
             quota_type = _TYPES.get(type_name)
             if quota_type is not None and isinstance(rate, int | float) and rate >= 0:
                 rates[(quota_type, str(user), str(client))] = float(rate)
-        reports.append(UsageReport(participant_id(gateway, str(broker)), received_ms, rates))
+        throttled = frozenset(key for type_name, user, client in hot.get(broker, ())
+                              if (key := (_TYPES.get(type_name), str(user), str(client))) in rates)
+        reports.append(UsageReport(participant_id(gateway, str(broker)), received_ms, rates, throttled))
     return reports
 
 
@@ -162,9 +174,12 @@ def _now_ms() -> int:
 class UsageExchange:
     """The usage topic: publish this gateway's reports, collect everyone else's (kafka-python, own thread)."""
 
-    def __init__(self, bootstrap: str, topic: str, signer: RecordSigner | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, signer: RecordSigner | None = None,
+                 lookback_ms: int = 0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.lookback_ms = lookback_ms  # read from this long before the end at start (the expiry)
+        self._ends: dict[tuple[str, int], int] = {}  # the end offsets at start: what is before them is the lookback
         # with a signer, reports are signed, and only signed, fresh ones count: a writer of the topic without the
         # fleet key cannot shrink every gateway's share by reporting huge usage, nor replay a peer's old report
         self.signer = signer
@@ -211,6 +226,13 @@ class UsageExchange:
                       for p in sorted(self._consumer.partitions_for_topic(self.topic) or {0})]
         self._consumer.assign(partitions)
         self._consumer.seek_to_end(*partitions)
+        self._ends = {(tp.topic, tp.partition): self._consumer.position(tp) for tp in partitions}
+        # the reports of the last expiry: a gateway that starts knows its live peers at once (else it is alone for
+        # a window, and a client that comes now gets all of Q there while the peers give theirs theirs)
+        since = time.time_ns() // 1_000_000 - self.lookback_ms
+        for tp, found in (self._consumer.offsets_for_times({tp: since for tp in partitions}) or {}).items():
+            if found is not None:
+                self._consumer.seek(tp, found.offset)
         self._thread = threading.Thread(target=self._run, name="quotaflow-usage", daemon=True)
         self._thread.start()
 
@@ -224,17 +246,21 @@ class UsageExchange:
                 log.warning("usage topic %s: %s", self.topic, e)
                 self._stop.wait(1.0)
                 continue
-            received = _now_ms()
+            received, wall = _now_ms(), time.time_ns() // 1_000_000
             reports: list[UsageReport] = []
             for records in batches.values():
                 for record in records:
+                    # a report of the lookback at start is as old as its timestamp says (the writer's clock: at
+                    # most the expiry); later ones are judged by when they arrive, so clocks need not agree
+                    end = self._ends.get((record.topic, record.partition), 0)
+                    age = min(max(0, wall - record.timestamp), self.lookback_ms) if record.offset < end else 0
                     error = self._check(record.key, record.value, record.headers)
                     if error is not None:
                         self.rejected += 1
                         self._rejections.skipped(record.offset, error)
                         continue
                     try:
-                        reports.extend(decode_report(record.value, received))
+                        reports.extend(decode_report(record.value, received - age))
                     except (ValueError, TypeError, KeyError) as e:
                         self.bad_reports += 1
                         log.debug("usage topic %s: skipped a report at offset %d: %s", self.topic, record.offset, e)
@@ -299,12 +325,16 @@ class ClusterQuotas:
         if signer is None:
             log.warning("usage topic %s: reports are not signed (%s is not set): anyone who can write the topic "
                         "can change every gateway's share of its quotas", settings.usage_topic, SIGNING_KEY_FILE)
-        self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic, signer)
+        self.exchange = UsageExchange(settings.bootstrap_servers or bootstrap, settings.usage_topic, signer,
+                                      settings.expiry_windows * window_ms)
         self.shares: dict[str, dict[UsageKey, float]] = {}  # broker -> quota-id -> local bound
         # this gateway's rates as last published: shares divide by what everyone published, its own included, so
         # every gateway divides the same numbers and the shares add up to Q once the reports have propagated
         self.published: dict[str, dict[UsageKey, float]] = {}
-        self._applied_ms: int | None = None
+        self.published_throttled: dict[str, frozenset[UsageKey]] = {}  # and the quota-ids it published throttled
+        self._throttled: dict[str, frozenset[UsageKey]] = {}  # throttled within the rate window, as last applied
+        self._next_publish_ms = 0
+        self._metered_since: dict[tuple[str, UsageKey], int] = {}  # (broker, quota-id) -> first metered here
         self.live_participants = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -323,65 +353,94 @@ class ClusterQuotas:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_publish = 0
         while True:
             await asyncio.sleep(self.window_ms / APPLY_PER_WINDOW / 1000)
-            now = _now_ms()
-            own = self.apply(now)
-            if now >= next_publish:
-                next_publish = now + self.window_ms
-                self.published = {broker: smooth(self.published.get(broker, {}), rates)
-                                  for broker, rates in own.items()}
-                value = encode_report(self.gateway_id, self.window_ms, self.published)
+            value = self.step(_now_ms())
+            if value is not None:
                 try:
                     await loop.run_in_executor(None, self.exchange.publish, self.gateway_id, value)
                 except Exception as e:  # the broker is away: keep enforcing with what we know
                     log.warning("cannot publish usage to %s: %s", self.settings.usage_topic, e)
 
-    def apply(self, now_ms: int) -> dict[str, dict[UsageKey, float]]:
+    def step(self, now_ms: int, engine_now_ms: int | None = None) -> bytes | None:
+        """One turn of the share loop: :meth:`apply`, and once a window the report to publish (this gateway's
+        rates, smoothed), None between. Pure apart from the engine it bounds: the loop and the fleet tests drive
+        it with their clocks."""
+        own = self.apply(now_ms, engine_now_ms)
+        if now_ms < self._next_publish_ms:
+            return None
+        self._next_publish_ms = now_ms + self.window_ms
+        self.published = {broker: smooth(self.published.get(broker, {}), rates) for broker, rates in own.items()}
+        self.published_throttled = dict(self._throttled)
+        # PRESENCE: peers count this gateway among the live ones before it meters anything (its first client's
+        # share is then Q over the gateways, not Q)
+        return encode_report(self.gateway_id, self.window_ms, {PRESENCE: {}, **self.published},
+                             self.published_throttled)
+
+    def apply(self, now_ms: int, engine_now_ms: int | None = None) -> dict[str, dict[UsageKey, float]]:
         """Take the reports that arrived, compute every participant's share of every quota-id (from the rates
         published last, everyone's) and set it as the bound of that quota-id's sensor; returns this gateway's
-        current rates per participant (what it publishes next)."""
+        current rates per participant (what it publishes next). ``now_ms`` is the clock reports are judged by,
+        ``engine_now_ms`` the engine's (default: wall time, as the gateway records with)."""
         for report in self.exchange.take():
             self.table.receive(report)
         self.table.expire(now_ms)
-        engine_now = time.time_ns() // 1_000_000  # the engine's clock (wall time, as the gateway records with)
+        engine_now = time.time_ns() // 1_000_000 if engine_now_ms is None else engine_now_ms
         quotas: dict[UsageKey, float] = {}
         own: dict[str, dict[UsageKey, float]] = {}
         sensors: dict[tuple[str, UsageKey], QuotaSensor] = {}
+        throttled: dict[str, frozenset[UsageKey]] = {}
+        gateways = self.table.live_gateways(now_ms)
         for broker, enforcement in self.participants().items():
             rates = own[broker] = {}
-            for key, limit, sensor in _metered(enforcement.managers):
+            hot: set[UsageKey] = set()
+            for quota_type in SHARED_TYPES:  # a sensor made before the next turn: Q over the gateways
+                enforcement.managers.for_type(quota_type).new_sensor_divisor = gateways
+            for manager, qid, key, limit, sensor in _metered(enforcement.managers):
                 quotas[key] = limit
                 rates[key] = max(0.0, sensor.measure(engine_now))
                 sensors[(broker, key)] = sensor
-        divided = {broker: {key: self.published.get(broker, {}).get(key) for key in rates}
+                if manager.throttled_since(qid, engine_now - manager.samples * manager.window_ms):  # its window
+                    hot.add(key)
+            throttled[broker] = frozenset(hot)
+        self._throttled = throttled
+        self._metered_since = {(broker, key): self._metered_since.get((broker, key), now_ms)
+                               for broker, rates in own.items() for key in rates}
+        divided = {broker: {key: self._divided_rate(broker, key, now_ms) for key in rates}
                    for broker, rates in own.items()}
-        targets = self.table.shares(quotas, divided, now_ms)
+        targets = self.table.shares(quotas, divided, now_ms, self.published_throttled)
         self.live_participants = len(own) + sum(1 for p in self.table.live_peers(now_ms)
-                                                if not p.participant.endswith("/" + CONNECTIONS))
-        elapsed = self.window_ms if self._applied_ms is None else now_ms - self._applied_ms
-        self._applied_ms = now_ms
+                                                if not p.participant.endswith(("/" + CONNECTIONS, "/" + PRESENCE)))
         self.shares = {}
         if self.connections is not None:
             own[CONNECTIONS], self.shares[CONNECTIONS] = share_ip_connection_rates(
                 self.table, self.connections, self.gateway_id, self.published.get(CONNECTIONS, {}), now_ms,
-                engine_now, elapsed)
+                engine_now)
             shadow = getattr(self.connections, "shadow", None)  # a shadow set's: bounded the same way, not published
             if shadow is not None:
                 share_ip_connection_rates(self.table, shadow, self.gateway_id, self.published.get(CONNECTIONS, {}),
-                                          now_ms, engine_now, elapsed)
+                                          now_ms, engine_now)
         for broker, shares in targets.items():
             applied = self.shares[broker] = {}
             for key, target in shares.items():
                 sensor = sensors[(broker, key)]
-                bound = applied[key] = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                bound = applied[key] = limit_decrease(target, sensor.bound, own[broker][key])
                 if sensor.bound != bound:
                     sensor.set_bound(bound)
-        self._share_shadow(now_ms, elapsed)
+        self._share_shadow(now_ms, engine_now)
         return own
 
-    def _share_shadow(self, now_ms: int, elapsed: int) -> None:
+    def _divided_rate(self, broker: str, key: UsageKey, now_ms: int) -> float | None:
+        """The rate a participant's share of a quota-id is divided by: its published one, None (demand unknown:
+        ``Q`` over every live participant) while it has published none or has metered the quota-id for less than
+        ``SETTLE_WINDOWS``: peers that started it at the same moment have not reported it yet, and each would
+        take all of ``Q`` meanwhile."""
+        since = self._metered_since.get((broker, key), now_ms)
+        if now_ms - since < SETTLE_WINDOWS * self.window_ms:
+            return None
+        return self.published.get(broker, {}).get(key)
+
+    def _share_shadow(self, now_ms: int, engine_now_ms: int) -> None:
         """A running shadow set's sensors get the same treatment as the live ones: each shadow quota-id's local
         share of the shadow's cluster-wide value, from the same published usage (the shadow meets the same
         traffic), the same table and the same decrease limit. A quota-id the live quotas do not meter has no
@@ -394,17 +453,16 @@ class ClusterQuotas:
             if shadow is None:
                 continue
             wanted = divided[broker] = {}
-            published = self.published.get(broker, {})
-            for key, limit, sensor in _metered(shadow.managers):
+            for _manager, _qid, key, limit, sensor in _metered(shadow.managers):
                 quotas[key] = limit
-                wanted[key] = published.get(key)
+                wanted[key] = self._divided_rate(broker, key, now_ms)
                 sensors[(broker, key)] = sensor
         if not divided:
             return
-        for broker, shares in self.table.shares(quotas, divided, now_ms).items():
+        for broker, shares in self.table.shares(quotas, divided, now_ms, self.published_throttled).items():
             for key, target in shares.items():
                 sensor = sensors[(broker, key)]
-                bound = limit_decrease(target, sensor.bound, elapsed, self.window_ms)
+                bound = limit_decrease(target, sensor.bound, max(0.0, sensor.measure(engine_now_ms)))
                 if sensor.bound != bound:
                     sensor.set_bound(bound)
 
