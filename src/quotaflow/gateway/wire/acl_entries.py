@@ -15,38 +15,20 @@ from collections.abc import Sequence
 from typing import Final
 
 from quotaflow.core.acl import AclBinding
-from quotaflow.gateway.wire.quota_entries import JOIN_ENTRIES, _uvarint
+from quotaflow.gateway.wire.direct import JOIN_ENTRIES, NO_TAGS, Primitives
 
-_INT16: Final = struct.Struct(">h")
-_INT32: Final = struct.Struct(">i")
-_FIXED: Final = struct.Struct(">ih")  # throttle_time_ms, error_code
 _BYTE: Final = struct.Struct(">b")
-_NO_TAGS: Final = b"\x00"
 FLEXIBLE_FROM: Final = 2  # DescribeAcls v2 is flexible (compact strings and arrays, tagged fields)
 PATTERN_TYPE_FROM: Final = 1
 
 
-class _Encoder:
+class _Encoder(Primitives):
+    """DescribeAcls's resources, on one version's primitives."""
+
     def __init__(self, version: int) -> None:
-        self.flexible = version >= FLEXIBLE_FROM
+        super().__init__(version >= FLEXIBLE_FROM)
         self.pattern_type = version >= PATTERN_TYPE_FROM
-        self._strings: dict[str, bytes] = {}
         self._codes = [_BYTE.pack(n) for n in range(16)]  # the enums' codes are all below 16
-
-    def string(self, s: str) -> bytes:
-        b = s.encode()
-        return (_uvarint(len(b) + 1) if self.flexible else _INT16.pack(len(b))) + b
-
-    def cached(self, s: str) -> bytes:
-        out = self._strings.get(s)
-        if out is None:
-            if len(self._strings) > 65_536:
-                self._strings.clear()  # bounded: principals and hosts repeat, names mostly do not
-            out = self._strings[s] = self.string(s)
-        return out
-
-    def array(self, n: int) -> bytes:
-        return _uvarint(n + 1) if self.flexible else _INT32.pack(n)
 
     def resource(self, group: Sequence[AclBinding], out: list[bytes]) -> None:
         """One ``DescribeAclsResource``: the pattern of ``group`` (all one pattern), then its entries."""
@@ -64,9 +46,9 @@ class _Encoder:
             out.append(codes[e.operation])
             out.append(codes[e.permission_type])
             if self.flexible:
-                out.append(_NO_TAGS)
+                out.append(NO_TAGS)
         if self.flexible:
-            out.append(_NO_TAGS)
+            out.append(NO_TAGS)
 
 
 def encode_describe_acls_response(version: int, correlation_id: int, bindings: Sequence[AclBinding], *,
@@ -75,14 +57,8 @@ def encode_describe_acls_response(version: int, correlation_id: int, bindings: S
     :func:`~quotaflow.admin.acls.sort_bindings` order: one resource per pattern (a pattern's bindings are adjacent
     in that order), its entries in order, as the message form groups them."""
     enc = _Encoder(version)
-    head: list[bytes] = [_INT32.pack(correlation_id)]
-    if enc.flexible:
-        head.append(_NO_TAGS)  # response header v1
-    head.append(_FIXED.pack(throttle_ms, 0))
-    head.append(b"\x00" if enc.flexible else _INT16.pack(-1))  # error_message: null
     starts = [i for i in range(len(bindings)) if i == 0 or bindings[i].pattern != bindings[i - 1].pattern]
-    head.append(enc.array(len(starts)))
-    chunks = [b"".join(head)]
+    chunks = [enc.head(correlation_id, throttle_ms, 0, None), enc.array(len(starts))]
     starts.append(len(bindings))
     pieces: list[bytes] = []
     done = 0
@@ -94,6 +70,4 @@ def encode_describe_acls_response(version: int, correlation_id: int, bindings: S
             pieces = []
             done = starts[k + 1]
     chunks.append(b"".join(pieces))
-    if enc.flexible:
-        chunks.append(_NO_TAGS)
-    return b"".join([_INT32.pack(sum(map(len, chunks))), *chunks])
+    return enc.framed(chunks)
