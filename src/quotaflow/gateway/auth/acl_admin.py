@@ -188,7 +188,7 @@ class AclAdminHandler:
             for p, entries in by_pattern.items()])
 
     def describe_encoded(self, version: int, acl_filter: AclBindingFilter, correlation_id: int,
-                         pace: Pace | None = None) -> bytes:
+                         pace: Callable[[], None] | None = None) -> bytes:
         """The framed DescribeAcls response, the same bytes as :meth:`_describe`'s message encoded, written from the
         bindings directly (:mod:`quotaflow.gateway.wire.acl_entries`: no message object per binding); every step
         (matching, sorting, encoding, freeing) in bounded pieces with ``pace`` called between them."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
@@ -67,7 +67,8 @@ class QuotaAdminHandler:
 
     # -- describe ---------------------------------------------------------------------------------------------
 
-    def _find(self, request: Any, allowed: bool, pace: Pace | None = None) -> list[DescribedEntity] | KafkaError:
+    def _find(self, request: Any, allowed: bool,
+              pace: Callable[[], None] | None = None) -> list[DescribedEntity] | KafkaError:
         if not allowed:
             return ClusterAuthorizationFailedError()
         quota_filter = QuotaFilter(
@@ -92,7 +93,7 @@ class QuotaAdminHandler:
         return cls(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
 
     def describe_encoded(self, version: int, request: Any, allowed: bool, correlation_id: int,
-                         pace: Pace | None = None) -> bytes:
+                         pace: Callable[[], None] | None = None) -> bytes:
         """The framed response, the same bytes as :meth:`describe` encoded, made from the entities directly
         (:mod:`quotaflow.gateway.wire.quota_entries`: no message object per entity); matching, encoding and freeing
         in bounded pieces with ``pace`` called between them (``collector.Pace``: the GIL and the CPU yielded after
