@@ -63,17 +63,17 @@ class Steps:
         return max(step.get(kind, 0) for step in [*self.steps, self.counts])
 
 
-def test_pace_yields_the_gil_and_cpu_only_after_its_burst(monkeypatch: pytest.MonkeyPatch) -> None:
-    yielded: list[int] = []
-    monkeypatch.setattr(collector.os, "sched_yield", lambda: yielded.append(1))
+def test_pace_naps_only_after_its_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    napped: list[float] = []
+    monkeypatch.setattr(collector.time, "sleep", napped.append)
     eager = collector.Pace(burst_s=0.0)
     for _ in range(5):
         eager()
-    assert eager.yields == 5 and len(yielded) == 5
+    assert eager.naps == 5 and napped == [collector.PACE_NAP_S] * 5
     patient = collector.Pace(burst_s=3600.0)
     for _ in range(5):
         patient()
-    assert patient.yields == 0 and len(yielded) == 5
+    assert patient.naps == 0 and len(napped) == 5
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
