@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -43,20 +43,43 @@ class AclDeleteResult:
 
 
 SORT_RUN: Final = 500  # bindings sorted in one C call (~1 ms here); longer lists are sorted in runs and merged
+PACE_STEP: Final = 256  # bindings taken from a computing iterator (a filter of the index, a merge) between paces
 
 
-def sort_bindings(bindings: Iterable[AclBinding]) -> list[AclBinding]:
+def _listed(items: Iterable[AclBinding], pace: Callable[[], None] | None) -> list[AclBinding]:
+    """``items`` as a list (a list as it is), ``pace`` called after every ``PACE_STEP`` items taken."""
+    if isinstance(items, list):
+        return items
+    if pace is None:
+        return list(items)
+    out: list[AclBinding] = []
+    it: Iterator[AclBinding] = iter(items)
+    while len(out) % PACE_STEP == 0:
+        size = len(out)
+        out.extend(itertools.islice(it, PACE_STEP))
+        pace()
+        if len(out) == size:
+            break
+    return out
+
+
+def sort_bindings(bindings: Iterable[AclBinding], pace: Callable[[], None] | None = None) -> list[AclBinding]:
     """A stable order for answers and listings (resource type, name, pattern type, then the entry).
 
     A list longer than ``SORT_RUN`` is sorted in runs of that size, merged from Python (:func:`heapq.merge`): one
     ``sorted`` of 100,000 bindings is a C call that holds the GIL for ~0.3 s on a slow core, and a gateway answers
     describes in a thread beside its event loop. The order is the same (the key holds every field, so no two
-    bindings tie)."""
-    listed = bindings if isinstance(bindings, list) else list(bindings)
+    bindings tie). ``pace`` (a gateway's :class:`~quotaflow.gateway.collector.Pace`) is called after each run and
+    each ``PACE_STEP`` bindings merged."""
+    listed = _listed(bindings, pace)
     if len(listed) <= SORT_RUN:
         return sorted(listed, key=AclBinding.sort_key)
-    runs = [sorted(listed[i:i + SORT_RUN], key=AclBinding.sort_key) for i in range(0, len(listed), SORT_RUN)]
-    return list(heapq.merge(*runs, key=AclBinding.sort_key))
+    runs = []
+    for i in range(0, len(listed), SORT_RUN):
+        runs.append(sorted(listed[i:i + SORT_RUN], key=AclBinding.sort_key))
+        if pace is not None:
+            pace()
+    return _listed(heapq.merge(*runs, key=AclBinding.sort_key), pace)
 
 
 def delete_matching(filters: Sequence[AclBindingFilter], matching: Callable[[AclBindingFilter], Iterable[AclBinding]]
@@ -122,13 +145,14 @@ class AclAdmin:
             self.store.add_acls(valid)
         return results
 
-    def describe(self, acl_filter: AclBindingFilter, index: AclIndex | None = None) -> list[AclBinding]:
+    def describe(self, acl_filter: AclBindingFilter, index: AclIndex | None = None,
+                 pace: Callable[[], None] | None = None) -> list[AclBinding]:
         """Every binding ``acl_filter`` matches, in :func:`sort_bindings` order. With ``index`` (an index of this
         store's ACLs that the caller has brought up to date: the gateway's authorizer's) they are found through the
-        index, and the store's whole set is not read."""
+        index, and the store's whole set is not read. ``pace``: called between bounded steps (:func:`sort_bindings`)."""
         if index is not None:
-            return sort_bindings(list(index.matching(acl_filter)))
-        return sort_bindings(b for b in self.store.acls().bindings if acl_filter.matches(b))
+            return sort_bindings(_listed(index.matching(acl_filter), pace), pace)
+        return sort_bindings(_listed((b for b in self.store.acls().bindings if acl_filter.matches(b)), pace), pace)
 
     def delete(self, filters: Sequence[AclBindingFilter], index: AclIndex | None = None) -> list[AclDeleteResult]:
         """Every filter is matched against the same set (:func:`delete_matching`): the store's snapshot, or

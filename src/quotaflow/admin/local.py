@@ -16,8 +16,9 @@ talk to that protocol, so a store-backed :class:`Admin` and a wire client are in
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
 
@@ -149,6 +150,7 @@ class Resolution:
 
 
 _CLIENT_KEYS: Final = tuple(sorted(CLIENT_QUOTA_KEYS))
+PACE_STEP: Final = 256  # entities matched between two calls of a describe's pace
 _NOT_TRACKED: Final = {k: ResolvedQuota(k, None, None, None, (), None) for k in _CLIENT_KEYS}
 # quotaLimit(tags) only consults these levels for each shape of the tag pair (``ClientQuotaManager.quotaLimit``)
 _LEVELS_FOR_TAGS: dict[tuple[bool, bool], frozenset[int]] = {
@@ -413,11 +415,12 @@ class Admin:
         self._live: QuotaIndex | None = None  # resolve's index, built once, then kept current from the change log
         self._live_lock = threading.Lock()
 
-    def describe(self, quota_filter: QuotaFilter) -> list[DescribedEntity]:
+    def describe(self, quota_filter: QuotaFilter, pace: Callable[[], None] | None = None) -> list[DescribedEntity]:
         """Entities matching the filter with all their values, in snapshot order (entity path for SQLite).
 
         Raises the whole-request error (``InvalidRequestError`` / ``UnsupportedVersionError``) for a bad filter.
-        A strict filter of exact / default components names one entity, which is read directly.
+        A strict filter of exact / default components names one entity, which is read directly. ``pace`` (a
+        gateway's ``collector.Pace``) is called after every ``PACE_STEP`` entities matched.
         """
         quota_filter.validate()
         single = quota_filter.exact_entity()
@@ -425,7 +428,14 @@ class Admin:
             values = self.store.get(single)
             return [DescribedEntity(single, values)] if values else []
         snapshot = self.store.snapshot()  # its dicts are this call's own (QuotaStore.snapshot): no second copy
-        return [DescribedEntity(e, v) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
+        if pace is None:
+            return [DescribedEntity(e, v) for e, v in snapshot.entities.items() if quota_filter.matches(e)]
+        found: list[DescribedEntity] = []
+        items = iter(snapshot.entities.items())
+        while step := list(itertools.islice(items, PACE_STEP)):
+            found += [DescribedEntity(e, v) for e, v in step if quota_filter.matches(e)]
+            pace()
+        return found
 
     def plan(self, alterations: Sequence[Alteration]) -> tuple[list[AlterResult], list[EntityChange]]:
         """Validate as ``ClientQuotaControlManager.alterClientQuotas``: the per-entity results and the changes

@@ -90,6 +90,11 @@ class SqliteStore:
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
         self._snapshot_cache: Snapshot | None = None
+        self._entities_by_path: dict[str, QuotaEntity] = {}
+        """The entity of each stored path, kept across snapshots: a snapshot made after a change reuses the
+        entities it already parsed, so it makes only the changed ones (a gateway freezes what it loaded at start
+        out of the collector's walks; 100,000 entities made anew by each snapshot would each be walked again by
+        the next young and full collections, tens of ms that hold the GIL)."""
         try:
             if str(self.path) != ":memory:":
                 _create_private(self.path)
@@ -177,17 +182,23 @@ class SqliteStore:
             _drop_entities(stale.entities)
         return Snapshot(seq, {e: dict(v) for e, v in cached.entities.items()})
 
-    @staticmethod
-    def _load_entities(db: sqlite3.Connection) -> dict[QuotaEntity, Values]:
+    def _load_entities(self, db: sqlite3.Connection) -> dict[QuotaEntity, Values]:
         rows = db.execute("SELECT path, key, value FROM quotas ORDER BY path").fetchall()
+        known = self._entities_by_path
         entities: dict[QuotaEntity, Values] = {}
         current_path = None
         current: Values = {}
         for path, key, value in rows:
             if path != current_path:
                 current_path = path
-                current = entities.setdefault(_entity(path), {})
+                entity = known.get(path)
+                if entity is None:
+                    entity = known[path] = _entity(path)
+                current = entities.setdefault(entity, {})
             current[key] = _decode(value)
+        if len(known) > len(entities):  # paths no longer stored are forgotten
+            for gone in [p for p, e in known.items() if e not in entities]:
+                del known[gone]
         return entities
 
     def get(self, entity: QuotaEntity) -> Values:

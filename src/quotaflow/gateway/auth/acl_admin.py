@@ -12,8 +12,9 @@ After a change the gateway's own authorizer is reloaded at once (the others foll
 to the store's ACLs (the changes since the version it holds), never from a read of the store's whole set: a filter
 naming a resource costs its answer, not the number of ACLs (``AclIndex.matching``); a DescribeAcls response is
 written straight to bytes (``wire.acl_entries``). Without a store-backed authorizer the store's set is filtered
-(``AclAdmin``). The work runs in an executor thread, with the GIL switch interval lowered; its CPU time is returned
-so the request quota can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs
+(``AclAdmin``). The work runs in an executor thread, with the GIL switch interval lowered and paced (it yields the
+GIL and the CPU after each half millisecond of work: ``collector.Pace``); its CPU time is returned so the request
+quota can charge it. With SASL passthrough the cluster authenticates and authorizes, so these APIs
 are forwarded to it instead (``versions.PASSTHROUGH_APIS``).
 """
 
@@ -48,7 +49,7 @@ from quotaflow.core.errors import (
     SecurityDisabledError,
     UnknownServerError,
 )
-from quotaflow.gateway.collector import collector_paused, drop_gradually, loop_first
+from quotaflow.gateway.collector import Pace, collector_paused, drop_gradually, loop_first
 from quotaflow.gateway.wire.acl_entries import encode_describe_acls_response
 from quotaflow.gateway.wire.protocol import encode_response, response_class
 
@@ -186,13 +187,16 @@ class AclAdminHandler:
                                          permission_type=int(e.permission_type)) for e in entries])
             for p, entries in by_pattern.items()])
 
-    def describe_encoded(self, version: int, acl_filter: AclBindingFilter, correlation_id: int) -> bytes:
+    def describe_encoded(self, version: int, acl_filter: AclBindingFilter, correlation_id: int,
+                         pace: Callable[[], None] | None = None) -> bytes:
         """The framed DescribeAcls response, the same bytes as :meth:`_describe`'s message encoded, written from the
-        bindings directly (:mod:`quotaflow.gateway.wire.acl_entries`: no message object per binding)."""
+        bindings directly (:mod:`quotaflow.gateway.wire.acl_entries`: no message object per binding); every step
+        (matching, sorting, encoding, freeing) in bounded pieces with ``pace`` called between them."""
         assert self.admin is not None
-        found = self.admin.describe(acl_filter, self._index())
-        encoded = encode_describe_acls_response(version, correlation_id, found)
-        drop_gradually(found)
+        pace = Pace() if pace is None else pace
+        found = self.admin.describe(acl_filter, self._index(), pace)
+        encoded = encode_describe_acls_response(version, correlation_id, found, pace=pace)
+        drop_gradually(found, pace=pace)
         return encoded
 
     @staticmethod

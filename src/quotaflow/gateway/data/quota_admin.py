@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka.protocol.api_key import ApiKey
@@ -22,7 +22,7 @@ from quotaflow.core.acl import principal_allowed as principal_allowed  # the adm
 from quotaflow.core.errors import ClusterAuthorizationFailedError, KafkaError
 from quotaflow.core.filters import FilterComponent, QuotaFilter
 from quotaflow.core.validation import RawEntity, java_map_order
-from quotaflow.gateway.collector import collector_paused, drop_gradually, loop_first
+from quotaflow.gateway.collector import Pace, collector_paused, drop_gradually, loop_first
 from quotaflow.gateway.wire.protocol import encode_response, response_class
 from quotaflow.gateway.wire.quota_entries import encode_describe_response
 
@@ -67,7 +67,8 @@ class QuotaAdminHandler:
 
     # -- describe ---------------------------------------------------------------------------------------------
 
-    def _find(self, request: Any, allowed: bool) -> list[DescribedEntity] | KafkaError:
+    def _find(self, request: Any, allowed: bool,
+              pace: Callable[[], None] | None = None) -> list[DescribedEntity] | KafkaError:
         if not allowed:
             return ClusterAuthorizationFailedError()
         quota_filter = QuotaFilter(
@@ -75,7 +76,7 @@ class QuotaAdminHandler:
             bool(request.strict),
         )
         try:
-            return self.admin.describe(quota_filter)
+            return self.admin.describe(quota_filter, pace)
         except KafkaError as e:
             return e
 
@@ -91,15 +92,19 @@ class QuotaAdminHandler:
         drop_gradually(found)
         return cls(throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
 
-    def describe_encoded(self, version: int, request: Any, allowed: bool, correlation_id: int) -> bytes:
+    def describe_encoded(self, version: int, request: Any, allowed: bool, correlation_id: int,
+                         pace: Callable[[], None] | None = None) -> bytes:
         """The framed response, the same bytes as :meth:`describe` encoded, made from the entities directly
-        (:mod:`quotaflow.gateway.wire.quota_entries`: no message object per entity)."""
-        found = self._find(request, allowed)
+        (:mod:`quotaflow.gateway.wire.quota_entries`: no message object per entity); matching, encoding and freeing
+        in bounded pieces with ``pace`` called between them (``collector.Pace``: the GIL and the CPU yielded after
+        each half millisecond of work)."""
+        pace = Pace() if pace is None else pace
+        found = self._find(request, allowed, pace)
         if isinstance(found, KafkaError):
             return encode_describe_response(version, correlation_id, None, error_code=found.errno,
                                             error_message=found.message)
-        encoded = encode_describe_response(version, correlation_id, found)
-        drop_gradually(found)
+        encoded = encode_describe_response(version, correlation_id, found, pace=pace)
+        drop_gradually(found, pace=pace)
         return encoded
 
     @staticmethod

@@ -11,15 +11,16 @@ the same bytes kafka-python's encoder gives (tests/gateway/wire/test_acl_entries
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from quotaflow.core.acl import AclBinding
-from quotaflow.gateway.wire.direct import JOIN_ENTRIES, NO_TAGS, Primitives
+from quotaflow.gateway.wire.direct import JOIN_ENTRIES, NO_TAGS, Primitives, unpaced
 
 _BYTE: Final = struct.Struct(">b")
 FLEXIBLE_FROM: Final = 2  # DescribeAcls v2 is flexible (compact strings and arrays, tagged fields)
 PATTERN_TYPE_FROM: Final = 1
+_STEP: Final = 256  # bindings compared between two paces
 
 
 class _Encoder(Primitives):
@@ -52,12 +53,17 @@ class _Encoder(Primitives):
 
 
 def encode_describe_acls_response(version: int, correlation_id: int, bindings: Sequence[AclBinding], *,
-                                  throttle_ms: int = 0) -> bytes:
+                                  throttle_ms: int = 0, pace: Callable[[], None] = unpaced) -> bytes:
     """The framed DescribeAcls response (size prefix, header, body) at ``version`` for ``bindings`` in
     :func:`~quotaflow.admin.acls.sort_bindings` order: one resource per pattern (a pattern's bindings are adjacent
-    in that order), its entries in order, as the message form groups them."""
+    in that order), its entries in order, as the message form groups them. ``pace`` is called after each resource
+    (:class:`~quotaflow.gateway.collector.Pace`)."""
     enc = _Encoder(version)
-    starts = [i for i in range(len(bindings)) if i == 0 or bindings[i].pattern != bindings[i - 1].pattern]
+    starts: list[int] = []
+    for lo in range(0, len(bindings), _STEP):  # where each pattern's bindings start, a step at a time
+        starts += [i for i in range(lo, min(lo + _STEP, len(bindings)))
+                   if i == 0 or bindings[i].pattern != bindings[i - 1].pattern]
+        pace()
     chunks = [enc.head(correlation_id, throttle_ms, 0, None), enc.array(len(starts))]
     starts.append(len(bindings))
     pieces: list[bytes] = []
@@ -65,6 +71,7 @@ def encode_describe_acls_response(version: int, correlation_id: int, bindings: S
     # joined about JOIN_ENTRIES bindings at a time: one join of every piece is one C call holding the GIL
     for k in range(len(starts) - 1):
         enc.resource(bindings[starts[k]:starts[k + 1]], pieces)
+        pace()
         if starts[k + 1] - done >= JOIN_ENTRIES:
             chunks.append(b"".join(pieces))
             pieces = []

@@ -2,7 +2,8 @@
 ``acl_entries``: DescribeAcls), the largest it makes itself: the primitives of one version (flexible or not), the
 encodings of repeated strings cached, and the response's head and framing. The bodies are joined a chunk of
 :data:`JOIN_ENTRIES` entries at a time: one join of every piece is one C call that holds the GIL for tens of ms at
-100,000 entries, and so is freeing that list of pieces at once."""
+100,000 entries, and so is freeing that list of pieces at once. The encoders call a ``pace`` between entries (the
+gateway's ``collector.Pace``: yield the GIL and the CPU after each half millisecond of work)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ NO_TAGS: Final = b"\x00"
 JOIN_ENTRIES: Final = 1000  # entries encoded and joined per chunk of a response
 _FIXED: Final = struct.Struct(">ih")  # throttle_time_ms, error_code
 _CACHED: Final = 65_536  # strings whose encodings are kept (names, principals, keys), then the cache starts over
+
+
+def unpaced() -> None:
+    """The pace of an encode that shares the GIL with no one (the default where a pace is optional: see
+    ``gateway.collector.Pace``, which the gateway's describes pass)."""
 
 
 def uvarint(n: int) -> bytes:

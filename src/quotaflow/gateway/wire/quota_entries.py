@@ -11,12 +11,12 @@ encoder gives (tests/gateway/wire/test_quota_entries.py compares them): the enti
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from quotaflow.admin import DescribedEntity
 from quotaflow.core.validation import java_map_order
-from quotaflow.gateway.wire.direct import JOIN_ENTRIES, NO_TAGS, Primitives
+from quotaflow.gateway.wire.direct import JOIN_ENTRIES, NO_TAGS, Primitives, unpaced
 
 _DOUBLE: Final = struct.Struct(">d")
 FLEXIBLE_FROM: Final = 1  # DescribeClientQuotas v1 is flexible (compact strings and arrays, tagged fields)
@@ -49,9 +49,11 @@ class _Encoder(Primitives):
 
 
 def encode_describe_response(version: int, correlation_id: int, entries: Sequence[DescribedEntity] | None, *,
-                             error_code: int = 0, error_message: str | None = None, throttle_ms: int = 0) -> bytes:
+                             error_code: int = 0, error_message: str | None = None, throttle_ms: int = 0,
+                             pace: Callable[[], None] = unpaced) -> bytes:
     """The framed DescribeClientQuotas response (size prefix, header, body) at ``version``: ``entries`` None is the
-    null array of an error response."""
+    null array of an error response. ``pace`` is called after each entry
+    (:class:`~quotaflow.gateway.collector.Pace`)."""
     enc = _Encoder(version >= FLEXIBLE_FROM)
     chunks = [enc.head(correlation_id, throttle_ms, error_code, error_message),
               enc.array(None if entries is None else len(entries))]
@@ -60,5 +62,6 @@ def encode_describe_response(version: int, correlation_id: int, entries: Sequenc
         pieces: list[bytes] = []
         for d in listed[start:start + JOIN_ENTRIES]:
             enc.entry(d, pieces)
+            pace()
         chunks.append(b"".join(pieces))
     return enc.framed(chunks)
