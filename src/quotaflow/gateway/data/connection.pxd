@@ -4,8 +4,10 @@
 
 cimport cython
 
+from quotaflow.engine.rate cimport Rate
 from quotaflow.gateway.data.framing cimport FrameBuffer
-from quotaflow.gateway.data.pending cimport Pending, request_row
+from quotaflow.gateway.data.pending cimport Pending, new_pending, request_row
+from quotaflow.gateway.wire.frame_facts cimport correlation_id, read_request
 from quotaflow.gateway.observation.row_queue cimport RowQueue
 
 
@@ -17,8 +19,10 @@ cdef class DecisionClock:
 
 
 cdef class ProduceBinding:
-    cdef public object manager, request, user, client_id, sensor
+    cdef public object manager, request, user, client_id
+    cdef public Rate sensor
     cdef public long long generation, expiration_ms
+    cdef public bint limited
 
     cpdef bint holds(self, object user, object client_id, long long now_ms) except -1
 
@@ -41,13 +45,14 @@ cdef class ConnectionCore:
     cdef public Py_ssize_t _max_in_flight, _max_unsent, _held, _unsent, _unsent_local
     cdef public long long _auth_ns
     cdef public bint _waiting_memory, _stopped, _closing, _reading, _upstream_reading, _upstream_blocked
-    cdef public bint _admitted, _pumping, _again, _cut, _write_paused
+    cdef public bint _admitted, _pumping, _again, _cut, _write_paused, _sasl_quiet
 
     cpdef _pump(self)
     cpdef _set_reading(self, int gate)
     cpdef int _gate(self) except -1
     @cython.locals(unsent=Py_ssize_t)
     cpdef bint _over_unsent_bound(self, bint upstream) except -1
+    @cython.locals(frame=bytes)
     cpdef int _take(self) except -1
     cpdef tuple _frame_limit(self)
     @cython.locals(start=cython.longlong)
@@ -55,7 +60,9 @@ cdef class ConnectionCore:
     cpdef _enqueue(self, Pending pending)
     @cython.locals(now_ms=cython.longlong)
     cpdef Pending _on_request(self, object frame)
-    cpdef bint _binds_produce(self, Pending pending, object frame) except -1
+    cpdef bint _binds_produce(self, Pending pending, object framed) except -1
+    cpdef ProduceBinding _binding(self, Pending pending, long long now_ms)
+    @cython.locals(sensor=Rate)
     cpdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cpdef _forward(self, Pending pending)
     @cython.locals(pending=Pending)
@@ -81,5 +88,10 @@ cdef class UpstreamCore:
 
 cpdef bint _supported(bytes table, long api_key, long version) except -1
 cdef tuple _header(Pending pending)
+@cython.locals(needle=bytes)
 cdef bint _names_any(bytes frame, tuple needles) except -1
+
+
+cdef extern from "string.h":  # (glibc's, declared under _GNU_SOURCE, which pyconfig.h defines)
+    const void *memmem(const void *haystack, size_t haystacklen, const void *needle, size_t needlelen)
 cdef Py_ssize_t _API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID

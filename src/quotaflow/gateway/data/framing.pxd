@@ -13,7 +13,7 @@ cdef class FrameBuffer:
     cpdef object buffer(self)
     cpdef updated(self, int nbytes)
     cpdef feed(self, object data)
-    cpdef object pop(self, int limit, str setting)
+    cpdef object pop(self, int limit, str setting, bint framed=*)
     cpdef int wants(self) except -1
     cpdef grant(self, int size)
     cpdef _fill(self)

@@ -109,15 +109,19 @@ class FrameBuffer:
             if self._size:
                 self._fill()
 
-    def pop(self, limit: cython.int, setting: str):  # -> bytes | None
-        """The next whole frame (without its size prefix), or None while it is incomplete (see :meth:`wants`).
-        A size outside ``0..limit`` raises ``ConnectionClosed`` with Kafka's message."""
+    def pop(self, limit: cython.int, setting: str, framed: cython.bint = False):  # -> bytes | None
+        """The next whole frame (without its size prefix; ``framed``: with it, as it came, so that it can be written
+        on as one buffer), or None while it is incomplete (see :meth:`wants`). A size outside ``0..limit`` raises
+        ``ConnectionClosed`` with Kafka's message."""
         if self._size:
             self._fill()
             if self._got < self._size:
                 return None
             chunks = self._chunks
-            frame = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
+            if framed:
+                frame = b"".join([self._size.to_bytes(4, "big"), *chunks])
+            else:
+                frame = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
             self._size = self._allocated = self._got = 0
             self._chunks = []
             self.partial = self._end > self._start
@@ -135,8 +139,10 @@ class FrameBuffer:
             raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
         if avail >= 4 + size:
             stop: cython.Py_ssize_t = start + 4 + size
+            if not framed:
+                start += 4
             # compiled: one bytes object made from the buffer's own bytes, no view between
-            frame = data[start + 4:stop] if cython.compiled else bytes(self._view[start + 4:stop])
+            frame = data[start:stop] if cython.compiled else bytes(self._view[start:stop])
             if stop == self._end:
                 self._start = self._end = 0
                 self.partial = False
