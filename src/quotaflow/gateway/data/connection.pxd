@@ -55,7 +55,7 @@ cdef class ConnectionCore:
     @cython.locals(frame=bytes)
     cpdef int _take(self) except -1
     cpdef tuple _frame_limit(self)
-    @cython.locals(start=cython.longlong)
+    @cython.locals(start=cython.longlong, now=cython.longlong)
     cpdef object _take_request(self, object frame)
     cpdef _enqueue(self, Pending pending)
     @cython.locals(now_ms=cython.longlong)
@@ -95,3 +95,7 @@ cdef bint _names_any(bytes frame, tuple needles) except -1
 cdef extern from "string.h":  # (glibc's, declared under _GNU_SOURCE, which pyconfig.h defines)
     const void *memmem(const void *haystack, size_t haystacklen, const void *needle, size_t needlelen)
 cdef Py_ssize_t _API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID
+# constants the core compares with on every request: C integers, not module-dictionary lookups
+cdef int _STOP, _BUFFER, _TAKE
+cdef long _API_VERSIONS, _PRODUCE, _SASL_HANDSHAKE, _SASL_AUTHENTICATE
+cdef Py_ssize_t _PRODUCE_SCAN_LIMIT, _TLS_RECORD

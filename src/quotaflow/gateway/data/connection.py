@@ -566,13 +566,16 @@ class ConnectionCore:
         pending: Pending = self._on_request(frame)
         if pending.forward is not None:
             if self._upstream is None:
-                pending.thread_ns += monotonic_ns() - start
+                now = monotonic_ns()
+                pending.thread_ns += now - start
                 return self._forward_later(pending)
             self._forward(pending)
         elif not pending.forwarded and pending.local is None:
-            pending.thread_ns += monotonic_ns() - start
+            now = monotonic_ns()
+            pending.thread_ns += now - start
             return self._answer_later(frame[4:], pending)
-        pending.thread_ns += monotonic_ns() - start  # up to its decision, forwarding included: io time
+        now = monotonic_ns()
+        pending.thread_ns += now - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
         return None
 
