@@ -35,7 +35,8 @@ cdef class ConnectionCore:
     cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
     cdef public FrameBuffer _frames
     cdef public UpstreamCore _upstream
-    cdef public object _tls, _loop, _queue, _awaiting, _busy, _pool
+    cdef public object _tls, _loop, _busy, _pool
+    cdef public list _queue, _awaiting
     cdef public ProduceBinding _produce_binding
     cdef public object _produce_scan, _produce_access, _decision_ms
     cdef public bint _binds_decisions
@@ -67,7 +68,7 @@ cdef class ConnectionCore:
     cpdef _forward(self, Pending pending)
     @cython.locals(pending=Pending)
     cpdef _read_upstream(self, UpstreamCore upstream)
-    @cython.locals(pending=Pending, clock=cython.longlong)
+    @cython.locals(pending=Pending, clock=cython.longlong, queue=list)
     cpdef _flush(self)
     @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong)
     cpdef long long _send(self, Pending pending, object frame, long long start) except? -1

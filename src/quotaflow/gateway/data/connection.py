@@ -17,9 +17,11 @@ client's socket drains, memory is released, an async step ends):
 * responses leave in request order (Kafka clients pipeline requests and match responses by order and correlation
   id); each is decided (KIP-219: answered at once with ``throttle_time_ms``, then the connection is not read for
   that long), rewritten where it must be, written with one call, and logged, in one synchronous step, so the event
-  log's order is the decisions' order. Forwarded frames and unchanged responses are written as they came
-  (``writelines`` of the size prefix and the frame: no copy into a new buffer; on TLS a small frame is joined to
-  its size, so that it is one record);
+  log's order is the decisions' order. Requests are cut with their size prefix and forwarded as they came, one
+  buffer (the transport's single-write path: one system call, nothing allocated); so is the response to a Produce
+  decided through the kept sensor (below), read with its prefix. Other unchanged responses are written after their
+  size (``writelines``: no copy into a new buffer; on TLS a small frame is joined to its size, so that it is one
+  record); the API hooks read frames without the prefix;
 * a Produce is decided through the producer quota sensor the connection keeps for its principal and client id
   (:class:`ProduceBinding`), and one without authorization work is forwarded without the API hooks;
 * the next request is taken only while fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's
@@ -47,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections import deque
 from collections.abc import Coroutine
 from time import monotonic, monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -214,8 +215,10 @@ class ConnectionCore:
         # (node, address) the upstream leg reached first (None: not opened yet): a leg released while idle reopens
         # there (release_upstream)
         self._upstream_route: tuple[int | None, tuple[str, int]] | None = None
-        self._queue: deque[Pending] = deque()  # taken, response not sent yet: in request order
-        self._awaiting: deque[Pending] = deque()  # forwarded, upstream response not read yet
+        # lists, not deques: compiled, appending, taking the first and reading it are C calls (a deque's are Python
+        # method calls); they hold at most quotaflow.max.in.flight.requests, so taking the first moves few pointers
+        self._queue: list[Pending] = []  # taken, response not sent yet: in request order
+        self._awaiting: list[Pending] = []  # forwarded, upstream response not read yet
         self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
         self._busy: asyncio.Task[None] | None = None  # an async step of the request being taken
         self._pool: RequestMemory | None = None  # the pool the large frame being read draws on
@@ -792,7 +795,7 @@ class ConnectionCore:
             self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
-            pending: Pending = self._awaiting.popleft()
+            pending: Pending = self._awaiting.pop(0)
             if correlation_id(frame, 4 if bound else 0) != _header(pending)[_CORRELATION_ID]:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
@@ -822,7 +825,7 @@ class ConnectionCore:
             else:
                 assert pending.local is not None
                 frame = pending.local
-            queue.popleft()
+            queue.pop(0)
             clock = self._send(pending, frame, clock or monotonic_ns())
             sent = True
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
