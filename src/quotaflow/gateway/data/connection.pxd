@@ -1,6 +1,8 @@
 # Cython declarations for connection.py (pure-Python mode: that file is the source and the pure twin): the
 # connection core's fields as C fields, typed where they are flags, counters and clocks, and its per-request methods
-# as cpdef, so the steps a request takes call each other and read the connection's state without Python lookups.
+# as cdef (called through the type's C table: no Python lookup, and no check for a Python override, which a cpdef
+# method of a type with a Python subclass makes at each call), so the steps a request takes call each other and read
+# the connection's state in C; cpdef where Python calls them (_pump, hold_limited_produce, _mute).
 
 cimport cython
 
@@ -49,33 +51,33 @@ cdef class ConnectionCore:
     cdef public bint _admitted, _pumping, _again, _cut, _write_paused, _sasl_quiet
 
     cpdef _pump(self)
-    cpdef _set_reading(self, int gate)
-    cpdef int _gate(self) except -1
+    cdef _set_reading(self, int gate)
+    cdef int _gate(self) except -1
     @cython.locals(unsent=Py_ssize_t)
-    cpdef bint _over_unsent_bound(self, bint upstream) except -1
+    cdef bint _over_unsent_bound(self, bint upstream) except -1
     @cython.locals(frame=bytes)
-    cpdef int _take(self) except -1
-    cpdef tuple _frame_limit(self)
+    cdef int _take(self) except -1
+    cdef tuple _frame_limit(self)
     @cython.locals(start=cython.longlong, now=cython.longlong)
-    cpdef object _take_request(self, object frame)
-    cpdef _enqueue(self, Pending pending)
+    cdef object _take_request(self, object frame)
+    cdef _enqueue(self, Pending pending)
     @cython.locals(now_ms=cython.longlong)
-    cpdef Pending _on_request(self, object frame)
-    cpdef bint _binds_produce(self, Pending pending, object framed) except -1
-    cpdef ProduceBinding _binding(self, Pending pending, long long now_ms)
+    cdef Pending _on_request(self, object frame)
+    cdef bint _binds_produce(self, Pending pending, object framed) except -1
+    cdef ProduceBinding _binding(self, Pending pending, long long now_ms)
     @cython.locals(sensor=Rate)
-    cpdef object _decide_bound_produce(self, Pending pending, long long now_ms)
-    cpdef _forward(self, Pending pending)
+    cdef object _decide_bound_produce(self, Pending pending, long long now_ms)
+    cdef _forward(self, Pending pending)
     @cython.locals(pending=Pending)
-    cpdef _read_upstream(self, UpstreamCore upstream)
+    cdef _read_upstream(self, UpstreamCore upstream)
     @cython.locals(pending=Pending, clock=cython.longlong, queue=list)
-    cpdef _flush(self)
+    cdef _flush(self)
     @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong)
-    cpdef long long _send(self, Pending pending, object frame, long long start) except? -1
+    cdef long long _send(self, Pending pending, object frame, long long start) except? -1
     @cython.locals(header=tuple)
-    cpdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
+    cdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
     @cython.locals(header=tuple)
-    cpdef object _render(self, Pending pending, object frame, int throttle)
+    cdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
     cpdef hold_limited_produce(self, Pending pending)
     cdef public object _upstream_route
