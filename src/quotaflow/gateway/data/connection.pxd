@@ -55,20 +55,20 @@ cdef class ConnectionCore:
     cdef int _gate(self) except -1
     @cython.locals(unsent=Py_ssize_t)
     cdef bint _over_unsent_bound(self, bint upstream) except -1
-    @cython.locals(frame=bytes)
+    @cython.locals(frame=bytes, off=Py_ssize_t)
     cdef int _take(self) except -1
     cdef tuple _frame_limit(self)
     @cython.locals(start=cython.longlong, now=cython.longlong)
-    cdef object _take_request(self, object frame)
+    cdef object _take_request(self, object frame, Py_ssize_t off)
     cdef _enqueue(self, Pending pending)
     @cython.locals(now_ms=cython.longlong)
-    cdef Pending _on_request(self, object frame)
-    cdef bint _binds_produce(self, Pending pending, object framed) except -1
+    cdef Pending _on_request(self, object framed, Py_ssize_t off)
+    cdef bint _binds_produce(self, Pending pending, object framed, Py_ssize_t off) except -1
     cdef ProduceBinding _binding(self, Pending pending, long long now_ms)
     @cython.locals(sensor=Rate)
     cdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cdef _forward(self, Pending pending)
-    @cython.locals(pending=Pending)
+    @cython.locals(pending=Pending, bound=bint, framed=bint)
     cdef _read_upstream(self, UpstreamCore upstream)
     @cython.locals(pending=Pending, clock=cython.longlong, queue=list)
     cdef _flush(self)
@@ -91,6 +91,7 @@ cdef class UpstreamCore:
 
 cpdef bint _supported(bytes table, long api_key, long version) except -1
 cdef tuple _header(Pending pending)
+cdef object _body(Pending pending, object frame)
 @cython.locals(needle=bytes)
 cdef bint _names_any(bytes frame, tuple needles) except -1
 

@@ -500,7 +500,9 @@ class ConnectionCore:
             return gate
         limit, setting = self._frame_limit()  # authentication only changes in an async step, which ends this loop
         while gate == _TAKE:
-            frame = frames.pop(limit, setting, True)  # with its size prefix: forwarded as it came, one buffer
+            # with its size prefix (off 4): forwarded as it came, one buffer; a frame larger than the receive buffer
+            # comes without it (off 0)
+            frame = frames.pop(limit, setting, True)
             if frame is None:
                 need = frames.wants()
                 if not need or self._waiting_memory:
@@ -519,12 +521,13 @@ class ConnectionCore:
             pool, self._pool = self._pool, None
             rest: Coroutine[Any, Any, None] | None
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
-            connect = self._upstream is None and self._will_forward(frame)
-            if connect or (len(frame) > 5 and ((frame[4] << 8) | frame[5]) in _COUNTED
-                           and needs_partition_counts(self, frame[4:])):
-                rest = self._prepare_then_take(frame, connect)
+            off = 4 if frames.framed else 0
+            connect = self._upstream is None and self._will_forward(frame, off)
+            if connect or (len(frame) > off + 1 and ((frame[off] << 8) | frame[off + 1]) in _COUNTED
+                           and needs_partition_counts(self, frame[off:])):
+                rest = self._prepare_then_take(frame, off, connect)
             else:
-                rest = self._take_request(frame)
+                rest = self._take_request(frame, off)
             if rest is not None:
                 self._run_async(rest, pool)
             elif pool is not None:
@@ -552,21 +555,21 @@ class ConnectionCore:
 
         task.add_done_callback(done)
 
-    async def _prepare_then_take(self, frame: bytes, connect: bool) -> None:
+    async def _prepare_then_take(self, frame: bytes, off: int, connect: bool) -> None:
         if connect:
             await self._ensure_upstream()
-        await prepare_request(self, frame[4:])  # KIP-599 permits that need the upstream's partition counts
-        rest = self._take_request(frame)
+        await prepare_request(self, frame[off:])  # KIP-599 permits that need the upstream's partition counts
+        rest = self._take_request(frame, off)
         if rest is not None:
             await rest
 
-    def _take_request(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
-        """Decide one request (``frame``: with its size prefix) and pass it on: forwarded (its bytes go to the
-        upstream socket now) or answered here. Returns what is left to do when that must wait (an upstream connect,
-        a local answer)."""
+    def _take_request(self, frame: bytes, off: int) -> Coroutine[Any, Any, None] | None:
+        """Decide one request (``frame``, its size prefix the first ``off`` bytes: 4 or none) and pass it on:
+        forwarded (its bytes go to the upstream socket now) or answered here. Returns what is left to do when that
+        must wait (an upstream connect, a local answer)."""
         start = monotonic_ns()
         self.last_active = start / 1e9  # time.monotonic's clock, from the reading just taken
-        pending: Pending = self._on_request(frame)
+        pending: Pending = self._on_request(frame, off)
         if pending.forward is not None:
             if self._upstream is None:
                 now = monotonic_ns()
@@ -576,7 +579,7 @@ class ConnectionCore:
         elif not pending.forwarded and pending.local is None:
             now = monotonic_ns()
             pending.thread_ns += now - start
-            return self._answer_later(frame[4:], pending)
+            return self._answer_later(frame[off:], pending)
         now = monotonic_ns()
         pending.thread_ns += now - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
@@ -602,15 +605,15 @@ class ConnectionCore:
         if not pending.forwarded:
             self._again = True  # ready to send now
 
-    def _will_forward(self, frame: bytes) -> bool:
-        """Whether this request (with its size prefix) goes upstream (a peek at its header; ``_on_request`` does the
-        real checks)."""
+    def _will_forward(self, frame: bytes, off: int) -> bool:
+        """Whether this request (its size prefix the first ``off`` bytes) goes upstream (a peek at its header;
+        ``_on_request`` does the real checks)."""
         if self.sasl.passthrough is not None and not self.sasl.authenticated:
             return True  # SASL passthrough: the exchange itself goes to the broker
         if self.sasl.raw_tokens or self.sasl.pending_auth:
             return False
         try:
-            header = protocol.parse_request_header(frame[4:])
+            header = protocol.parse_request_header(frame[off:])
         except InvalidRequestError:
             return False
         key, version = header.api_key, header.api_version
@@ -618,19 +621,20 @@ class ConnectionCore:
             return 0 <= version <= versions.APIVERSIONS_MAX
         return key not in LOCAL_APIS and _supported(self._offered, key, version)
 
-    def _on_request(self, framed: bytes) -> Pending:
-        """The request ``framed`` (with its size prefix) read and decided: answered here (``local``), or to be
-        forwarded (``forward``: ``framed`` itself unless a hook rewrote it)."""
+    def _on_request(self, framed: bytes, off: int) -> Pending:
+        """The request ``framed`` (its size prefix the first ``off`` bytes: 4, or none for a frame larger than the
+        receive buffer) read and decided: answered here (``local``), or to be forwarded (``forward``: ``framed``
+        itself unless a hook rewrote it)."""
         now_ms = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
         if not self._sasl_quiet and self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
-            return Pending(header, len(framed) - 4, now_ms)
+            return Pending(header, len(framed) - off, now_ms)
         try:
             # protocol.read_request without its Python frame, read past the size prefix in place
-            header, acks = read_request(framed, FLEXIBLE_FROM, RequestHeader, 4)
+            header, acks = read_request(framed, FLEXIBLE_FROM, RequestHeader, off)
         except InvalidRequestError as e:  # Kafka closes a connection whose request it cannot parse
             raise ConnectionClosed(str(e)) from e
-        pending: Pending = new_pending(header, len(framed) - 4, now_ms)
+        pending: Pending = new_pending(header, len(framed) - off, now_ms)
         key = _header(pending)[_API_KEY]
         if acks != ACKS_UNREADABLE:
             pending.acks = acks
@@ -652,31 +656,31 @@ class ConnectionCore:
         if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
-            self.sasl.watch_request(header, framed[4:])  # SASL passthrough: read, then forwarded as it came
+            self.sasl.watch_request(header, framed[off:])  # SASL passthrough: read, then forwarded as it came
         elif key == _API_VERSIONS and not passthrough and not self._sasl_quiet and self.sasl.pending_auth:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
         forward = framed
-        if key != _PRODUCE or not self._binds_produce(pending, framed):
+        if key != _PRODUCE or not self._binds_produce(pending, framed, off):
             pending.handler = handler = HANDLERS.get(key, DEFAULT)
             hook = handler.request
             if hook is not None:
-                frame = framed[4:]  # what the hooks read: the frame without its size prefix
+                frame = framed[off:]  # what the hooks read: the frame without its size prefix (off 0: itself)
                 rewritten = hook(self, pending, frame)
                 if rewritten is None:  # answered here (every topic refused), or no response will come (acks=0)
                     if pending.forward is frame:  # forwarded unchanged (acks=0): as it came
                         pending.forward = framed
-                        pending.framed = True
+                        pending.framed = off == 4
                     return pending
                 if rewritten is not frame:
                     forward = rewritten
         pending.forward = forward
-        pending.framed = forward is framed
+        pending.framed = off == 4 and forward is framed
         pending.forwarded = True
         self._awaiting.append(pending)
         return pending
 
-    def _binds_produce(self, pending: Pending, framed: bytes) -> bool:
+    def _binds_produce(self, pending: Pending, framed: bytes, off: int) -> bool:
         """Whether this Produce is forwarded as it came, without the handler table's request hooks: when those
         would only pass it on (acks 1 or all, as acks=0 is answered by nobody; no principal excluded from quotas;
         and without an authorizer no hidden topic's name in it, ``authorize.SCAN_ONLY``, with one every topic
@@ -687,14 +691,14 @@ class ConnectionCore:
             return False
         scan = self._produce_scan
         if scan is not None:  # (the size prefix cannot hold a name: its 4 bytes plus the API key's 2 are no topic)
-            if len(framed) - 4 > _PRODUCE_SCAN_LIMIT or _names_any(framed, scan):
+            if len(framed) - off > _PRODUCE_SCAN_LIMIT or _names_any(framed, scan):
                 return False
         elif self._produce_access is None:
             return False
         else:
             try:
                 if granted(self._produce_access, self.principal, self.client_ip, pending.header,
-                           framed[4:]) is not None:
+                           framed[off:]) is not None:
                     return False  # UNDECIDED: the hook plans it
             except InvalidRequestError:
                 return False  # the hook reads it again and closes the connection as it does
@@ -786,6 +790,7 @@ class ConnectionCore:
             # a bound Produce's response is read with its size prefix: it goes back as it came, one buffer
             bound = bool(self._awaiting) and cython.cast(Pending, self._awaiting[0]).bound
             frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream", bound)
+            framed = frames.framed
             if frame is None:
                 need = frames.wants()
                 if not need:
@@ -796,9 +801,10 @@ class ConnectionCore:
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
             pending: Pending = self._awaiting.pop(0)
-            if correlation_id(frame, 4 if bound else 0) != _header(pending)[_CORRELATION_ID]:
+            if correlation_id(frame, 4 if framed else 0) != _header(pending)[_CORRELATION_ID]:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
+            pending.framed = framed  # (the request's own flag is done with: it was forwarded)
 
     def _upstream_lost(self) -> None:
         self.close()  # the client reconnects; its requests in flight have no answer to wait for
@@ -866,7 +872,7 @@ class ConnectionCore:
             self._unsent_local -= len(frame)
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are
-            if pending.bound:  # read with its size prefix: one buffer, the transport's fast path
+            if pending.framed:  # read with its size prefix: one buffer, the transport's fast path
                 self.transport.write(frame)
             elif self._tls is None or len(frame) > _TLS_RECORD:
                 self.transport.writelines((_size(len(frame)), frame))  # one writev, no copy
@@ -896,14 +902,14 @@ class ConnectionCore:
             if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
                 response_bytes = len(pending.response)
             else:  # the response's size without its size prefix (the gateway's own and a bound one have it)
-                response_bytes = len(frame) if pending.forwarded and not pending.bound else max(len(frame) - 4, 0)
+                response_bytes = len(frame) if pending.forwarded and not pending.framed else max(len(frame) - 4, 0)
             rows.append(request_row(self.broker, self.listener, self.principal, self.client_ip, pending,
                                     response_bytes, now_ms, rows.next_seq()))
         return end
 
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
-        response (unframed, framed when ``pending.bound``) or the gateway's own (framed)."""
+        response (unframed, framed when ``pending.framed``) or the gateway's own (framed)."""
         enforcement = self.enforcement
         if now_ms >= enforcement.switch_ms:  # a promotion's batch takes effect now (gateway.data.shadow)
             enforcement.switch(now_ms)
@@ -913,13 +919,12 @@ class ConnectionCore:
         if decisions is None:
             header = _header(pending)
             handler = pending.handler or HANDLERS.get(header[_API_KEY], DEFAULT)
-            decisions = handler.decide(enforcement, pending, frame[4:] if pending.bound else frame, self.principal,
+            decisions = handler.decide(enforcement, pending, _body(pending, frame), self.principal,
                                        header[_CLIENT_ID] or "", pending.thread_ns, now_ms)
         pending.decisions = decisions
         shadow = enforcement.shadow
         if shadow is not None:  # a shadow quota set runs: the same request decided under it, never applied
-            pending.shadow = decide_shadow(shadow, pending, frame[4:] if pending.bound else frame, self.principal,
-                                           now_ms)
+            pending.shadow = decide_shadow(shadow, pending, _body(pending, frame), self.principal, now_ms)
         throttle = decisions.throttle_ms
         if throttle > 0:
             self._mute(throttle)
@@ -937,7 +942,7 @@ class ConnectionCore:
             hook = handler.response if pending.authz is None or handler.planned_response is None \
                 else handler.planned_response
         if hook is not None:
-            out = hook(self, pending, frame[4:] if pending.bound else frame, throttle)
+            out = hook(self, pending, _body(pending, frame), throttle)
             if out is not None:
                 return out
         if not pending.forwarded:  # made here: already framed; only the throttle field may change
@@ -945,7 +950,7 @@ class ConnectionCore:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame
             return frame
         if throttle > 0:
-            return rewrite(self, frame[4:] if pending.bound else frame, key, version, throttle)
+            return rewrite(self, _body(pending, frame), key, version, throttle)
         return PASS_THROUGH
 
     def hold_limited_produce(self, pending: Pending) -> None:
@@ -1045,6 +1050,12 @@ def _header(pending: Pending) -> tuple[Any, ...]:
 
 _API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID = 0, 1, 2, 3  # RequestHeader's fields by position
 assert RequestHeader._fields[:4] == ("api_key", "api_version", "correlation_id", "client_id")
+
+
+def _body(pending: Pending, frame: bytes) -> bytes:
+    """A response as the API hooks read it: an upstream response without its size prefix (cut off when it was read
+    with it, ``pending.framed``), the gateway's own as it is (framed)."""
+    return frame[4:] if pending.forwarded and pending.framed else frame
 
 
 def _names_any(frame: bytes, needles: tuple[bytes, ...]) -> bool:

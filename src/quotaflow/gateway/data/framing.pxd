@@ -8,7 +8,7 @@ cdef class FrameBuffer:
     cdef Py_ssize_t _start, _end, _size, _allocated, _got, _max, _initial
     cdef list _chunks
     cdef bint _into_chunk
-    cdef public bint partial
+    cdef public bint partial, framed
 
     cpdef object buffer(self)
     cpdef updated(self, int nbytes)

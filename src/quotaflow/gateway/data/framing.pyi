@@ -8,6 +8,7 @@ FIRST_CHUNK: Final[int]
 
 class FrameBuffer:
     partial: bool
+    framed: bool
     def __init__(self, capacity: int = ..., initial: int = ...) -> None: ...
     @property
     def has_room(self) -> bool: ...

@@ -32,11 +32,12 @@ class Pending:
     acks: int | None
     local: bytes | None  # a response the gateway made itself
     forwarded: bool  # sent to the upstream, whose response it waits for (else answered here)
-    reply: bytes | None  # the upstream's response, once read (with its size prefix when ``bound``)
+    reply: bytes | None  # the upstream's response, once read (with its size prefix when ``framed``)
     forward: bytes | None  # the frame to send upstream (once the upstream connection is there)
-    framed: bool  # ``forward`` is the frame with its size prefix, as the client sent it (else without)
+    # the frame held has its size prefix, as it came: ``forward`` until it is sent, then ``reply`` once read
+    framed: bool
     # a Produce decided through its connection's kept sensor (connection.ProduceBinding): forwarded as it came, and
-    # its response, read with its size prefix (``reply``), goes back as it came unless it is throttled
+    # its response read with its size prefix, to go back as it came unless it is throttled
     bound: bool
     local_api_versions: bool  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool
