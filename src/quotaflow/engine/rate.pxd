@@ -1,6 +1,7 @@
 # Cython declarations for rate.py (pure-Python mode: that file is the source and the pure twin): one quota-id's
 # samples as an extension type, its configuration and counters C fields, so that the per-request record-and-check
-# runs as C without a Python frame. The sample lists stay Python lists: Avg, export_state and the kernels read them.
+# runs as C without a Python frame (cpdef: the gateway's compiled core calls it as a C method). The sample lists
+# stay Python lists: Avg, export_state and the kernels read them.
 
 cdef class Rate:
     cdef readonly long long samples, window_ms, _purge_age
@@ -12,3 +13,4 @@ cdef class Rate:
 
     cdef Py_ssize_t _roll(self, long long now_ms) except -1
     cdef _append(self, long long now_ms)
+    cpdef long long record_and_throttle(self, double value, long long now_ms, object max_ms=*) except? -1

@@ -15,6 +15,8 @@ override its ``def`` methods as usual.
 
 from __future__ import annotations
 
+from typing import Any
+
 import cython
 
 from quotaflow.engine.quota_utils import bounded_throttle_time, java_div, throttle_time
@@ -125,7 +127,8 @@ class Rate:
         return total / (self.window_size(now_ms) / 1000.0)
 
     # -- quota ---------------------------------------------------------------------------------------------------
-    def record_and_throttle(self, value: cython.double, now_ms: cython.longlong, max_ms: int | None = None) -> int:
+    def record_and_throttle(self, value: cython.double, now_ms: cython.longlong,
+                            max_ms: Any = None) -> cython.longlong:  # max_ms: int | None (Any: rate.pxd's object)
         """Record with the quota check (``Sensor.record`` with checkQuotas); on violation ``throttleTime``
         (bounded by ``max_ms`` when given), else 0.
 

@@ -340,15 +340,20 @@ class _CountingWrites(_Transport):
 
 
 def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
-    """On an SSL listener a forwarded response goes to the transport as one buffer (one TLS record, not a 4-byte
-    record for the size and another for the frame), unless it is larger than a TLS record holds (it is several
-    records anyway: not copied); on a plaintext one as the size and the frame, uncopied."""
+    """A Produce decided through the connection's kept sensor (bound) goes upstream, and its response back, as the
+    one buffer it was read as, size prefix included (the transport's single-buffer path). Any other forwarded
+    response: on an SSL listener as one buffer (one TLS record, not a 4-byte record for the size and another for the
+    frame), unless it is larger than a TLS record holds (it is several records anyway: not copied); on a plaintext
+    one as the size and the frame, uncopied."""
     tls = ListenerTls(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), SslPrincipalMapper.from_rules(None))
 
-    async def run(module: ModuleType, listener_tls: ListenerTls | None, error: str | None) -> tuple[int, list[bytes]]:
+    async def run(module: ModuleType, listener_tls: ListenerTls | None, error: str | None,
+                  bound: bool) -> tuple[int, int, list[bytes]]:
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, tmp_path / "quotas.db")
         conn = module.ClientConnection(gw, "PLAINTEXT", "127.0.0.1", 1, tls=listener_tls)
-        client, upstream = _CountingWrites(), _Transport()
+        if not bound:  # neither the hidden-name scan nor an authorizer's answer: the handler table's hooks
+            conn._produce_scan = conn._produce_access = None
+        client, upstream = _CountingWrites(), _CountingWrites()
         conn.connection_made(client)
         conn.admit()
         conn._upstream = module.UpstreamProtocol(conn, upstream)
@@ -358,14 +363,18 @@ def test_a_tls_client_gets_each_response_as_one_buffer(tmp_path: Path) -> None:
                 _feed(proto, data)
         finally:
             gw.store.close()
-        return client.buffers, client.take()
+        assert upstream.take() == [request]
+        return upstream.buffers, client.buffers, client.take()
 
     large = "e" * 20_000
     response, large_response = _frames(1, 1)[1], _frames(1, 1, large)[1]
     for module in (connection, pure_twin(connection)):
-        assert asyncio.run(run(module, tls, None)) == (1, [response])
-        assert asyncio.run(run(module, None, None)) == (2, [response])
-        assert asyncio.run(run(module, tls, large)) == (2, [large_response])
+        for listener_tls in (tls, None):
+            assert asyncio.run(run(module, listener_tls, None, True)) == (1, 1, [response])
+            assert asyncio.run(run(module, listener_tls, large, True)) == (1, 1, [large_response])
+        assert asyncio.run(run(module, tls, None, False)) == (1, 1, [response])
+        assert asyncio.run(run(module, None, None, False)) == (1, 2, [response])
+        assert asyncio.run(run(module, tls, large, False)) == (1, 2, [large_response])
 
 
 def _authorized_transcript(module: ModuleType, store_path: Path,

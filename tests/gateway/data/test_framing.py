@@ -11,7 +11,7 @@ import pytest
 
 from quotaflow.core.errors import ConnectionClosed
 from quotaflow.gateway.data import framing
-from quotaflow.gateway.data.framing import FIRST_CHUNK, FrameBuffer
+from quotaflow.gateway.data.framing import FIRST_CHUNK, RECEIVE_BUFFER, FrameBuffer
 from twins import assert_compiled, forms
 
 FORMS = forms(framing)
@@ -25,16 +25,22 @@ def framed(body: bytes) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def receive(frames: FrameBuffer, data: bytes, rng: random.Random, granted: list[int]) -> list[bytes]:
+def receive(frames: FrameBuffer, data: bytes, rng: random.Random, granted: list[int], *,
+            with_size: bool = False) -> list[bytes]:
     """Feed ``data`` as a socket would (pieces of random size, never more than the buffer offered), popping whole
-    frames and granting every chunk asked for."""
+    frames (``with_size``: asking for them with their size prefix) and granting every chunk asked for."""
     out: list[bytes] = []
     pos = 0
     while True:
         while True:
-            frame = frames.pop(1 << 30, "socket.request.max.bytes")
+            frame = frames.pop(1 << 30, "socket.request.max.bytes", with_size)
             if frame is not None:
-                out.append(frame)
+                body = frame[4:] if frames.framed else frame
+                out.append(body)
+                if frames.framed:
+                    assert frame[:4] == framed(body)[:4]
+                # with its size exactly when asked for and cut from the receive buffer (a frame that fits it)
+                assert frames.framed == (with_size and len(body) + 4 <= RECEIVE_BUFFER)
                 continue
             need = frames.wants()
             if not need:
@@ -62,6 +68,19 @@ def test_frames_come_out_whole_and_in_order_whatever_the_pieces(form: ModuleType
     # only the frames larger than the receive buffer took chunks, exactly their size in all
     large = [len(b) for b in bodies if len(b) + 4 > 16 * 1024]
     assert sum(granted) == sum(large)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("seed", range(4))
+def test_frames_asked_for_with_their_size_come_with_it_unless_assembled_in_chunks(form: ModuleType,
+                                                                                   seed: int) -> None:
+    """``pop(..., framed=True)``: a frame cut from the receive buffer keeps its size prefix (the connection writes
+    it on as one buffer); one larger than the buffer, assembled from chunks, comes without it and says so
+    (``framed`` False): putting the prefix back would copy it, and its readers need it without."""
+    rng = random.Random(seed)
+    bodies = [rng.randbytes(rng.choice([0, 1, 9, 4000, 16_380, 16_381, 70_000])) for _ in range(40)]
+    frames = form.FrameBuffer()
+    assert receive(frames, b"".join(framed(b) for b in bodies), rng, [], with_size=True) == bodies
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -17,9 +17,11 @@ client's socket drains, memory is released, an async step ends):
 * responses leave in request order (Kafka clients pipeline requests and match responses by order and correlation
   id); each is decided (KIP-219: answered at once with ``throttle_time_ms``, then the connection is not read for
   that long), rewritten where it must be, written with one call, and logged, in one synchronous step, so the event
-  log's order is the decisions' order. Forwarded frames and unchanged responses are written as they came
-  (``writelines`` of the size prefix and the frame: no copy into a new buffer; on TLS a small frame is joined to
-  its size, so that it is one record);
+  log's order is the decisions' order. Requests are cut with their size prefix and forwarded as they came, one
+  buffer (the transport's single-write path: one system call, nothing allocated); so is the response to a Produce
+  decided through the kept sensor (below), read with its prefix. Other unchanged responses are written after their
+  size (``writelines``: no copy into a new buffer; on TLS a small frame is joined to its size, so that it is one
+  record); the API hooks read frames without the prefix;
 * a Produce is decided through the producer quota sensor the connection keeps for its principal and client id
   (:class:`ProduceBinding`), and one without authorization work is forwarded without the API hooks;
 * the next request is taken only while fewer than ``quotaflow.max.in.flight.requests`` are unanswered (1 is Kafka's
@@ -47,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections import deque
 from collections.abc import Coroutine
 from time import monotonic, monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -79,7 +80,7 @@ from quotaflow.gateway.data.api_handlers import (
 from quotaflow.gateway.data.brokers import UpstreamUnavailableError, broker_key
 from quotaflow.gateway.data.enforcement import NO_THROTTLE
 from quotaflow.gateway.data.framing import FrameBuffer
-from quotaflow.gateway.data.pending import RAW_SASL, Pending, request_row
+from quotaflow.gateway.data.pending import RAW_SASL, Pending, new_pending, request_row
 from quotaflow.gateway.data.sasl_session import SaslSession
 from quotaflow.gateway.data.versions import PASSTHROUGH_APIS, SASL_APIS
 from quotaflow.gateway.observation.row_queue import RowQueue
@@ -129,7 +130,9 @@ class ProduceBinding:
     found through the produce manager once and kept while it is the one the manager's own record would use
     (``ClientQuotaManager.recording_sensor``: the manager's ``generation`` unchanged and the sensor not expired), so
     a Produce's quota decision is one compiled call into the sensor, not the handler table's, the engine's and the
-    manager's calls and their dictionary lookups. ``sensor`` None: no producer quota exists (nothing is recorded)."""
+    manager's calls and their dictionary lookups. ``sensor`` None: no producer quota exists (nothing is recorded).
+    ``limited``: a finite producer_byte_rate applies (``Enforcement.produce_limited``, cleared when the quotas
+    change, which also moves the manager's generation): the producer is read one produce at a time."""
 
     manager: Any
     request: Any
@@ -138,6 +141,7 @@ class ProduceBinding:
     client_id: str
     sensor: Any
     expiration_ms: int
+    limited: bool
 
     def __init__(self, enforcement: Enforcement, user: str, client_id: str, now_ms: int) -> None:
         managers = enforcement.managers
@@ -148,6 +152,7 @@ class ProduceBinding:
         self.client_id = client_id
         self.sensor = self.manager.recording_sensor(user, client_id, now_ms)
         self.expiration_ms = self.manager.sensor_expiration_ms
+        self.limited = enforcement.produce_limited[user, client_id]
 
     def holds(self, user: str, client_id: str, now_ms: int) -> bool:
         """Whether a record for ``user``/``client_id`` at ``now_ms`` goes to this binding's sensor."""
@@ -197,6 +202,10 @@ class ConnectionCore:
         self.sasl = SaslSession(gateway, client_ip, required=config.security_protocol(listener) in SASL_PROTOCOLS,
                                 on_authenticated=self._authenticated)
         # the gate's table: what ApiVersions advertises in this connection's mode, and all it accepts
+        # no SASL exchange to consult for a request: no SASL listener's authentication pending, no passthrough, no
+        # SASL request taken (one ends it for as long as an exchange may run); authenticated (_authenticated) it
+        # holds again: a request then reads no attribute of the exchange's state
+        self._sasl_quiet = not self.sasl.pending_auth and self.sasl.passthrough is None
         self._offered = versions.gate_table(sasl_passthrough=self.sasl.passthrough is not None,
                                             authorizer=access.authorizer is not None)
         self._loop = asyncio.get_running_loop()
@@ -206,8 +215,10 @@ class ConnectionCore:
         # (node, address) the upstream leg reached first (None: not opened yet): a leg released while idle reopens
         # there (release_upstream)
         self._upstream_route: tuple[int | None, tuple[str, int]] | None = None
-        self._queue: deque[Pending] = deque()  # taken, response not sent yet: in request order
-        self._awaiting: deque[Pending] = deque()  # forwarded, upstream response not read yet
+        # lists, not deques: compiled, appending, taking the first and reading it are C calls (a deque's are Python
+        # method calls); they hold at most quotaflow.max.in.flight.requests, so taking the first moves few pointers
+        self._queue: list[Pending] = []  # taken, response not sent yet: in request order
+        self._awaiting: list[Pending] = []  # forwarded, upstream response not read yet
         self._held = 0  # throttled produce requests whose responses are not sent yet: no reading meanwhile
         self._busy: asyncio.Task[None] | None = None  # an async step of the request being taken
         self._pool: RequestMemory | None = None  # the pool the large frame being read draws on
@@ -479,7 +490,7 @@ class ConnectionCore:
     def _frame_limit(self) -> tuple[int, str]:
         """Kafka's receive limit and its setting's name: ``sasl.server.max.receive.size`` until a SASL listener's
         client has authenticated, ``socket.request.max.bytes`` after."""
-        return self._preauth_limit if self.sasl.pending_auth else self._limit
+        return self._limit if self._sasl_quiet or not self.sasl.pending_auth else self._preauth_limit
 
     def _take(self) -> int:
         """Take every whole request the gate lets in; returns the gate as it stands after."""
@@ -489,7 +500,9 @@ class ConnectionCore:
             return gate
         limit, setting = self._frame_limit()  # authentication only changes in an async step, which ends this loop
         while gate == _TAKE:
-            frame = frames.pop(limit, setting)
+            # with its size prefix (off 4): forwarded as it came, one buffer; a frame larger than the receive buffer
+            # comes without it (off 0)
+            frame = frames.pop(limit, setting, True)
             if frame is None:
                 need = frames.wants()
                 if not need or self._waiting_memory:
@@ -508,11 +521,13 @@ class ConnectionCore:
             pool, self._pool = self._pool, None
             rest: Coroutine[Any, Any, None] | None
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
-            connect = self._upstream is None and self._will_forward(frame)
-            if connect or (frame[:2] in COUNTED_API_KEYS and needs_partition_counts(self, frame)):
-                rest = self._prepare_then_take(frame, connect)
+            off = 4 if frames.framed else 0
+            connect = self._upstream is None and self._will_forward(frame, off)
+            if connect or (len(frame) > off + 1 and ((frame[off] << 8) | frame[off + 1]) in _COUNTED
+                           and needs_partition_counts(self, frame[off:])):
+                rest = self._prepare_then_take(frame, off, connect)
             else:
-                rest = self._take_request(frame)
+                rest = self._take_request(frame, off)
             if rest is not None:
                 self._run_async(rest, pool)
             elif pool is not None:
@@ -540,29 +555,33 @@ class ConnectionCore:
 
         task.add_done_callback(done)
 
-    async def _prepare_then_take(self, frame: bytes, connect: bool) -> None:
+    async def _prepare_then_take(self, frame: bytes, off: int, connect: bool) -> None:
         if connect:
             await self._ensure_upstream()
-        await prepare_request(self, frame)  # KIP-599 permits that need the upstream's partition counts
-        rest = self._take_request(frame)
+        await prepare_request(self, frame[off:])  # KIP-599 permits that need the upstream's partition counts
+        rest = self._take_request(frame, off)
         if rest is not None:
             await rest
 
-    def _take_request(self, frame: bytes) -> Coroutine[Any, Any, None] | None:
-        """Decide one request and pass it on: forwarded (its bytes go to the upstream socket now) or answered here.
-        Returns what is left to do when that must wait (an upstream connect, a local answer)."""
+    def _take_request(self, frame: bytes, off: int) -> Coroutine[Any, Any, None] | None:
+        """Decide one request (``frame``, its size prefix the first ``off`` bytes: 4 or none) and pass it on:
+        forwarded (its bytes go to the upstream socket now) or answered here. Returns what is left to do when that
+        must wait (an upstream connect, a local answer)."""
         start = monotonic_ns()
         self.last_active = start / 1e9  # time.monotonic's clock, from the reading just taken
-        pending: Pending = self._on_request(frame)
+        pending: Pending = self._on_request(frame, off)
         if pending.forward is not None:
             if self._upstream is None:
-                pending.thread_ns += monotonic_ns() - start
+                now = monotonic_ns()
+                pending.thread_ns += now - start
                 return self._forward_later(pending)
             self._forward(pending)
         elif not pending.forwarded and pending.local is None:
-            pending.thread_ns += monotonic_ns() - start
-            return self._answer_later(frame, pending)
-        pending.thread_ns += monotonic_ns() - start  # up to its decision, forwarding included: io time
+            now = monotonic_ns()
+            pending.thread_ns += now - start
+            return self._answer_later(frame[off:], pending)
+        now = monotonic_ns()
+        pending.thread_ns += now - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
         return None
 
@@ -586,14 +605,15 @@ class ConnectionCore:
         if not pending.forwarded:
             self._again = True  # ready to send now
 
-    def _will_forward(self, frame: bytes) -> bool:
-        """Whether this request goes upstream (a peek at its header; ``_on_request`` does the real checks)."""
+    def _will_forward(self, frame: bytes, off: int) -> bool:
+        """Whether this request (its size prefix the first ``off`` bytes) goes upstream (a peek at its header;
+        ``_on_request`` does the real checks)."""
         if self.sasl.passthrough is not None and not self.sasl.authenticated:
             return True  # SASL passthrough: the exchange itself goes to the broker
         if self.sasl.raw_tokens or self.sasl.pending_auth:
             return False
         try:
-            header = protocol.parse_request_header(frame)
+            header = protocol.parse_request_header(frame[off:])
         except InvalidRequestError:
             return False
         key, version = header.api_key, header.api_version
@@ -601,21 +621,27 @@ class ConnectionCore:
             return 0 <= version <= versions.APIVERSIONS_MAX
         return key not in LOCAL_APIS and _supported(self._offered, key, version)
 
-    def _on_request(self, frame: bytes) -> Pending:
+    def _on_request(self, framed: bytes, off: int) -> Pending:
+        """The request ``framed`` (its size prefix the first ``off`` bytes: 4, or none for a frame larger than the
+        receive buffer) read and decided: answered here (``local``), or to be forwarded (``forward``: ``framed``
+        itself unless a hook rewrote it)."""
         now_ms = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
-        if self.sasl.raw_tokens:
+        if not self._sasl_quiet and self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
-            return Pending(header, len(frame), now_ms)
+            return Pending(header, len(framed) - off, now_ms)
         try:
-            # protocol.read_request without its Python frame (a frame FrameBuffer cut is already bytes)
-            header, acks = read_request(frame, FLEXIBLE_FROM, RequestHeader)
+            # protocol.read_request without its Python frame, read past the size prefix in place
+            header, acks = read_request(framed, FLEXIBLE_FROM, RequestHeader, off)
         except InvalidRequestError as e:  # Kafka closes a connection whose request it cannot parse
             raise ConnectionClosed(str(e)) from e
-        pending: Pending = Pending(header, len(frame), now_ms)
+        pending: Pending = new_pending(header, len(framed) - off, now_ms)
         key = _header(pending)[_API_KEY]
         if acks != ACKS_UNREADABLE:
             pending.acks = acks
-        if self.sasl.pending_auth and key not in _BEFORE_AUTH:
+        if self._sasl_quiet:
+            if key in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE):
+                self._sasl_quiet = False  # an exchange may begin: its state is read from here on
+        elif self.sasl.pending_auth and key not in _BEFORE_AUTH:
             # Kafka's SaslServerAuthenticator closes the connection on any other request before authentication
             raise ConnectionClosed(f"Unexpected Kafka request of type {protocol.api_name(key)} during SASL handshake.")
         if key == _API_VERSIONS and not 0 <= header.api_version <= versions.APIVERSIONS_MAX:
@@ -626,28 +652,35 @@ class ConnectionCore:
             # connection whose request names an API or version it does not support; the gateway cannot frame a
             # response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
-        passthrough = self.sasl.passthrough is not None
+        passthrough = not self._sasl_quiet and self.sasl.passthrough is not None
         if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
-            self.sasl.watch_request(header, frame)  # SASL passthrough: read, then forwarded as it came
-        elif key == _API_VERSIONS and self.sasl.pending_auth and not passthrough:
+            self.sasl.watch_request(header, framed[off:])  # SASL passthrough: read, then forwarded as it came
+        elif key == _API_VERSIONS and not passthrough and not self._sasl_quiet and self.sasl.pending_auth:
             pending.local_api_versions = True  # no upstream connection before authentication
             return pending
-        if key != _PRODUCE or not self._binds_produce(pending, frame):
+        forward = framed
+        if key != _PRODUCE or not self._binds_produce(pending, framed, off):
             pending.handler = handler = HANDLERS.get(key, DEFAULT)
             hook = handler.request
             if hook is not None:
-                forward = hook(self, pending, frame)
-                if forward is None:  # answered here (every topic refused), or no response will come (acks=0)
+                frame = framed[off:]  # what the hooks read: the frame without its size prefix (off 0: itself)
+                rewritten = hook(self, pending, frame)
+                if rewritten is None:  # answered here (every topic refused), or no response will come (acks=0)
+                    if pending.forward is frame:  # forwarded unchanged (acks=0): as it came
+                        pending.forward = framed
+                        pending.framed = off == 4
                     return pending
-                frame = forward
-        pending.forward = frame
+                if rewritten is not frame:
+                    forward = rewritten
+        pending.forward = forward
+        pending.framed = off == 4 and forward is framed
         pending.forwarded = True
         self._awaiting.append(pending)
         return pending
 
-    def _binds_produce(self, pending: Pending, frame: bytes) -> bool:
+    def _binds_produce(self, pending: Pending, framed: bytes, off: int) -> bool:
         """Whether this Produce is forwarded as it came, without the handler table's request hooks: when those
         would only pass it on (acks 1 or all, as acks=0 is answered by nobody; no principal excluded from quotas;
         and without an authorizer no hidden topic's name in it, ``authorize.SCAN_ONLY``, with one every topic
@@ -657,29 +690,39 @@ class ConnectionCore:
         if acks is None or acks == 0:
             return False
         scan = self._produce_scan
-        if scan is not None:
-            if len(frame) > _PRODUCE_SCAN_LIMIT or _names_any(frame, scan):
+        if scan is not None:  # (the size prefix cannot hold a name: its 4 bytes plus the API key's 2 are no topic)
+            if len(framed) - off > _PRODUCE_SCAN_LIMIT or _names_any(framed, scan):
                 return False
         elif self._produce_access is None:
             return False
         else:
             try:
-                if granted(self._produce_access, self.principal, self.client_ip, pending.header, frame) is not None:
+                if granted(self._produce_access, self.principal, self.client_ip, pending.header,
+                           framed[off:]) is not None:
                     return False  # UNDECIDED: the hook plans it
             except InvalidRequestError:
                 return False  # the hook reads it again and closes the connection as it does
-        self.hold_limited_produce(pending)
+        if self._binding(pending, pending.received_ms).limited:  # hold_limited_produce, from the binding
+            pending.holds_reading = True
+            self._held += 1
         pending.handler = _PRODUCE_HANDLER
+        pending.bound = True
         return True
+
+    def _binding(self, pending: Pending, now_ms: int) -> ProduceBinding:
+        """The connection's :class:`ProduceBinding` for this Produce's principal and client id at ``now_ms``: the
+        one kept while it holds, else a new one, kept."""
+        client_id = _header(pending)[_CLIENT_ID] or ""
+        binding = self._produce_binding
+        if binding is None or not binding.holds(self.principal, client_id, now_ms):
+            binding = self._produce_binding = ProduceBinding(self.enforcement, self.principal, client_id, now_ms)
+        return binding
 
     def _decide_bound_produce(self, pending: Pending, now_ms: int) -> Any:
         """A Produce's decisions (acks 1 or all, authorized or not: ``engine.produce_throttle``'s, made through the
         kept sensor), or None when a request quota is in force, whose request time the handler table's decision
         (``api_handlers._decide_produce``) records."""
-        client_id = _header(pending)[_CLIENT_ID] or ""
-        binding = self._produce_binding
-        if binding is None or not binding.holds(self.principal, client_id, now_ms):
-            binding = self._produce_binding = ProduceBinding(self.enforcement, self.principal, client_id, now_ms)
+        binding = self._binding(pending, now_ms)
         if binding.request.quotas_enabled:
             return None
         sensor = binding.sensor
@@ -688,13 +731,18 @@ class ConnectionCore:
         throttle = sensor.record_and_throttle(pending.request_bytes, now_ms)  # a byte rate's throttle has no cap
         if not throttle:
             return NO_THROTTLE
-        return produce_decisions(bandwidth_throttle(binding.manager, self.principal, client_id, throttle, now_ms))
+        return produce_decisions(bandwidth_throttle(binding.manager, self.principal, binding.client_id, throttle,
+                                                    now_ms))
 
     def _forward(self, pending: Pending) -> None:
-        """Write the request to the upstream socket."""
+        """Write the request to the upstream socket: as it came, one buffer (the transport's fast path: one
+        ``write`` system call, nothing allocated), or a rewritten frame after its size (one writev, no copy)."""
         assert self._upstream is not None and pending.forward is not None
         frame, pending.forward = pending.forward, None
-        self._upstream.transport.writelines((_size(len(frame)), frame))  # one writev, no copy
+        if pending.framed:
+            self._upstream.transport.write(frame)
+        else:
+            self._upstream.transport.writelines((_size(len(frame)), frame))
 
     # -- answered by the gateway itself -----------------------------------------------------------------------
 
@@ -739,7 +787,10 @@ class ConnectionCore:
     def _read_upstream(self, upstream: UpstreamCore) -> None:
         frames: FrameBuffer = upstream.frames
         while frames.partial and not self._over_unsent_bound(upstream=True):
-            frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream")
+            # a bound Produce's response is read with its size prefix: it goes back as it came, one buffer
+            bound = bool(self._awaiting) and cython.cast(Pending, self._awaiting[0]).bound
+            frame = frames.pop(UPSTREAM_FRAME_LIMIT, "upstream", bound)
+            framed = frames.framed
             if frame is None:
                 need = frames.wants()
                 if not need:
@@ -749,10 +800,11 @@ class ConnectionCore:
             self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
-            pending: Pending = self._awaiting.popleft()
-            if correlation_id(frame) != _header(pending)[_CORRELATION_ID]:
+            pending: Pending = self._awaiting.pop(0)
+            if correlation_id(frame, 4 if framed else 0) != _header(pending)[_CORRELATION_ID]:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
+            pending.framed = framed  # (the request's own flag is done with: it was forwarded)
 
     def _upstream_lost(self) -> None:
         self.close()  # the client reconnects; its requests in flight have no answer to wait for
@@ -779,7 +831,7 @@ class ConnectionCore:
             else:
                 assert pending.local is not None
                 frame = pending.local
-            queue.popleft()
+            queue.pop(0)
             clock = self._send(pending, frame, clock or monotonic_ns())
             sent = True
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
@@ -820,7 +872,9 @@ class ConnectionCore:
             self._unsent_local -= len(frame)
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are
-            if self._tls is None or len(frame) > _TLS_RECORD:
+            if pending.framed:  # read with its size prefix: one buffer, the transport's fast path
+                self.transport.write(frame)
+            elif self._tls is None or len(frame) > _TLS_RECORD:
                 self.transport.writelines((_size(len(frame)), frame))  # one writev, no copy
             else:  # a TLS transport makes a record of each buffer it is given: one record, not a 4-byte one too
                 self.transport.write(_size(len(frame)) + frame)
@@ -843,18 +897,19 @@ class ConnectionCore:
             enforcement.exempt_network_time(pending.network_ns, now_ms)
         elif enforcement.network_metered:
             enforcement.network_time(self.principal, client_id, pending.network_ns, now_ms)
-        if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
-            frame = pending.response
         rows: RowQueue | None = self.gateway.request_rows
         if rows is not None:  # the usage event log is on: the request's row, built and appended in C
-            response_bytes = len(frame) if pending.forwarded else max(len(frame) - 4, 0)
+            if pending.response is not None:  # cut before its decision (a Fetch under a consumer quota)
+                response_bytes = len(pending.response)
+            else:  # the response's size without its size prefix (the gateway's own and a bound one have it)
+                response_bytes = len(frame) if pending.forwarded and not pending.framed else max(len(frame) - 4, 0)
             rows.append(request_row(self.broker, self.listener, self.principal, self.client_ip, pending,
                                     response_bytes, now_ms, rows.next_seq()))
         return end
 
     def _decide(self, pending: Pending, frame: bytes, now_ms: int) -> int:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
-        response (unframed) or the gateway's own (framed)."""
+        response (unframed, framed when ``pending.framed``) or the gateway's own (framed)."""
         enforcement = self.enforcement
         if now_ms >= enforcement.switch_ms:  # a promotion's batch takes effect now (gateway.data.shadow)
             enforcement.switch(now_ms)
@@ -864,26 +919,30 @@ class ConnectionCore:
         if decisions is None:
             header = _header(pending)
             handler = pending.handler or HANDLERS.get(header[_API_KEY], DEFAULT)
-            decisions = handler.decide(enforcement, pending, frame, self.principal, header[_CLIENT_ID] or "",
-                                       pending.thread_ns, now_ms)
+            decisions = handler.decide(enforcement, pending, _body(pending, frame), self.principal,
+                                       header[_CLIENT_ID] or "", pending.thread_ns, now_ms)
         pending.decisions = decisions
         shadow = enforcement.shadow
         if shadow is not None:  # a shadow quota set runs: the same request decided under it, never applied
-            pending.shadow = decide_shadow(shadow, pending, frame, self.principal, now_ms)
+            pending.shadow = decide_shadow(shadow, pending, _body(pending, frame), self.principal, now_ms)
         throttle = decisions.throttle_ms
         if throttle > 0:
             self._mute(throttle)
         return throttle
 
     def _render(self, pending: Pending, frame: bytes, throttle: int) -> bytes:
-        """The bytes to send: throttle attached, addresses rewritten, correlation id kept."""
+        """The bytes to send: throttle attached, addresses rewritten, correlation id kept (``frame`` as in
+        :meth:`_decide`)."""
         header = _header(pending)
         key, version = header[_API_KEY], header[_API_VERSION]
-        handler = pending.handler or HANDLERS.get(key, DEFAULT)
-        hook = handler.response if pending.authz is None or handler.planned_response is None \
-            else handler.planned_response
+        if pending.bound:  # a bound Produce is planned by no authorization hook (pending.authz None)
+            hook = _PRODUCE_RESPONSE
+        else:
+            handler = pending.handler or HANDLERS.get(key, DEFAULT)
+            hook = handler.response if pending.authz is None or handler.planned_response is None \
+                else handler.planned_response
         if hook is not None:
-            out = hook(self, pending, frame, throttle)
+            out = hook(self, pending, _body(pending, frame), throttle)
             if out is not None:
                 return out
         if not pending.forwarded:  # made here: already framed; only the throttle field may change
@@ -891,7 +950,7 @@ class ConnectionCore:
                 return protocol.set_throttle(frame[4:], key, version, throttle) or frame
             return frame
         if throttle > 0:
-            return rewrite(self, frame, key, version, throttle)
+            return rewrite(self, _body(pending, frame), key, version, throttle)
         return PASS_THROUGH
 
     def hold_limited_produce(self, pending: Pending) -> None:
@@ -904,6 +963,7 @@ class ConnectionCore:
 
     def _authenticated(self, principal: str) -> None:
         self.principal = principal
+        self._sasl_quiet = self.sasl.passthrough is None  # authenticated: no exchange runs again (SaslSession)
 
     def _mute(self, throttle_ms: int) -> None:
         """Stop reading this connection for the throttle time (Kafka mutes the channel; KIP-219)."""
@@ -992,12 +1052,22 @@ _API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID = 0, 1, 2, 3  # RequestHeade
 assert RequestHeader._fields[:4] == ("api_key", "api_version", "correlation_id", "client_id")
 
 
+def _body(pending: Pending, frame: bytes) -> bytes:
+    """A response as the API hooks read it: an upstream response without its size prefix (cut off when it was read
+    with it, ``pending.framed``), the gateway's own as it is (framed)."""
+    return frame[4:] if pending.forwarded and pending.framed else frame
+
+
 def _names_any(frame: bytes, needles: tuple[bytes, ...]) -> bool:
     """``HiddenTopics.may_name``'s test (any of its ``needles``, the bytes of the hidden names, occurs in the
-    frame) made by the core itself: compiled, one ``bytes.find`` (memchr and a skip table) per needle, without the
-    regular-expression engine ``may_name`` runs, nor ``in``, whose operand is first tried as an integer."""
-    for needle in needles:  # noqa: SIM110  (compiled: a C loop; any(<generator>) would make a generator)
-        if frame.find(needle) >= 0:
+    frame) made by the core itself: compiled, libc's ``memmem`` over the frame's own bytes per needle (no method
+    call, no argument parsing), without the regular-expression engine ``may_name`` runs; the twin, ``bytes.find``."""
+    for needle in needles:  # (compiled: a C loop)
+        if cython.compiled:  # the bytes objects' own buffers
+            if memmem(cython.cast(cython.p_const_char, frame), len(frame),  # type: ignore[name-defined]  # noqa: F821
+                      cython.cast(cython.p_const_char, needle), len(needle)) != cython.NULL:
+                return True
+        elif frame.find(needle) >= 0:
             return True
     return False
 
@@ -1021,7 +1091,12 @@ def _supported(table: bytes, api_key: int, version: int) -> bool:
 _size: Final = SIZE.pack  # a frame's 4-byte size prefix; bound once: no method lookup twice a request
 _API_VERSIONS: Final = int(ApiKey.ApiVersions)  # a plain int: an IntEnum member is a slower lookup, twice a request
 _PRODUCE: Final = int(ApiKey.Produce)
+_SASL_HANDSHAKE: Final = int(ApiKey.SaslHandshake)
+_SASL_AUTHENTICATE: Final = int(ApiKey.SaslAuthenticate)
 _PRODUCE_HANDLER: Final = HANDLERS[ApiKey.Produce]
+_PRODUCE_RESPONSE: Final = _PRODUCE_HANDLER.response
+# API keys whose requests prepare_request may have work for (COUNTED_API_KEYS as numbers: the core reads the key)
+_COUNTED: Final = frozenset(int.from_bytes(key, "big") for key in COUNTED_API_KEYS)
 _PRODUCE_SCAN_LIMIT: Final = SCAN_ONLY[ApiKey.Produce]
 _TLS_RECORD: Final = 16 * 1024  # a TLS record's most plaintext: a larger frame is several records, copied for nothing
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}

@@ -8,12 +8,12 @@ cdef class FrameBuffer:
     cdef Py_ssize_t _start, _end, _size, _allocated, _got, _max, _initial
     cdef list _chunks
     cdef bint _into_chunk
-    cdef public bint partial
+    cdef public bint partial, framed
 
     cpdef object buffer(self)
     cpdef updated(self, int nbytes)
     cpdef feed(self, object data)
-    cpdef object pop(self, int limit, str setting)
+    cpdef object pop(self, int limit, str setting, bint framed=*)
     cpdef int wants(self) except -1
     cpdef grant(self, int size)
     cpdef _fill(self)

@@ -51,6 +51,7 @@ class FrameBuffer:
         # a frame has begun arriving and is not complete (``_size > 0 or _end > _start``, kept as a plain attribute:
         # the connection asks several times per request)
         self.partial = False
+        self.framed = False  # the frame the last pop returned has its size prefix
 
     @property
     def has_room(self) -> bool:
@@ -109,14 +110,19 @@ class FrameBuffer:
             if self._size:
                 self._fill()
 
-    def pop(self, limit: cython.int, setting: str):  # -> bytes | None
-        """The next whole frame (without its size prefix), or None while it is incomplete (see :meth:`wants`).
-        A size outside ``0..limit`` raises ``ConnectionClosed`` with Kafka's message."""
+    def pop(self, limit: cython.int, setting: str, framed: cython.bint = False):  # -> bytes | None
+        """The next whole frame, or None while it is incomplete (see :meth:`wants`): without its size prefix, or,
+        ``framed``, with it, as it came, when the frame is cut from the receive buffer (so that it can be written on
+        as one buffer; :attr:`framed` says which it is). A size outside ``0..limit`` raises ``ConnectionClosed``
+        with Kafka's message."""
         if self._size:
             self._fill()
             if self._got < self._size:
                 return None
             chunks = self._chunks
+            # a frame larger than the receive buffer never gets its prefix back: a reader that needs the frame
+            # without it (the API hooks) would copy it once more
+            self.framed = False
             frame = bytes(chunks[0]) if len(chunks) == 1 else b"".join(chunks)
             self._size = self._allocated = self._got = 0
             self._chunks = []
@@ -135,8 +141,11 @@ class FrameBuffer:
             raise ConnectionClosed(f"Invalid receive (size = {size} larger than {limit}, {setting})")
         if avail >= 4 + size:
             stop: cython.Py_ssize_t = start + 4 + size
+            self.framed = framed
+            if not framed:
+                start += 4
             # compiled: one bytes object made from the buffer's own bytes, no view between
-            frame = data[start + 4:stop] if cython.compiled else bytes(self._view[start + 4:stop])
+            frame = data[start:stop] if cython.compiled else bytes(self._view[start:stop])
             if stop == self._end:
                 self._start = self._end = 0
                 self.partial = False

@@ -10,7 +10,10 @@ cdef class Pending:
     cdef public object shadow, shadow_mutations
     cdef public Py_ssize_t request_bytes
     cdef public long long received_ms, thread_ns, network_ns, hold_then_close_ms
-    cdef public bint forwarded, local_api_versions, close_after, holds_reading, exempt, oversized
+    cdef public bint forwarded, local_api_versions, close_after, holds_reading, exempt, oversized, bound, framed
+
+
+cpdef Pending new_pending(object header, Py_ssize_t request_bytes, long long received_ms)
 
 
 @cython.locals(header=tuple)

@@ -32,8 +32,13 @@ class Pending:
     acks: int | None
     local: bytes | None  # a response the gateway made itself
     forwarded: bool  # sent to the upstream, whose response it waits for (else answered here)
-    reply: bytes | None  # the upstream's response, once read
+    reply: bytes | None  # the upstream's response, once read (with its size prefix when ``framed``)
     forward: bytes | None  # the frame to send upstream (once the upstream connection is there)
+    # the frame held has its size prefix, as it came: ``forward`` until it is sent, then ``reply`` once read
+    framed: bool
+    # a Produce decided through its connection's kept sensor (connection.ProduceBinding): forwarded as it came, and
+    # its response read with its size prefix, to go back as it came unless it is throttled
+    bound: bool
     local_api_versions: bool  # ApiVersions before SASL authentication: answered from the gateway's cache
     close_after: bool
     hold_then_close_ms: int  # nothing is sent; the connection is held this long, then closed (KIP-612's way)
@@ -67,6 +72,8 @@ class Pending:
         self.forwarded = False
         self.reply = None
         self.forward = None
+        self.framed = False
+        self.bound = False
         self.local_api_versions = False
         self.close_after = False
         self.hold_then_close_ms = 0
@@ -81,6 +88,21 @@ class Pending:
         self.shadow_mutations = None
         self.authz = None
         self.handler = None
+
+
+def new_pending(header: protocol.RequestHeader, request_bytes: cython.Py_ssize_t,
+                received_ms: cython.longlong) -> Pending:
+    """``Pending(header, request_bytes, received_ms)``, made by the compiled core for every request it reads:
+    compiled, the extension type's allocation with its fields set in C (every other field starts as ``__init__``
+    leaves it: None, 0 or False), without a call through the type and ``__init__``'s argument parsing."""
+    if cython.compiled:
+        pending: Pending = Pending.__new__(Pending)
+        pending.header = header
+        pending.request_bytes = request_bytes
+        pending.received_ms = received_ms
+        pending.decisions = NO_DECISIONS
+        return pending
+    return Pending(header, request_bytes, received_ms)
 
 
 def request_row(broker: str, listener: str, user: str, client_ip: str, pending: Pending,

@@ -66,8 +66,9 @@ def _skip_tags(data: cython.p_const_uchar, pos: cython.Py_ssize_t, size: cython.
     return pos
 
 
-def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tuple:
-    """``(fields, acks)`` of one request frame (without its size prefix): ``fields`` is ``(api_key, api_version,
+def read_request(frame: bytes, flexible_from: bytes, header: type = tuple, offset: cython.Py_ssize_t = 0) -> tuple:
+    """``(fields, acks)`` of one request frame (without its size prefix, or with it and ``offset`` 4: the frame
+    starts there, and every offset returned is counted from there): ``fields`` is ``(api_key, api_version,
     correlation_id, client_id, end, body)`` made as a ``header`` (a tuple subclass: the gateway's ``RequestHeader``,
     so that one call reads and builds it), ``end`` the offset after ``client_id`` (None when null), ``body`` where the
     body starts (after the header's tagged fields when this version is flexible); ``acks`` a Produce's (else
@@ -76,10 +77,14 @@ def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tu
     ``flexible_from[api_key]`` is the first flexible version of each API (255: none, or an API past the table).
     A body offset past a malformed tagged-field section is -1: only the APIs that read their body need it, and
     they refuse the frame then."""
-    size: cython.Py_ssize_t = len(frame)
+    size: cython.Py_ssize_t = len(frame) - offset
     if size < 10:
         raise InvalidRequestError(f"request frame of {size} bytes is shorter than a request header")
     data: cython.p_const_uchar = frame  # compiled: the bytes' own buffer, each read below checked against size
+    if cython.compiled:
+        data += offset  # type: ignore[assignment,operator]  # (a C pointer: the frame's first byte, no copy)
+    elif offset:
+        data = frame[offset:]
     api_key: cython.int = (data[0] << 8) | data[1]
     version: cython.int = (data[2] << 8) | data[3]
     correlation_id: cython.longlong = ((cython.cast(cython.longlong, data[4]) << 24) | (data[5] << 16)
@@ -100,7 +105,7 @@ def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tu
         if end > size:
             raise InvalidRequestError("client_id runs past the end of the request frame")
         try:
-            client_id = frame[10:end].decode("utf-8")
+            client_id = frame[offset + 10:offset + end].decode("utf-8")
         except UnicodeDecodeError as e:
             raise InvalidRequestError("client_id is not UTF-8") from e
     body: cython.Py_ssize_t = end
@@ -130,14 +135,14 @@ def read_request(frame: bytes, flexible_from: bytes, header: type = tuple) -> tu
     return tuple.__new__(header, (api_key, version, correlation_id, client_id, end, body)), acks
 
 
-def correlation_id(frame: bytes) -> int:
-    """The correlation id of a response frame (without its size prefix); -1 for a frame shorter than 4 bytes (no
-    request has it: the caller refuses the response as out of order)."""
-    if len(frame) < 4:
+def correlation_id(frame: bytes, offset: cython.Py_ssize_t = 0) -> cython.longlong:
+    """The correlation id of a response frame (without its size prefix, or with it and ``offset`` 4); -1 for a
+    frame shorter than 4 bytes (no request has it: the caller refuses the response as out of order)."""
+    if len(frame) - offset < 4:
         return -1
     data: cython.p_const_uchar = frame
-    value: cython.longlong = ((cython.cast(cython.longlong, data[0]) << 24) | (data[1] << 16) | (data[2] << 8)
-                              | data[3])
+    value: cython.longlong = ((cython.cast(cython.longlong, data[offset]) << 24) | (data[offset + 1] << 16)
+                              | (data[offset + 2] << 8) | data[offset + 3])
     return value - 0x100000000 if value >= 0x80000000 else value
 
 
