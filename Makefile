@@ -76,6 +76,9 @@ bench-setup: setup
 	@command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; \
 	  else echo "bench/gateway_cpu.py needs Debian's haproxy: sudo apt-get install -y haproxy" >&2; exit 1; fi; }
+	@command -v valgrind >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; \
+	  else echo "bench/gateway_footprint.py needs Debian's valgrind: sudo apt-get install -y valgrind" >&2; exit 1; fi; }
 
 clean:
 	rm -rf $(VENV) node_modules build *.egg-info

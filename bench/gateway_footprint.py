@@ -4,7 +4,7 @@ tree against ``--gateway-src`` trees, deterministic (the same figures on a loade
     PYTHONPATH=$PWD/src .venv/bin/python bench/gateway_footprint.py [--gateway-src DIR ...] [--requests 30] \
         [--top 25] [--out FILE]
 
-Needs valgrind (Debian: ``apt-get install valgrind``). Why: bench/gateway_cold.py found that a request's cost in
+Needs valgrind (``make bench-setup`` installs it). Why: bench/gateway_cold.py found that a request's cost in
 the running gateway follows the memory it touches, code and data, more than the instructions it executes (each
 request finds the gateway's code evicted by the client's and the broker's), and its timings move by ±15 %
 between processes. Here valgrind's callgrind simulates the caches (32 KiB L1s, an 8 MiB last level) while the
