@@ -262,15 +262,15 @@ def _create_topics_request(scope: HandlerScope, pending: Pending, frame: bytes) 
     return pending.mutations.forward
 
 
-COUNTED_API_KEYS: Final = frozenset(key.to_bytes(2, "big") for key in mutations.NEEDS_COUNTS)
-"""The first two bytes of a request frame (its API key) that ``prepare_request`` may have work for: a connection
-looks at them before it calls :func:`needs_partition_counts` (a C-level check for every other request)."""
+COUNTED_API_KEYS: Final = frozenset(int(key) for key in mutations.NEEDS_COUNTS)
+"""The API keys (a request frame's first two bytes) that ``prepare_request`` may have work for: a connection looks
+at a frame's key before it calls :func:`needs_partition_counts` (a C-level check for every other request)."""
 
 
 def needs_partition_counts(scope: HandlerScope, frame: bytes) -> bool:
     """Whether ``prepare_request`` has anything to do for this frame (a look at two bytes for most), so that a
     connection runs it only then (it waits on the upstream)."""
-    if frame[:2] not in COUNTED_API_KEYS or scope.sasl.pending_auth:
+    if len(frame) < 2 or ((frame[0] << 8) | frame[1]) not in COUNTED_API_KEYS or scope.sasl.pending_auth:
         return False
     return scope.enforcement.mutations_metered(scope.principal)
 

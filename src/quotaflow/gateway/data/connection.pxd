@@ -80,6 +80,7 @@ cdef class ConnectionCore:
     cdef object _render(self, Pending pending, object frame, int throttle)
     cpdef _mute(self, long long throttle_ms)
     cpdef hold_limited_produce(self, Pending pending)
+    cdef _hold_reading(self, Pending pending)
     cdef public object _upstream_route
 
 

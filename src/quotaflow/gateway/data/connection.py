@@ -523,7 +523,7 @@ class ConnectionCore:
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
             off = 4 if frames.framed else 0
             connect = self._upstream is None and self._will_forward(frame, off)
-            if connect or (len(frame) > off + 1 and ((frame[off] << 8) | frame[off + 1]) in _COUNTED
+            if connect or (len(frame) > off + 1 and ((frame[off] << 8) | frame[off + 1]) in COUNTED_API_KEYS
                            and needs_partition_counts(self, frame[off:])):
                 rest = self._prepare_then_take(frame, off, connect)
             else:
@@ -702,9 +702,8 @@ class ConnectionCore:
                     return False  # UNDECIDED: the hook plans it
             except InvalidRequestError:
                 return False  # the hook reads it again and closes the connection as it does
-        if self._binding(pending, pending.received_ms).limited:  # hold_limited_produce, from the binding
-            pending.holds_reading = True
-            self._held += 1
+        if self._binding(pending, pending.received_ms).limited:  # hold_limited_produce's test, from the binding
+            self._hold_reading(pending)
         pending.handler = _PRODUCE_HANDLER
         pending.bound = True
         return True
@@ -958,8 +957,12 @@ class ConnectionCore:
         is read until this produce's response is decided and sent and its throttle has passed, so nothing it
         pipelines slips past the throttle. Both Produce paths ask this (the handler table's hook and the bound one)."""
         if self.enforcement.produce_limited[self.principal, _header(pending)[_CLIENT_ID] or ""]:
-            pending.holds_reading = True
-            self._held += 1
+            self._hold_reading(pending)
+
+    def _hold_reading(self, pending: Pending) -> None:
+        """Read nothing more until ``pending``'s response is sent and its throttle has passed."""
+        pending.holds_reading = True
+        self._held += 1
 
     def _authenticated(self, principal: str) -> None:
         self.principal = principal
@@ -1095,8 +1098,6 @@ _SASL_HANDSHAKE: Final = int(ApiKey.SaslHandshake)
 _SASL_AUTHENTICATE: Final = int(ApiKey.SaslAuthenticate)
 _PRODUCE_HANDLER: Final = HANDLERS[ApiKey.Produce]
 _PRODUCE_RESPONSE: Final = _PRODUCE_HANDLER.response
-# API keys whose requests prepare_request may have work for (COUNTED_API_KEYS as numbers: the core reads the key)
-_COUNTED: Final = frozenset(int.from_bytes(key, "big") for key in COUNTED_API_KEYS)
 _PRODUCE_SCAN_LIMIT: Final = SCAN_ONLY[ApiKey.Produce]
 _TLS_RECORD: Final = 16 * 1024  # a TLS record's most plaintext: a larger frame is several records, copied for nothing
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}
