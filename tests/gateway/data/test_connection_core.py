@@ -252,6 +252,34 @@ def test_the_decision_clock_never_goes_back_in_either_form(monkeypatch: Any) -> 
         assert [clock.now_ms(), clock.now_ms(), clock.now_ms()] == [5_000, 5_000, 7_000]
 
 
+def test_the_core_reads_times_own_clocks(tmp_path: Path) -> None:
+    """Compiled, the core reads its clocks in C (``clock_gettime``); they are the clocks the pure twin reads through
+    ``time``: ``time.time_ns``'s for decisions, ``time.monotonic_ns``'s for a request's thread time and the
+    connection's last activity (its readings fall between time's own, taken before and after)."""
+    for module in (connection, pure_twin(connection)):
+        before_ms = time.time_ns() // 1_000_000
+        decided_ms = module.DecisionClock().now_ms()
+        assert before_ms <= decided_ms <= time.time_ns() // 1_000_000, module.__name__
+
+        async def run(module: ModuleType = module) -> tuple[float, float, float]:
+            gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, tmp_path / f"q-{module.__name__}.db")
+            gw.broker_quotas.load(gw.store.snapshot())
+            try:
+                conn, client, upstream = _connected(module, gw)
+                request, response = _frames(1, 1)
+                before = time.monotonic()
+                _feed(conn, request)
+                taken = conn.last_active  # read where the request was taken
+                _feed(conn._upstream, response)
+                assert upstream.take() == [request] and client.take() == [response]
+                return before, taken, time.monotonic()
+            finally:
+                gw.store.close()
+
+        before, taken, after = asyncio.run(run())
+        assert before <= taken <= after, module.__name__
+
+
 def _bound_transcript(module: ModuleType, store_path: Path,
                       monkeypatch: Any) -> tuple[list[tuple[object, ...]], object]:
     """Sixty 1 KB produce requests through one connection of ``module``'s form while the quotas change under it: a

@@ -5,6 +5,7 @@
 # the connection's state in C; cpdef where Python calls them (_pump, hold_limited_produce, _mute).
 
 cimport cython
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
 
 from quotaflow.engine.rate cimport Rate
 from quotaflow.gateway.data.framing cimport FrameBuffer
@@ -61,19 +62,19 @@ cdef class ConnectionCore:
     @cython.locals(start=cython.longlong, now=cython.longlong)
     cdef object _take_request(self, object frame, Py_ssize_t off)
     cdef _enqueue(self, Pending pending)
-    @cython.locals(now_ms=cython.longlong)
-    cdef Pending _on_request(self, object framed, Py_ssize_t off)
-    cdef bint _binds_produce(self, Pending pending, object framed, Py_ssize_t off) except -1
+    @cython.locals(now_ms=cython.longlong, key=long)
+    cdef Pending _on_request(self, bytes framed, Py_ssize_t off)
+    cdef bint _binds_produce(self, Pending pending, bytes framed, Py_ssize_t off) except -1
     cdef ProduceBinding _binding(self, Pending pending, long long now_ms)
     @cython.locals(sensor=Rate)
     cdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cdef _forward(self, Pending pending)
-    @cython.locals(pending=Pending, bound=bint, framed=bint)
+    @cython.locals(pending=Pending, bound=bint, framed=bint, frame=bytes, awaiting=list)
     cdef _read_upstream(self, UpstreamCore upstream)
     @cython.locals(pending=Pending, clock=cython.longlong, queue=list)
     cdef _flush(self)
-    @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong)
-    cdef long long _send(self, Pending pending, object frame, long long start) except? -1
+    @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong, key=long)
+    cdef long long _send(self, Pending pending, bytes frame, long long start) except? -1
     @cython.locals(header=tuple)
     cdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
     @cython.locals(header=tuple)
@@ -91,7 +92,10 @@ cdef class UpstreamCore:
 
 
 cpdef bint _supported(bytes table, long api_key, long version) except -1
+cdef bint _in(bytes table, long api_key) except -1
 cdef tuple _header(Pending pending)
+cdef long long _clock_ns() except? -1
+cdef long long _wall_ms() except? -1
 cdef object _body(Pending pending, object frame)
 @cython.locals(needle=bytes)
 cdef bint _names_any(bytes frame, tuple needles) except -1
@@ -104,3 +108,4 @@ cdef Py_ssize_t _API_KEY, _API_VERSION, _CORRELATION_ID, _CLIENT_ID
 cdef int _STOP, _BUFFER, _TAKE
 cdef long _API_VERSIONS, _PRODUCE, _SASL_HANDSHAKE, _SASL_AUTHENTICATE
 cdef Py_ssize_t _PRODUCE_SCAN_LIMIT, _TLS_RECORD
+cdef bytes _LOCAL, _COUNTED

@@ -118,7 +118,7 @@ class DecisionClock:
         self.last_ms = 0
 
     def now_ms(self) -> int:
-        now: int = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
+        now: int = _wall_ms()
         if now < self.last_ms:
             now = self.last_ms
         self.last_ms = now
@@ -523,7 +523,7 @@ class ConnectionCore:
             # connect first: on a bootstrap port the upstream decides which broker's quotas this request meets
             off = 4 if frames.framed else 0
             connect = self._upstream is None and self._will_forward(frame, off)
-            if connect or (len(frame) > off + 1 and ((frame[off] << 8) | frame[off + 1]) in COUNTED_API_KEYS
+            if connect or (len(frame) > off + 1 and _in(_COUNTED, (frame[off] << 8) | frame[off + 1])
                            and needs_partition_counts(self, frame[off:])):
                 rest = self._prepare_then_take(frame, off, connect)
             else:
@@ -567,29 +567,29 @@ class ConnectionCore:
         """Decide one request (``frame``, its size prefix the first ``off`` bytes: 4 or none) and pass it on:
         forwarded (its bytes go to the upstream socket now) or answered here. Returns what is left to do when that
         must wait (an upstream connect, a local answer)."""
-        start = monotonic_ns()
+        start = _clock_ns()
         self.last_active = start / 1e9  # time.monotonic's clock, from the reading just taken
         pending: Pending = self._on_request(frame, off)
         if pending.forward is not None:
             if self._upstream is None:
-                now = monotonic_ns()
+                now = _clock_ns()
                 pending.thread_ns += now - start
                 return self._forward_later(pending)
             self._forward(pending)
         elif not pending.forwarded and pending.local is None:
-            now = monotonic_ns()
+            now = _clock_ns()
             pending.thread_ns += now - start
             return self._answer_later(frame[off:], pending)
-        now = monotonic_ns()
+        now = _clock_ns()
         pending.thread_ns += now - start  # up to its decision, forwarding included: io time
         self._enqueue(pending)
         return None
 
     async def _forward_later(self, pending: Pending) -> None:
         await self._ensure_upstream()
-        start = monotonic_ns()
+        start = _clock_ns()
         self._forward(pending)
-        pending.thread_ns += monotonic_ns() - start
+        pending.thread_ns += _clock_ns() - start
         self._enqueue(pending)
 
     async def _answer_later(self, frame: bytes, pending: Pending) -> None:
@@ -625,7 +625,7 @@ class ConnectionCore:
         """The request ``framed`` (its size prefix the first ``off`` bytes: 4, or none for a frame larger than the
         receive buffer) read and decided: answered here (``local``), or to be forwarded (``forward``: ``framed``
         itself unless a hook rewrote it)."""
-        now_ms = cython.cast(cython.longlong, time_ns()) // 1_000_000  # C division, compiled
+        now_ms = _wall_ms()
         if not self._sasl_quiet and self.sasl.raw_tokens:
             header = protocol.RequestHeader(ApiKey.SaslAuthenticate, RAW_SASL, -1, None, 0)
             return Pending(header, len(framed) - off, now_ms)
@@ -653,7 +653,7 @@ class ConnectionCore:
             # response for it either (its header version depends on the API version)
             raise ConnectionClosed(f"unsupported request {protocol.api_name(key)} v{header.api_version}")
         passthrough = not self._sasl_quiet and self.sasl.passthrough is not None
-        if key in LOCAL_APIS and (not passthrough or key not in PASSTHROUGH_APIS):
+        if _in(_LOCAL, key) and (not passthrough or key not in PASSTHROUGH_APIS):
             return pending  # answered by _answer_locally
         if passthrough and key in SASL_APIS:
             self.sasl.watch_request(header, framed[off:])  # SASL passthrough: read, then forwarded as it came
@@ -799,7 +799,9 @@ class ConnectionCore:
             self._unsent += len(frame)
             if not self._awaiting:
                 raise ConnectionClosed("upstream sent a response nobody asked for")
-            pending: Pending = self._awaiting.pop(0)
+            awaiting = self._awaiting
+            pending: Pending = awaiting[0]
+            del awaiting[0]  # (compiled: a C call; list.pop(0) would be a Python method call)
             if correlation_id(frame, 4 if framed else 0) != _header(pending)[_CORRELATION_ID]:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
@@ -830,8 +832,8 @@ class ConnectionCore:
             else:
                 assert pending.local is not None
                 frame = pending.local
-            queue.pop(0)
-            clock = self._send(pending, frame, clock or monotonic_ns())
+            del queue[0]
+            clock = self._send(pending, frame, clock or _clock_ns())
             sent = True
             if pending.holds_reading:  # the mute (set in _decide) now runs from this response
                 self._held -= 1
@@ -862,7 +864,7 @@ class ConnectionCore:
         this response's work began; returns the one where it ended."""
         header = _header(pending)
         key = header[_API_KEY]
-        sasl = header[_API_VERSION] == RAW_SASL or key in SASL_APIS
+        sasl = key in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE) or header[_API_VERSION] == RAW_SASL
         now_ms = self._decision_ms()
         throttle = 0 if sasl else self._decide(pending, frame, now_ms)
         out = self._render(pending, frame, throttle)
@@ -879,7 +881,7 @@ class ConnectionCore:
                 self.transport.write(_size(len(frame)) + frame)
         elif out:
             self.transport.write(out)
-        end = monotonic_ns()
+        end = _clock_ns()
         self.last_active = end / 1e9  # time.monotonic's clock, from the reading just taken
         pending.network_ns += end - start
         if sasl:
@@ -924,6 +926,8 @@ class ConnectionCore:
         shadow = enforcement.shadow
         if shadow is not None:  # a shadow quota set runs: the same request decided under it, never applied
             pending.shadow = decide_shadow(shadow, pending, _body(pending, frame), self.principal, now_ms)
+        if decisions is NO_THROTTLE:
+            return 0
         throttle = decisions.throttle_ms
         if throttle > 0:
             self._mute(throttle)
@@ -1082,6 +1086,43 @@ def _read(transport: asyncio.Transport, on: bool) -> None:
         transport.pause_reading()
 
 
+def _clock_ns() -> int:
+    """``monotonic_ns()``: the event loop's clock for a request's thread time (four readings a forwarded request).
+    Compiled, while the module's ``monotonic_ns`` is ``time.monotonic_ns`` (tests replace it, in both forms, to
+    give them one clock), the same clock (``CLOCK_MONOTONIC``) read by ``clock_gettime`` in C, through the vDSO:
+    no Python call and no int object each time."""
+    if cython.compiled and monotonic_ns is _MONOTONIC_NS:
+        ts = cython.declare(timespec)  # type: ignore[name-defined]  # noqa: F821
+        clock_gettime(CLOCK_MONOTONIC, cython.address(ts))  # type: ignore[name-defined]  # noqa: F821
+        return ts.tv_sec * 1_000_000_000 + ts.tv_nsec  # type: ignore[no-any-return]
+    return monotonic_ns()
+
+
+def _wall_ms() -> int:
+    """``time_ns() // 1_000_000``: the wall clock in ms a request's decision is timed by, compiled as
+    :func:`_clock_ns` is (``CLOCK_REALTIME``, ``time.time_ns``'s clock, read in C while ``time_ns`` is time's)."""
+    if cython.compiled and time_ns is _TIME_NS:
+        ts = cython.declare(timespec)  # type: ignore[name-defined]  # noqa: F821
+        clock_gettime(CLOCK_REALTIME, cython.address(ts))  # type: ignore[name-defined]  # noqa: F821
+        return ts.tv_sec * 1_000 + ts.tv_nsec // 1_000_000  # type: ignore[no-any-return]
+    ms: int = cython.cast(cython.longlong, time_ns()) // 1_000_000  # (compiled: a C division)
+    return ms
+
+
+_MONOTONIC_NS: Final = monotonic_ns
+_TIME_NS: Final = time_ns
+
+
+def _key_table(keys: frozenset[int]) -> bytes:
+    """A set of API keys as a table read by :func:`_in`: a byte per key, 1 for a member."""
+    return bytes(key in keys for key in range(max(keys) + 1))
+
+
+def _in(table: bytes, api_key: int) -> bool:
+    """``api_key`` in the set ``table`` was made of (compiled: a byte read, not a set lookup of a boxed key)."""
+    return 0 <= api_key < len(table) and table[api_key] != 0
+
+
 def _supported(table: bytes, api_key: int, version: int) -> bool:
     """The gate: whether the gateway takes this request header, by its mode's table (``versions.gate_table``: per
     API key the lowest and highest version it advertises). Everything else (an API it does not offer, a version
@@ -1101,3 +1142,5 @@ _PRODUCE_RESPONSE: Final = _PRODUCE_HANDLER.response
 _PRODUCE_SCAN_LIMIT: Final = SCAN_ONLY[ApiKey.Produce]
 _TLS_RECORD: Final = 16 * 1024  # a TLS record's most plaintext: a larger frame is several records, copied for nothing
 _BEFORE_AUTH: Final = SASL_APIS | {ApiKey.ApiVersions}
+_LOCAL: Final = _key_table(LOCAL_APIS)  # the API key sets a request is looked up in on the common path, as tables
+_COUNTED: Final = _key_table(COUNTED_API_KEYS)

@@ -132,7 +132,31 @@ def read_request(frame: bytes, flexible_from: bytes, header: type = tuple, offse
             acks = (data[pos] << 8) | data[pos + 1]
             if acks >= 0x8000:
                 acks -= 0x10000
-    return tuple.__new__(header, (api_key, version, correlation_id, client_id, end, body)), acks
+    if not cython.compiled:
+        return tuple.__new__(header, (api_key, version, correlation_id, client_id, end, body)), acks
+    # compiled: made as tuple.__new__(header, fields) makes it, without its Python call and the copy it makes
+    made: object = _new_tuple(header, 6)
+    _put(made, 0, api_key)
+    _put(made, 1, version)
+    _put(made, 2, correlation_id)
+    _put(made, 3, client_id)
+    _put(made, 4, end)
+    _put(made, 5, body)
+    return made, acks
+
+
+def _new_tuple(cls: type, size: cython.Py_ssize_t) -> object:
+    """An empty (NULL-filled) tuple of ``cls``, a tuple subclass or tuple itself, as ``tuple.__new__`` allocates
+    one; :func:`_put` fills it (compiled only)."""
+    if not PyType_IsSubtype(cls, tuple):  # type: ignore[name-defined]  # noqa: F821
+        raise TypeError(f"{cls.__name__} is not a tuple type")
+    return PyType_GenericAlloc(cls, size)  # type: ignore[name-defined]  # noqa: F821
+
+
+def _put(made: object, i: cython.Py_ssize_t, value: object) -> None:
+    """Set item ``i`` of a tuple from :func:`_new_tuple` (PyTuple_SET_ITEM takes the reference given it)."""
+    Py_INCREF(value)  # type: ignore[name-defined]  # noqa: F821
+    PyTuple_SET_ITEM(made, i, value)  # type: ignore[name-defined]  # noqa: F821
 
 
 def correlation_id(frame: bytes, offset: cython.Py_ssize_t = 0) -> cython.longlong:
