@@ -27,6 +27,7 @@ cdef class ProduceBinding:
     cdef public long long generation, expiration_ms
     cdef public bint limited
 
+    @cython.locals(generation=cython.longlong)
     cpdef bint holds(self, object user, object client_id, long long now_ms) except -1
 
 
@@ -35,7 +36,7 @@ cdef class UpstreamCore
 
 cdef class ConnectionCore:
     cdef public bytes _offered
-    cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport
+    cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport, _write
     cdef public FrameBuffer _frames
     cdef public UpstreamCore _upstream
     cdef public object _tls, _loop, _busy, _pool
@@ -69,13 +70,13 @@ cdef class ConnectionCore:
     @cython.locals(sensor=Rate)
     cdef object _decide_bound_produce(self, Pending pending, long long now_ms)
     cdef _forward(self, Pending pending)
-    @cython.locals(pending=Pending, bound=bint, framed=bint, frame=bytes, awaiting=list)
+    @cython.locals(pending=Pending, bound=bint, framed=bint, frame=bytes, awaiting=list, expected=cython.longlong)
     cdef _read_upstream(self, UpstreamCore upstream)
     @cython.locals(pending=Pending, clock=cython.longlong, queue=list)
     cdef _flush(self)
     @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong, key=long)
     cdef long long _send(self, Pending pending, bytes frame, long long start) except? -1
-    @cython.locals(header=tuple)
+    @cython.locals(header=tuple, switch_ms=cython.longlong)
     cdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
     @cython.locals(header=tuple)
     cdef object _render(self, Pending pending, object frame, int throttle)
@@ -87,7 +88,7 @@ cdef class ConnectionCore:
 
 cdef class UpstreamCore:
     cdef public ConnectionCore conn
-    cdef public object transport, _writer
+    cdef public object transport, write, _writer
     cdef public FrameBuffer frames
 
 

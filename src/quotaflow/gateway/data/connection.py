@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from time import monotonic, monotonic_ns, time_ns
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -156,7 +156,8 @@ class ProduceBinding:
 
     def holds(self, user: str, client_id: str, now_ms: int) -> bool:
         """Whether a record for ``user``/``client_id`` at ``now_ms`` goes to this binding's sensor."""
-        if self.generation != self.manager.generation or client_id != self.client_id or user != self.user:
+        generation: int = self.manager.generation  # (compiled: compared as C integers)
+        if self.generation != generation or client_id != self.client_id or user != self.user:
             return False
         return self.sensor is None or now_ms - self.sensor.last_record_ms <= self.expiration_ms
 
@@ -248,6 +249,7 @@ class ConnectionCore:
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
+        self._write = transport.write  # bound once: no method lookup for each response
         # over the unsent bound with nothing left to send, only the socket's draining can wake the connection:
         # resume_writing comes once its buffer falls from the bound
         transport.set_write_buffer_limits(high=self._max_unsent)
@@ -739,7 +741,7 @@ class ConnectionCore:
         assert self._upstream is not None and pending.forward is not None
         frame, pending.forward = pending.forward, None
         if pending.framed:
-            self._upstream.transport.write(frame)
+            self._upstream.write(frame)
         else:
             self._upstream.transport.writelines((_size(len(frame)), frame))
 
@@ -802,7 +804,8 @@ class ConnectionCore:
             awaiting = self._awaiting
             pending: Pending = awaiting[0]
             del awaiting[0]  # (compiled: a C call; list.pop(0) would be a Python method call)
-            if correlation_id(frame, 4 if framed else 0) != _header(pending)[_CORRELATION_ID]:
+            expected: int = _header(pending)[_CORRELATION_ID]  # (compiled: compared as C integers)
+            if correlation_id(frame, 4 if framed else 0) != expected:
                 raise ConnectionClosed("upstream response out of order")
             pending.reply = frame
             pending.framed = framed  # (the request's own flag is done with: it was forwarded)
@@ -874,13 +877,13 @@ class ConnectionCore:
         assert self.transport is not None
         if out is PASS_THROUGH:  # the upstream's bytes as they are
             if pending.framed:  # read with its size prefix: one buffer, the transport's fast path
-                self.transport.write(frame)
+                self._write(frame)
             elif self._tls is None or len(frame) > _TLS_RECORD:
                 self.transport.writelines((_size(len(frame)), frame))  # one writev, no copy
             else:  # a TLS transport makes a record of each buffer it is given: one record, not a 4-byte one too
-                self.transport.write(_size(len(frame)) + frame)
+                self._write(_size(len(frame)) + frame)
         elif out:
-            self.transport.write(out)
+            self._write(out)
         end = _clock_ns()
         self.last_active = end / 1e9  # time.monotonic's clock, from the reading just taken
         pending.network_ns += end - start
@@ -912,7 +915,8 @@ class ConnectionCore:
         """The quota decisions for one response (KIP-219): the throttle to apply. ``frame`` is the upstream
         response (unframed, framed when ``pending.framed``) or the gateway's own (framed)."""
         enforcement = self.enforcement
-        if now_ms >= enforcement.switch_ms:  # a promotion's batch takes effect now (gateway.data.shadow)
+        switch_ms: int = enforcement.switch_ms  # (compiled: compared as C integers)
+        if now_ms >= switch_ms:  # a promotion's batch takes effect now (gateway.data.shadow)
             enforcement.switch(now_ms)
         decisions = None
         if pending.handler is _PRODUCE_HANDLER and pending.acks != 0 and self._binds_decisions:
@@ -992,6 +996,7 @@ class UpstreamCore:
 
     conn: ConnectionCore
     transport: asyncio.Transport
+    write: Callable[[bytes], None]
     frames: FrameBuffer
     _writer: asyncio.StreamWriter | None
 
@@ -999,6 +1004,7 @@ class UpstreamCore:
                  writer: asyncio.StreamWriter | None = None) -> None:
         self.conn = conn
         self.transport = transport
+        self.write = transport.write  # bound once: no method lookup for each request forwarded
         self.frames = FrameBuffer(UPSTREAM_BUFFER)
         self._writer = writer  # kept: a StreamWriter closes its transport when it is collected
 
