@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from quotaflow.gateway.data.addresses import AddressOf
     from quotaflow.gateway.data.broker_quotas import BrokerQuotas
     from quotaflow.gateway.data.brokers import Address, UpstreamLeg
+    from quotaflow.gateway.data.connection import DecisionClock
     from quotaflow.gateway.data.partition_counts import PartitionCounts
     from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.data.request_memory import RequestMemory
@@ -85,4 +86,6 @@ class ConnectionContext(Protocol):
     async def connect_upstream(self, node: int | None, at: Address | None = None) -> UpstreamLeg: ...
     async def upstream_api_versions(self) -> list[tuple[int, int, int]]: ...
     def address_map(self, listener: str) -> AddressOf: ...
-    def decision_ms(self) -> int: ...
+    @property
+    def decision_clock(self) -> DecisionClock:
+        """Wall-clock ms for quota decisions, never behind the previous one (its ``now_ms``)."""

@@ -209,8 +209,10 @@ class Gateway:
         self.request_rows: RowQueue | None = None  # the event log's, while it is open (ConnectionContext)
         self._store_seq = 0
         self._acls_loaded = False
-        # wall-clock ms for quota decisions, never behind the previous one (a C call: it is read once a response)
-        self.decision_ms: Callable[[], int] = DecisionClock().now_ms
+        # wall-clock ms for quota decisions, never behind the previous one: a connection reads it once a response
+        # (compiled, a C call), the shadow follower through ``decision_ms``
+        self.decision_clock = DecisionClock()
+        self.decision_ms: Callable[[], int] = self.decision_clock.now_ms
         self.upstream_warnings = RateLimitedLog(log)
         self.descriptor_warnings = RateLimitedLog(log)  # idle upstream legs closed early, near the open-file limit
         self.request_memory = RequestMemory(self.config.request_pool_bytes)

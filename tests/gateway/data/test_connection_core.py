@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -120,6 +121,16 @@ def _lift_mute(conn: Any) -> None:
     conn._pump()
 
 
+def _clock(module: ModuleType, reading: Callable[[], int]) -> Any:
+    """A decision clock of ``module``'s form that reads ``reading`` (compiled, the core calls its override)."""
+
+    class _Clock(module.DecisionClock):  # type: ignore[name-defined,misc]
+        def now_ms(self) -> int:
+            return reading()
+
+    return _Clock()
+
+
 def _connected(module: ModuleType, gw: Gateway) -> tuple[Any, _Transport, _Transport]:
     """A PLAINTEXT client connection of ``module``'s form on ``gw``, its upstream already open: (the connection,
     the client's transport, the upstream's)."""
@@ -139,7 +150,7 @@ def _transcript(module: ModuleType, store_path: Path) -> list[tuple[object, ...]
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
         gw.broker_quotas.load(gw.store.snapshot())
         clock = iter(range(1_800_000_000_000, 1_900_000_000_000, 10))
-        gw.decision_ms = lambda: next(clock)  # type: ignore[method-assign]
+        gw.decision_clock = _clock(module, lambda: next(clock))
         conn, client, upstream = _connected(module, gw)
         out: list[tuple[object, ...]] = []
         try:
@@ -297,7 +308,7 @@ def _bound_transcript(module: ModuleType, store_path: Path,
         gw = Gateway(("127.0.0.1", 9), {"PLAINTEXT": ("127.0.0.1", 0)}, store_path)
         gw.broker_quotas.load(gw.store.snapshot())
         now = [1_800_000_000_000]
-        gw.decision_ms = lambda: now[0]  # type: ignore[method-assign]
+        gw.decision_clock = _clock(module, lambda: now[0])
         gw.request_rows = rows = RowQueue(100, itertools.count().__next__)  # each request's event-log row
         conn, client, upstream = _connected(module, gw)
         enforcement = conn.enforcement

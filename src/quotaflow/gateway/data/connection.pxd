@@ -42,7 +42,8 @@ cdef class ConnectionCore:
     cdef public object _tls, _loop, _busy, _pool
     cdef public list _queue, _awaiting
     cdef public ProduceBinding _produce_binding
-    cdef public object _produce_scan, _produce_access, _decision_ms
+    cdef public object _produce_scan, _produce_access
+    cdef public DecisionClock _clock
     cdef public bint _binds_decisions
     cdef public object _mute_timer, _hold_timer, _closed, _limit, _preauth_limit
     cdef public int client_port

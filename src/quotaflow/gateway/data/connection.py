@@ -109,8 +109,8 @@ COMPILED: bool = cython.compiled
 class DecisionClock:
     """Wall-clock ms for the gateway's quota decisions, never behind the previous one: decisions and their event-log
     rows then stay in ``(ts_ms, seq)`` order even if the system clock steps back, which is the order replay uses.
-    One per gateway (``Gateway.decision_ms`` is its bound ``now_ms``); compiled with the core (connection.pxd), so
-    reading it, once per response, is a C call."""
+    One per gateway (``Gateway.decision_clock``); compiled with the core (connection.pxd), so reading it, once per
+    response, is a C call."""
 
     last_ms: int
 
@@ -184,7 +184,7 @@ class ConnectionCore:
         self._binds_decisions = not self.enforcement.excluded
         self._produce_scan = access.hidden.needles if access.authorizer is None and self._binds_decisions else None
         self._produce_access = access if access.authorizer is not None and self._binds_decisions else None
-        self._decision_ms = gateway.decision_ms  # the gateway's for its lifetime
+        self._clock: DecisionClock = gateway.decision_clock  # the gateway's for its lifetime
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port
@@ -868,7 +868,7 @@ class ConnectionCore:
         header = _header(pending)
         key = header[_API_KEY]
         sasl = key in (_SASL_HANDSHAKE, _SASL_AUTHENTICATE) or header[_API_VERSION] == RAW_SASL
-        now_ms = self._decision_ms()
+        now_ms = self._clock.now_ms()
         throttle = 0 if sasl else self._decide(pending, frame, now_ms)
         out = self._render(pending, frame, throttle)
         self._unsent -= len(frame)
