@@ -75,7 +75,7 @@ class Rate:
             block = PyMem_Malloc(slots * size)  # type: ignore[name-defined]  # noqa: F821
             if not block:
                 raise MemoryError
-            PyMem_Free(self._value)  # type: ignore[name-defined]  # noqa: F821  (a second __init__: NULL the first)
+            PyMem_Free(self._value)  # type: ignore[name-defined]  # noqa: F821  (an earlier __init__'s; NULL: none)
             self._value = cython.cast(cython.p_double, block)
             self._start = cython.cast(cython.p_longlong, self._value + slots)
             self._last = self._start + slots
