@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -201,7 +202,7 @@ RATE_OPS = st.lists(st.tuples(st.sampled_from(["record", "check", "measure", "pe
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=RATE_OPS, samples=st.sampled_from([1, 2, 11]), window_ms=st.sampled_from([1, 1000, 30000]),
+@given(ops=RATE_OPS, samples=st.sampled_from([1, 2, 11, 60]), window_ms=st.sampled_from([1, 1000, 30000]),
        bound=st.sampled_from([None, 0.0, 100.0, 1e9]))
 def test_compiled_rate_is_its_pure_twin(ops: list[tuple[str, int, float, int | None]], samples: int, window_ms: int,
                                         bound: float | None) -> None:
@@ -235,7 +236,8 @@ def test_compiled_rate_is_its_pure_twin(ops: list[tuple[str, int, float, int | N
 
 def test_rates_and_their_subclasses_survive_pickling_and_copies() -> None:
     """A Spark task or a deepcopy carries a Rate whole: its configuration, its samples and a Python subclass's own
-    fields (``Avg``'s event counts). (The twin is loaded under a name no other process could import.)"""
+    fields (``Avg``'s event counts). (The twin is loaded under a name no other process could import; the next test
+    pickles it.)"""
     import copy
     import pickle
 
@@ -252,3 +254,111 @@ def test_rates_and_their_subclasses_survive_pickling_and_copies() -> None:
                 (rate.samples, rate.window_ms, rate.bound, rate.last_record_ms)
             assert again.export_state() == rate.export_state()
             assert again.measure(T + 4000) == rate.measure(T + 4000) > 0
+
+
+@pytest.mark.parametrize("module", forms(rate_module))
+def test_both_forms_pickle_and_copy_their_samples(module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled samples are C arrays, no Python fields a default pickle could carry: ``Rate.__reduce__`` carries
+    the configuration and the samples in both forms, and each copy is independent of the original."""
+    import copy
+    import pickle
+    import sys
+
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # the twin's name, importable for this test
+    rate = module.Rate(3, 1000, 5.0, T)
+    for t in range(T, T + 5500, 300):  # rolls through all samples + 1 slots and reuses them
+        rate.record_and_throttle(7.0, t)
+    state = rate.export_state()
+    copies = [pickle.loads(pickle.dumps(rate)), copy.deepcopy(rate), copy.copy(rate)]
+    for again in copies:
+        assert type(again) is module.Rate
+        assert again.export_state() == state and again.num_samples == 4
+        assert (again.samples, again.window_ms, again.bound, again.last_record_ms) == (3, 1000, 5.0, T + 5400)
+    throttle = rate.record_and_throttle(100.0, T + 5600)
+    assert throttle > 0
+    for again in copies:
+        assert again.export_state() == state  # its own samples, not the original's
+        assert again.record_and_throttle(100.0, T + 5600) == throttle
+        assert again.export_state() == rate.export_state()
+
+
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+@pytest.mark.parametrize("samples", [1, 60, 1000])
+def test_any_number_of_samples(rate_type: type[Rate], samples: int) -> None:
+    """``quota.window.num`` is the operator's: every one of its ``samples + 1`` slots is used and reused, the window
+    and the rate are Kafka's, whatever the count (the compiled storage is sized per Rate, no fixed cap)."""
+    rate = rate_type(samples, 10, 1e9, T)
+    t = T
+    for i in range(3 * (samples + 1)):  # one record per 10 ms window: three rounds over every slot
+        t = T + 10 * i
+        assert rate.record_and_throttle(1.0, t) == 0
+    values, starts, lasts, current = rate.export_state()
+    assert len(values) == samples + 1 and current == (3 * (samples + 1) - 1) % (samples + 1)
+    reused = (current + 1) % (samples + 1)  # the oldest slot, ``samples`` windows old: purged by the last check
+    assert values[reused] == 0.0 and starts[reused] == t
+    assert sorted(values) == [0.0] + [1.0] * samples
+    assert sorted(starts) == [*range(t - 10 * (samples - 1), t + 1, 10), t] and starts == lasts
+    window = max(10 * (samples - 1), 1)  # elapsed since the oldest kept sample: already samples - 1 windows
+    assert rate.peek(t) == (float(samples), window)
+    assert rate.window_size(t) == window and rate.measure(t) == samples / (window / 1000.0)
+
+
+@pytest.mark.parametrize("rate_type", RATE_FORMS)
+def test_imported_state_is_checked_against_the_storage(rate_type: type[Rate]) -> None:
+    """The compiled samples are C arrays indexed by ``current`` and ``num_samples``: a state that does not fit is
+    refused, never written or read out of bounds (the kernel's hand-off stays within them)."""
+    rate = rate_type(2, 1000, 5.0, T)
+    with pytest.raises(ValueError, match="oversized"):
+        rate.import_state([1.0] * 4, [T] * 4, [T] * 4, 0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        rate.import_state([1.0] * 2, [T] * 3, [T] * 2, 0)
+    for current in (-1, 3, 2):
+        with pytest.raises(ValueError, match="current sample"):
+            rate.import_state([1.0] * 2, [T] * 2, [T] * 2, current)
+    rate.import_state([1.0, 2.0], [T, T + 1000], [T + 10, T + 1001], 1)
+    assert rate.export_state() == ([1.0, 2.0], [T, T + 1000], [T + 10, T + 1001], 1)
+    assert rate.record_and_throttle(1.0, T + 1500) == 0  # into the current sample: 4 / 2 s
+    assert rate.export_state() == ([1.0, 3.0], [T, T + 1000], [T + 10, T + 1500], 1)
+
+
+def test_a_rate_without_init_refuses_to_record() -> None:
+    """Compiled, the samples' storage comes from ``__init__``: a Rate made by ``__new__`` alone has none, and
+    recording into it is an error, not a write through a null pointer."""
+    rate = Rate.__new__(Rate)
+    assert rate.num_samples == 0 and rate.export_state() == ([], [], [], 0)
+    with pytest.raises(TypeError, match="no sample storage"):
+        rate.record_and_throttle(1.0, T)
+    with pytest.raises(TypeError, match="no sample storage"):
+        rate.window_size(T)
+    assert rate.total(T) == 0.0  # reads no sample: there are none
+
+
+def test_the_compiled_samples_are_freed_with_their_rate() -> None:
+    """Each compiled Rate owns a block of C memory (its samples, from PyMem, which tracemalloc traces): dropping
+    Rates, their subclasses and their copies gives all of it back."""
+    import copy
+    import gc
+    import tracemalloc
+
+    from quotaflow.engine.sensors import RateSensor
+    from quotaflow.engine.stats import Avg
+
+    def churn() -> None:
+        for i in range(300):
+            rate = (Rate(60, 1000, 5.0, T), RateSensor(60, 1000, 5.0, T), Avg(60))[i % 3]
+            rate.record(1.0, T + i)
+            if type(rate) is Rate:
+                rate.__init__(60, 1000)  # type: ignore[misc]  # a second __init__ replaces the block
+            copy.deepcopy(rate)
+
+    churn()  # warm-up: caches and free lists settle
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        churn()
+        gc.collect()
+        leaked = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert leaked < 300 * 61 * 24 // 10, leaked  # a tenth of one block per Rate made: none is kept

@@ -11,10 +11,21 @@ every Produce and Fetch the gateway meters: as bytecode it was the largest Pytho
 path (4 % of its CPU in live ``perf``). This plain-Python source is its pure twin; ``COMPILED`` says which form was
 imported. Python subclasses (:class:`~quotaflow.engine.sensors.RateSensor`, :class:`~quotaflow.engine.stats.Avg`)
 override its ``def`` methods as usual.
+
+How the samples are stored: ``samples + 1`` slots, allocated when the Rate is made, of which the first ``_n`` are in
+use (Kafka's list appends up to that many, then reuses them in turn). Compiled, the three per-sample fields (value,
+start time, last-event time) are C arrays in one block of memory the Rate owns (``rate.pxd``: a ``double`` and two
+``long long`` arrays, freed with it), so a record and its check read and write plain numbers: no float or int object
+is made per request and the check's pass over the samples reads one contiguous block, not 24 to 36 objects spread
+over the heap (as Python lists, each record made a float, and that pass was most of the Rate's cost in ``perf``).
+The twin keeps them in three preallocated Python lists of the same length, indexed the same way, so both forms run
+the very same statements. Python code reads the samples through :meth:`Rate.export_state` (in Kafka's list order),
+never the arrays; pickles and copies carry the configuration and that state (:meth:`Rate.__reduce__`).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import cython
@@ -33,9 +44,10 @@ class Rate:
     bound: float | None  # None: no quota on this metric (recorded, never violated)
     last_record_ms: int  # when it was created or last recorded (Kafka's Sensor.lastRecordTime): owners expire by it
     _purge_age: int
-    _max: int
-    _n: int  # samples appended so far (≤ samples + 1)
+    _max: int  # slots: samples + 1
+    _n: int  # slots in use: samples appended so far (≤ _max)
     _current: int
+    # per slot; compiled: C arrays (rate.pxd), in one block from _allocate, freed in __dealloc__
     _value: list[float]
     _start: list[int]
     _last: list[int]
@@ -50,15 +62,44 @@ class Rate:
         self.bound = bound
         self.last_record_ms = now_ms
         self._purge_age = samples * window_ms
-        self._max = samples + 1
-        self._value = []
-        self._start = []
-        self._last = []
+        self._allocate(samples + 1)
         self._n = 0
         self._current = 0
 
+    def _allocate(self, slots: cython.Py_ssize_t) -> cython.int:
+        """Storage for ``slots`` samples (the only allocation a Rate makes; any number of samples the config asks)."""
+        if cython.compiled:
+            size: cython.Py_ssize_t = cython.sizeof(cython.double) + 2 * cython.sizeof(cython.longlong)
+            if slots > sys.maxsize // size:
+                raise MemoryError(f"no room for {slots} samples")
+            block = PyMem_Malloc(slots * size)  # type: ignore[name-defined]  # noqa: F821
+            if not block:
+                raise MemoryError
+            PyMem_Free(self._value)  # type: ignore[name-defined]  # noqa: F821  (an earlier __init__'s; NULL: none)
+            self._value = cython.cast(cython.p_double, block)
+            self._start = cython.cast(cython.p_longlong, self._value + slots)
+            self._last = self._start + slots
+        else:
+            self._value = [0.0] * slots
+            self._start = [0] * slots
+            self._last = [0] * slots
+        self._max = slots
+        self._n = 0
+        return 0
+
+    def __dealloc__(self) -> None:
+        """Compiled: return the samples' block (the twin's lists are ordinary objects)."""
+        if cython.compiled:
+            PyMem_Free(self._value)  # type: ignore[name-defined]  # noqa: F821
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle and copy as configuration plus :meth:`export_state` (C arrays are no Python fields to carry), and a
+        Python subclass's ``__dict__`` (``Avg``'s event counts), so a Spark task or a deepcopy carries a Rate whole."""
+        config = (self.samples, self.window_ms, self.bound, self.last_record_ms)
+        return _restore, (type(self), config, self.export_state()), getattr(self, "__dict__", None)
+
     # -- recording ---------------------------------------------------------------------------------------------
-    def record(self, value: float, now_ms: int) -> None:
+    def record(self, value: cython.double, now_ms: cython.longlong) -> None:
         """``SampledStat.record``: roll to the next sample when the current one is complete; never purges."""
         self.last_record_ms = now_ms
         cur: cython.Py_ssize_t = self._current
@@ -84,42 +125,58 @@ class Rate:
             self._start[cur] = now_ms
         return cur
 
-    def _append(self, now_ms: cython.longlong) -> None:
-        self._value.append(0.0)
-        self._start.append(now_ms)
-        self._last.append(now_ms)
-        self._n += 1
+    def _append(self, now_ms: cython.longlong) -> cython.int:
+        """Put the next free slot in use, starting at ``now_ms`` (Kafka's list append)."""
+        n: cython.Py_ssize_t = self._n
+        if n >= self._max:  # only a Rate whose __init__ never ran (no slots): refuse rather than write nowhere
+            raise TypeError("Rate has no sample storage: Rate.__init__ was not called")
+        self._value[n] = 0.0
+        self._start[n] = now_ms
+        self._last[n] = now_ms
+        self._n = n + 1
+        return 0
 
     # -- reading (purges: a read can change later results, as in Kafka) -------------------------------------------
-    def purge(self, now_ms: int) -> None:
+    def purge(self, now_ms: cython.longlong) -> None:
         """Reset every sample whose last event is at least ``samples * window`` old (start becomes ``now``)."""
         age: cython.longlong = self._purge_age
-        last = self._last
         i: cython.Py_ssize_t
         for i in range(self._n):
-            if now_ms - last[i] >= age:
+            if now_ms - self._last[i] >= age:
                 self._value[i] = 0.0
                 self._start[i] = now_ms
-                last[i] = now_ms
+                self._last[i] = now_ms
 
-    def total(self, now_ms: int) -> float:
+    def total(self, now_ms: cython.longlong) -> float:
         """``WindowedSum.measure``: purge, then the sum over all samples in list order."""
         self.purge(now_ms)
         total: float = 0.0  # a C double when compiled
-        for v in self._value:
-            total += v
+        i: cython.Py_ssize_t
+        for i in range(self._n):
+            total += self._value[i]
         return total
 
-    def window_size(self, now_ms: int) -> int:
+    def window_size(self, now_ms: cython.longlong) -> int:
         """``Rate.windowSize``: elapsed since the oldest sample, padded to ``samples - 1`` whole windows, ≥ 1 ms."""
         self.purge(now_ms)
         if self._n == 0:
             self._append(now_ms)  # SampledStat.oldest creates a sample when there is none
-        elapsed = now_ms - min(self._start)
-        full = java_div(elapsed, self.window_ms)
+        oldest: cython.longlong = self._start[0]
+        i: cython.Py_ssize_t
+        for i in range(1, self._n):
+            if self._start[i] < oldest:
+                oldest = self._start[i]
+        window: int = self._padded(now_ms - oldest)
+        return window
+
+    def _padded(self, elapsed: cython.longlong) -> cython.longlong:
+        """``Rate.windowSize`` from the time elapsed since the oldest sample: padded to ``samples - 1`` whole
+        windows, at least 1 ms (Java's truncating division; a plain C division when both are positive)."""
+        window_ms: cython.longlong = self.window_ms
+        full: cython.longlong = elapsed // window_ms if elapsed >= 0 and window_ms > 0 else java_div(elapsed, window_ms)
         if full < self.samples - 1:
-            elapsed += (self.samples - 1 - full) * self.window_ms
-        return max(elapsed, 1)
+            elapsed += (self.samples - 1 - full) * window_ms
+        return elapsed if elapsed > 1 else 1
 
     def measure(self, now_ms: int) -> float:
         """``Rate.measure`` in units per second."""
@@ -136,23 +193,15 @@ class Rate:
         (the current sample still open) is written out here, its rolls shared (``_roll``), and the rate and the
         window come from one fused reading with one pass over the samples (the window a violation uses is the same,
         as Kafka reads it at the same timestamp). Compiled, every number here is a C double or long long, whose
-        arithmetic wraps as Java's longs do (the twin's Python ints would not, for times ~2^63 ms apart).
+        arithmetic wraps as Java's longs do (the twin's Python ints would not, for times ~2^63 ms apart), and the
+        samples are C arrays: a check within quota makes no Python object at all.
         ``tests/engine/test_rate.py`` holds this to ``record`` then ``measure``, in both forms."""
         self.last_record_ms = now_ms
         cur: cython.Py_ssize_t = self._current
-        start: cython.longlong
-        if not self._n:
+        if not self._n or now_ms - self._start[cur] >= self.window_ms:
             cur = self._roll(now_ms)
-        else:
-            start = self._start[cur]
-            if now_ms - start >= self.window_ms:
-                cur = self._roll(now_ms)
-        values = self._value
-        starts = self._start
-        lasts = self._last
-        recorded: cython.double = values[cur]
-        values[cur] = recorded + value
-        lasts[cur] = now_ms
+        self._value[cur] += value
+        self._last[cur] = now_ms
         if self.bound is None:
             return 0
         bound: cython.double = self.bound
@@ -160,27 +209,17 @@ class Rate:
         n: cython.Py_ssize_t = self._n
         i: cython.Py_ssize_t
         age: cython.longlong = self._purge_age
-        last: cython.longlong
         for i in range(n):
-            last = lasts[i]
-            if now_ms - last >= age:  # some sample is obsolete: reset them (rare on busy ids)
+            if now_ms - self._last[i] >= age:  # some sample is obsolete: reset them (rare on busy ids)
                 self.purge(now_ms)
                 break
         total: cython.double = 0.0
-        oldest: cython.longlong = starts[0]
+        oldest: cython.longlong = self._start[0]
         for i in range(n):  # list order, plain double additions, as WindowedSum.combine
-            sample: cython.double = values[i]
-            total += sample
-            start = starts[i]
-            if start < oldest:
-                oldest = start
-        window: cython.longlong = now_ms - oldest
-        window_ms: cython.longlong = self.window_ms
-        full: cython.longlong = window // window_ms if window >= 0 else java_div(window, window_ms)
-        if full < self.samples - 1:
-            window += (self.samples - 1 - full) * window_ms
-        if window < 1:
-            window = 1
+            total += self._value[i]
+            if self._start[i] < oldest:
+                oldest = self._start[i]
+        window: cython.longlong = self._padded(now_ms - oldest)
         rate: cython.double = total / (window / 1000.0)
         if rate <= bound:
             return 0
@@ -188,21 +227,19 @@ class Rate:
             return throttle_time(rate, bound, window)
         return bounded_throttle_time(rate, bound, window, max_ms)
 
-    def peek(self, now_ms: int) -> tuple[float, int]:
+    def peek(self, now_ms: cython.longlong) -> tuple[float, int]:
         """(total, window) as a quota check at ``now_ms`` would read them before its record, changing nothing (a
         purge would: it restarts samples), so a caller may look without moving any later decision."""
-        age = self._purge_age
-        total = 0.0
-        oldest = now_ms
+        age: cython.longlong = self._purge_age
+        total: cython.double = 0.0
+        oldest: cython.longlong = now_ms
+        i: cython.Py_ssize_t
         for i in range(self._n):
             if now_ms - self._last[i] < age:  # else purged by the check: value 0, start now
                 total += self._value[i]
-                oldest = min(oldest, self._start[i])
-        elapsed = now_ms - oldest
-        full = java_div(elapsed, self.window_ms)
-        if full < self.samples - 1:
-            elapsed += (self.samples - 1 - full) * self.window_ms
-        return total, max(elapsed, 1)
+                if self._start[i] < oldest:
+                    oldest = self._start[i]
+        return total, self._padded(now_ms - oldest)
 
     def reading(self, now_ms: int) -> tuple[float, int]:
         """(total, window) as the quota check reads them at ``now_ms`` (after its record)."""
@@ -217,12 +254,31 @@ class Rate:
     # -- state hand-off with the array kernel ------------------------------------------------------------------
     def export_state(self) -> tuple[list[float], list[int], list[int], int]:
         """(values, start times, last-event times, current index), in Kafka's list order."""
-        return list(self._value), list(self._start), list(self._last), self._current
+        n: cython.Py_ssize_t = self._n
+        return ([self._value[i] for i in range(n)], [self._start[i] for i in range(n)],
+                [self._last[i] for i in range(n)], self._current)
 
     def import_state(self, values: list[float], starts: list[int], lasts: list[int], current: int) -> None:
         """Replace the samples (the inverse of :meth:`export_state`)."""
-        if not len(values) == len(starts) == len(lasts) <= self._max:
+        n: cython.Py_ssize_t = len(values)
+        if not n == len(starts) == len(lasts) <= self._max:
             raise ValueError("inconsistent or oversized sample state")
-        self._value, self._start, self._last = list(values), list(starts), list(lasts)
-        self._n = len(values)
+        if not 0 <= current < max(n, 1):
+            raise ValueError(f"current sample {current} outside the {n} samples")
+        i: cython.Py_ssize_t
+        for i in range(n):
+            self._value[i] = float(values[i])
+            self._start[i] = int(starts[i])
+            self._last[i] = int(lasts[i])
+        self._n = n
         self._current = current
+
+
+def _restore(cls: type[Rate], config: tuple[int, int, float | None, int],
+             state: tuple[list[float], list[int], list[int], int]) -> Rate:
+    """Unpickle (:meth:`Rate.__reduce__`): a ``cls`` set up by ``Rate.__init__`` itself (a subclass's own
+    ``__init__`` may take other arguments; its ``__dict__`` is pickle's state), then the samples."""
+    rate = cls.__new__(cls)
+    Rate.__init__(rate, *config)
+    rate.import_state(*state)
+    return rate

@@ -24,7 +24,7 @@ class Avg(Rate):
     One list of samples carries both the sum and the event count, so a read's purge resets both together (two
     ``Rate`` objects for sum and count drift apart when a read purges one and short-cuts the other)."""
 
-    # no __slots__: the compiled Rate pickles the fields it declares and a subclass's __dict__, not its slots
+    # no __slots__: Rate.__reduce__ carries its own state and a subclass's __dict__ (the counts), not its slots
     def __init__(self, samples: int = METRIC_SAMPLES, window_ms: int = METRIC_WINDOW_MS) -> None:
         super().__init__(samples, window_ms, None)
         self._count: list[int] = []
@@ -41,7 +41,7 @@ class Avg(Rate):
 
     def purge(self, now_ms: int) -> None:
         age = self._purge_age
-        for i, last in enumerate(self._last):
+        for i, last in enumerate(self.export_state()[2]):  # the samples' last-event times (C arrays when compiled)
             if now_ms - last >= age:
                 self._count[i] = 0
         super().purge(now_ms)
