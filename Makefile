@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 COMPILED := $(VENV)/.compiled
 COMPILED_SRC := src/quotaflow/gateway/wire/frame_facts.py $(addprefix src/quotaflow/gateway/data/,framing.py framing.pxd pending.py pending.pxd \
-	connection.py connection.pxd) src/quotaflow/engine/rate.py src/quotaflow/engine/rate.pxd \
+	enforcement.py enforcement.pxd connection.py connection.pxd) src/quotaflow/engine/rate.py src/quotaflow/engine/rate.pxd \
 	src/quotaflow/gateway/observation/row_queue.py src/quotaflow/gateway/observation/row_queue.pxd
 
 .PHONY: demo test setup test-setup lint typecheck conformance bench bench-setup clean chromium kcat
@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml
 # gcc and the Python headers come with the machine; without them the pure-Python forms run.
 $(COMPILED): $(STAMP) setup.py $(COMPILED_SRC)
 	$(BIN)/python -m pip install -q --no-deps -e .
-	$(BIN)/python -c "from quotaflow.engine import rate; from quotaflow.gateway.data import connection, framing, pending; from quotaflow.gateway.wire import frame_facts; from quotaflow.gateway.observation import row_queue; print('compiled engine rate, data plane and row queue:', all(m.COMPILED for m in (rate, frame_facts, framing, pending, connection, row_queue)))"
+	$(BIN)/python -c "from quotaflow.engine import rate; from quotaflow.gateway.data import connection, enforcement, framing, pending; from quotaflow.gateway.wire import frame_facts; from quotaflow.gateway.observation import row_queue; print('compiled engine rate, data plane and row queue:', all(m.COMPILED for m in (rate, frame_facts, framing, pending, enforcement, connection, row_queue)))"
 	@touch $(COMPILED)
 
 $(NODE_STAMP): package.json

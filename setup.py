@@ -10,6 +10,7 @@ COMPILED_MODULES = [
     "quotaflow.gateway.wire.frame_facts",
     "quotaflow.gateway.data.framing",
     "quotaflow.gateway.data.pending",  # typed by pending.pxd beside it
+    "quotaflow.gateway.data.enforcement",  # typed by enforcement.pxd beside it
     "quotaflow.gateway.data.connection",  # typed by connection.pxd beside it
     "quotaflow.gateway.observation.row_queue",  # typed by row_queue.pxd beside it
 ]

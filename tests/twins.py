@@ -4,6 +4,7 @@ its pure-Python twin, the very same source executed as Python under another name
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,6 +18,7 @@ def pure_twin(module: ModuleType) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"quotaflow_pure_twin_{name}", source)
     assert spec is not None and spec.loader is not None
     twin = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = twin  # as an import does: a dataclass in it looks its module up there
     spec.loader.exec_module(twin)
     assert not twin.COMPILED
     return twin

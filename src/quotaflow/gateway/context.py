@@ -20,12 +20,18 @@ if TYPE_CHECKING:
     from quotaflow.gateway.data.addresses import AddressOf
     from quotaflow.gateway.data.broker_quotas import BrokerQuotas
     from quotaflow.gateway.data.brokers import Address, UpstreamLeg
-    from quotaflow.gateway.data.connection import DecisionClock
     from quotaflow.gateway.data.partition_counts import PartitionCounts
     from quotaflow.gateway.data.quota_admin import QuotaAdminHandler
     from quotaflow.gateway.data.request_memory import RequestMemory
     from quotaflow.gateway.observation.row_queue import RowQueue
     from quotaflow.store.base import ScramStore
+
+
+class DecisionClock(Protocol):
+    """Wall-clock ms for quota decisions, never behind the previous one (the gateway's is
+    ``gateway.data.connection.DecisionClock``, which the compiled core calls in C)."""
+
+    def now_ms(self) -> int: ...
 
 
 class ConnectionContext(Protocol):
@@ -88,4 +94,4 @@ class ConnectionContext(Protocol):
     def address_map(self, listener: str) -> AddressOf: ...
     @property
     def decision_clock(self) -> DecisionClock:
-        """Wall-clock ms for quota decisions, never behind the previous one (its ``now_ms``)."""
+        """Where quota decisions read their time."""

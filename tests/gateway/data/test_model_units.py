@@ -21,10 +21,13 @@ from quotaflow.core.keys import UNLIMITED
 from quotaflow.engine import StrictControllerMutationQuota
 from quotaflow.engine.controller_mutation import PermissiveControllerMutationQuota
 from quotaflow.gateway.config import GatewayConfig
+from quotaflow.gateway.data import enforcement as enforcement_module
 from quotaflow.gateway.data import mutations
 from quotaflow.gateway.data.enforcement import Enforcement
+from quotaflow.gateway.data.shadow import NEVER
 from quotaflow.gateway.wire import protocol
 from quotaflow.store.base import Change, Snapshot
+from twins import assert_compiled, forms
 
 NOW = 1_700_000_000_000
 
@@ -70,6 +73,31 @@ def test_network_time_weighs_on_the_next_request_only_under_a_request_quota() ->
     without.apply_changes([Change(3, NOW, QuotaEntity(user="tenant"), "request_percentage", None)])
     assert not without.network_metered
     assert _enforcement().network_metered  # excluded principals' usage is metered even without a quota
+
+
+def test_make_setup_built_the_compiled_enforcement() -> None:
+    assert_compiled(enforcement_module)
+
+
+@pytest.mark.parametrize("module", forms(enforcement_module))
+def test_both_forms_keep_what_a_connection_reads_after_each_response(module: Any) -> None:
+    """The facts the compiled connection core reads as C fields (the switch time, the shadow, whether network time
+    is metered) are kept alike by the compiled Enforcement and its pure twin, through quota changes and a shadow."""
+    e = module.Enforcement(GatewayConfig())
+    assert (e.switch_ms, e.shadow, e.network_metered, e.no_throttle) == (NEVER, None, False, None)
+    e.apply_changes([Change(2, NOW, QuotaEntity(user="tenant"), "request_percentage", 5.0)])
+    assert e.network_metered
+    e.apply_changes([Change(3, NOW, QuotaEntity(user="tenant"), "request_percentage", None)])
+    assert not e.network_metered
+    shadow = module.Enforcement(GatewayConfig(), shadow_id=7)
+    shadow.apply_changes([Change(4, NOW, QuotaEntity(user="tenant"), "request_percentage", 5.0)])
+    e.set_shadow(shadow)
+    assert e.shadow is shadow and e.network_metered  # the shadow's request quota meters network time too
+    assert shadow.no_throttle.shadow_id == 7
+    e.switch_ms = NOW
+    assert e.switch_ms == NOW
+    e.set_shadow(None)
+    assert e.shadow is None and not e.network_metered
 
 
 def test_the_decisions_are_the_same_with_and_without_excluded_principals() -> None:

@@ -194,8 +194,10 @@ def decide_shadow(shadow: Enforcement, pending: Pending, frame: bytes, user: str
     handler = pending.handler or HANDLERS.get(header.api_key, DEFAULT)
     client_id = header.client_id or ""
     decided = _SHADOW_HOOKS[handler.decide](shadow, pending, frame, user, client_id, pending.thread_ns, now_ms)
+    no_throttle = shadow.no_throttle
+    assert no_throttle is not None  # (a shadow's own managers: Enforcement(shadow_id=...))
     if decided is NO_THROTTLE or not decided.throttle_ms:
-        return shadow.no_throttle
+        return no_throttle
     counts, m = shadow.throttled, shadow.managers  # counted per quota-id: the tags of its throttle-time series
     if decided.throttle_ms_produce:
         counts.add("produce", *m.produce.quota_id(user, client_id))
@@ -203,7 +205,7 @@ def decide_shadow(shadow: Enforcement, pending: Pending, frame: bytes, user: str
         counts.add("fetch", *m.fetch.quota_id(user, client_id))
     if decided.throttle_ms_request:
         counts.add("request", *m.request.quota_id(user, client_id))
-    return ShadowDecisions(shadow.no_throttle.shadow_id, decided.throttle_ms_produce, decided.throttle_ms_fetch,
+    return ShadowDecisions(no_throttle.shadow_id, decided.throttle_ms_produce, decided.throttle_ms_fetch,
                            decided.throttle_ms_request, decided.throttle_ms)
 
 

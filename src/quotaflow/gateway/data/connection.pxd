@@ -8,6 +8,7 @@ cimport cython
 from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
 
 from quotaflow.engine.rate cimport Rate
+from quotaflow.gateway.data.enforcement cimport Enforcement
 from quotaflow.gateway.data.framing cimport FrameBuffer
 from quotaflow.gateway.data.pending cimport Pending, new_pending, request_row
 from quotaflow.gateway.wire.frame_facts cimport correlation_id, read_request
@@ -36,7 +37,8 @@ cdef class UpstreamCore
 
 cdef class ConnectionCore:
     cdef public bytes _offered
-    cdef public object gateway, node, broker, enforcement, listener, client_ip, principal, sasl, transport, _write
+    cdef public object gateway, node, broker, listener, client_ip, principal, sasl, transport, _write
+    cdef public Enforcement enforcement
     cdef public FrameBuffer _frames
     cdef public UpstreamCore _upstream
     cdef public object _tls, _loop, _busy, _pool
@@ -75,9 +77,9 @@ cdef class ConnectionCore:
     cdef _read_upstream(self, UpstreamCore upstream)
     @cython.locals(pending=Pending, clock=cython.longlong, queue=list)
     cdef _flush(self)
-    @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong, key=long)
+    @cython.locals(header=tuple, rows=RowQueue, end=cython.longlong, key=long, enforcement=Enforcement)
     cdef long long _send(self, Pending pending, bytes frame, long long start) except? -1
-    @cython.locals(header=tuple, switch_ms=cython.longlong)
+    @cython.locals(header=tuple, switch_ms=cython.longlong, enforcement=Enforcement)
     cdef int _decide(self, Pending pending, object frame, long long now_ms) except? -1
     @cython.locals(header=tuple)
     cdef object _render(self, Pending pending, object frame, int throttle)

@@ -184,7 +184,7 @@ class ConnectionCore:
         self._binds_decisions = not self.enforcement.excluded
         self._produce_scan = access.hidden.needles if access.authorizer is None and self._binds_decisions else None
         self._produce_access = access if access.authorizer is not None and self._binds_decisions else None
-        self._clock: DecisionClock = gateway.decision_clock  # the gateway's for its lifetime
+        self._clock = gateway.decision_clock  # the gateway's for its lifetime (compiled: a DecisionClock, C calls)
         self.listener = listener
         self.client_ip = client_ip
         self.client_port = client_port

@@ -10,6 +10,11 @@ principal name (``ANONYMOUS`` on plaintext), client-ids by the request header's 
 Excluded principals (``quotaflow.quota.excluded.principals``, :mod:`quotaflow.core.principals`) are never
 throttled: nothing of theirs is recorded into a client-quota sensor, their thread time goes to
 ``exempt-request-time``, and their usage is metered in ``excluded-byte-rate`` / ``excluded-request-time`` per user.
+
+Compiled by Cython (``enforcement.pxd`` types :class:`Enforcement` as an extension type), because the connection
+core reads three of its facts after every response (a promotion's switch time, a running shadow set, whether network
+time is metered): as C fields they cost no attribute lookup. This plain-Python source is its pure twin; ``COMPILED``
+says which form was imported.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Final
+
+import cython
 
 from quotaflow.core.keys import INT_MAX, UNLIMITED
 from quotaflow.engine import (
@@ -58,6 +65,8 @@ NO_DECISIONS: Final = RequestDecisions()
 NO_THROTTLE: Final = RequestDecisions()
 """A request decided and not throttled (one shared instance: the common case builds nothing)."""
 """A request no quota decided (SASL authentication, which Kafka's authenticator handles before KafkaApis)."""
+COMPILED: bool = cython.compiled
+"""True when the Cython-compiled form of this module was imported."""
 _USAGE_GROUPS: Final = {"produce": ("Produce", "excluded-byte-rate"), "fetch": ("Fetch", "excluded-byte-rate"),
                         "request": ("Request", "excluded-request-time")}
 
@@ -111,8 +120,8 @@ class Enforcement:
         connection's decision path calls :attr:`switch` first when a decision's ``now_ms`` reaches it."""
         self.switch: Callable[[int], None] = _no_switch
         self.throttled = ThrottledCounts()  # a shadow's: requests it would have throttled, for /metrics
-        if shadow_id is not None:
-            self.no_throttle = ShadowDecisions(shadow_id)
+        self.no_throttle: ShadowDecisions | None = None if shadow_id is None else ShadowDecisions(shadow_id)
+        """A shadow's: its decision of a request it would not throttle (one shared instance)."""
         self._network_live = bool(self.excluded)
         self.network_metered = bool(self.excluded)
         """Whether :meth:`network_time` has anything to record (a request quota exists, or excluded principals are
