@@ -210,9 +210,8 @@ class Gateway:
         self._store_seq = 0
         self._acls_loaded = False
         # wall-clock ms for quota decisions, never behind the previous one: a connection reads it once a response
-        # (compiled, a C call), the shadow follower through ``decision_ms``
+        # (compiled, a C call), the shadow follower too
         self.decision_clock = DecisionClock()
-        self.decision_ms: Callable[[], int] = self.decision_clock.now_ms
         self.upstream_warnings = RateLimitedLog(log)
         self.descriptor_warnings = RateLimitedLog(log)  # idle upstream legs closed early, near the open-file limit
         self.request_memory = RequestMemory(self.config.request_pool_bytes)
@@ -221,7 +220,7 @@ class Gateway:
         self._api_versions_lock: asyncio.Lock | None = None
         self.partition_counts = PartitionCounts(lambda: self.connect_upstream(None), self.upstream_api_versions)
         # the store's shadow quota set and promotions (issue 36; a store without them: nothing runs)
-        self.shadow = ShadowFollower(self.store, self.broker_quotas, self.connection_quotas, self.decision_ms,
+        self.shadow = ShadowFollower(self.store, self.broker_quotas, self.connection_quotas, self.decision_clock.now_ms,
                                      self._shadow_rows)
 
     # -- lifecycle ------------------------------------------------------------------------------------------

@@ -621,7 +621,7 @@ class ConnectionCore:
         key, version = header.api_key, header.api_version
         if key == ApiKey.ApiVersions:
             return 0 <= version <= versions.APIVERSIONS_MAX
-        return key not in LOCAL_APIS and _supported(self._offered, key, version)
+        return not _in(_LOCAL, key) and _supported(self._offered, key, version)
 
     def _on_request(self, framed: bytes, off: int) -> Pending:
         """The request ``framed`` (its size prefix the first ``off`` bytes: 4, or none for a frame larger than the
